@@ -1,0 +1,73 @@
+// attnscope — core: scaled dot-product attention as a trace of named stages.
+//
+// Shape legend (outermost first, as numpy and PyTorch write them):
+//   B    batch                         Tq   query positions
+//   Tk   key/value positions           Dm   model width of the query source x
+//   Dkv  width of the key/value source (memory; = Dm in self-attention)
+//   H    heads                         Dk   per-head query/key width
+//   Dv   per-head value width          Dout output width (= H*Dv without W_O)
+//
+// Stages, in order (DESIGN.md; the same names everywhere):
+//   Q             x · W_Q (+ b_Q), split into heads        (B, H, Tq, Dk)
+//   K             src · W_K (+ b_K), split into heads      (B, H, Tk, Dk)
+//   V             src · W_V (+ b_V), split into heads      (B, H, Tk, Dv)
+//   scores        Q · Kᵀ · scale                           (B, H, Tq, Tk)
+//   mask          true where query i may see key j         (B, Tq, Tk)
+//   masked_scores scores, -inf where mask is false         (B, H, Tq, Tk)
+//   weights       softmax over the key axis                (B, H, Tq, Tk)
+//   context       weights · V                              (B, H, Tq, Dv)
+//   output        concat heads (B, Tq, H*Dv) · W_O (+ b_O) (B, Tq, Dout)
+//
+// The core never prints, exits or keeps global state. It is usable as a library:
+// make_problem() (model.hpp) validates, attend() computes.
+#pragma once
+
+#include "attnscope/model.hpp"
+
+#include <xtensor/xtensor.hpp>
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+namespace attnscope {
+
+inline constexpr std::array<std::string_view, 9> kStageNames = {
+    "Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context", "output"};
+
+// A query row that can see no key at all (padding and/or causal mask): its weights are
+// all zero (PyTorch's _safe_softmax behaviour), never NaN.
+struct MaskedRow {
+    std::size_t batch, query;
+};
+
+template <typename T>
+struct Trace {
+    Dims dims;
+    bool batched = true;
+    T scale = T(1);
+    xt::xtensor<T, 4> Q;              // (B, H, Tq, Dk)
+    xt::xtensor<T, 4> K;              // (B, H, Tk, Dk)
+    xt::xtensor<T, 4> V;              // (B, H, Tk, Dv)
+    xt::xtensor<T, 4> scores;         // (B, H, Tq, Tk)
+    xt::xtensor<bool, 3> mask;        // (B, Tq, Tk)
+    xt::xtensor<T, 4> masked_scores;  // (B, H, Tq, Tk)
+    xt::xtensor<T, 4> weights;        // (B, H, Tq, Tk)
+    xt::xtensor<T, 4> context;        // (B, H, Tq, Dv)
+    xt::xtensor<T, 3> output;         // (B, Tq, Dout)
+    std::vector<MaskedRow> fully_masked;
+};
+
+// The "may attend" matrix: not PAD and, when causal, not in the future.
+// key_padding_mask (B, Tk) true = PAD, or none  ->  (B, Tq, Tk) true = visible
+xt::xtensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_padding_mask, bool causal,
+                                    CausalAlign align);
+
+template <typename T>
+Trace<T> attend(const Problem<T>& p);
+
+extern template Trace<float> attend<float>(const Problem<float>&);
+extern template Trace<double> attend<double>(const Problem<double>&);
+
+}  // namespace attnscope

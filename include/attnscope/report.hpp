@@ -1,0 +1,81 @@
+// attnscope — report layer: a computed Trace as text for a person, JSON for a script,
+// and .npy/.npz dumps for numpy. Knows nothing of how the trace was computed.
+#pragma once
+
+#include "attnscope/attention.hpp"
+#include "attnscope/io.hpp"
+#include "attnscope/model.hpp"
+
+#include <cstddef>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace attnscope {
+
+// One stage as the reports see it: shape and axis names (the batch axis dropped for a
+// 2-D input), the formula in words, and a borrowed pointer to its contiguous data.
+struct StageView {
+    std::string name;
+    std::string formula;
+    std::vector<std::string> axes;  // "B", "H", "Tq", ...
+    std::vector<std::size_t> shape;
+    DType dtype;
+    const void* data;
+
+    double at(std::size_t flat_index) const;
+    std::size_t size() const { return element_count(shape); }
+};
+
+// Everything a report shows about one run.
+struct TraceView {
+    std::string source;       // the bundle's file name
+    std::string dtype;        // "float32" | "float64"
+    Spec spec;
+    Dims dims;
+    bool batched = true;
+    bool cross = false;
+    bool has_padding = false;
+    double scale = 1;
+    std::string scale_source;
+    TokenLabels query_tokens, key_tokens;  // (B, Tq), (B, Tk); empty when not given
+    std::vector<MaskedRow> fully_masked;
+    std::vector<std::string> warnings;
+    std::vector<StageView> stages;  // pipeline order
+
+    const StageView& stage(const std::string& name) const;
+};
+
+// The view borrows from `trace`: keep the trace alive while the view is used.
+template <typename T>
+TraceView view_of(const std::string& source, const Problem<T>& problem, const Trace<T>& trace);
+
+extern template TraceView view_of<float>(const std::string&, const Problem<float>&, const Trace<float>&);
+extern template TraceView view_of<double>(const std::string&, const Problem<double>&, const Trace<double>&);
+
+// Checks a comma-separated stage list against the stage names (UsageError otherwise);
+// empty means every stage.
+std::vector<std::string> parse_stage_list(const std::string& list);
+
+struct TextOptions {
+    std::vector<std::string> stages;                 // which stages, pipeline order
+    std::vector<std::size_t> batches, heads;         // which items and heads; empty = all
+    int decimals = 4;
+    std::size_t edgeitems = 3;  // an axis longer than 2*edgeitems + 2 shows its ends around "…"
+    bool full = false;          // never summarise
+};
+
+// The readable report: a header, then each chosen stage with its formula, shape and values.
+void write_text(std::ostream& out, const TraceView& view, const TextOptions& options);
+
+// One JSON document (RFC 8259): config, dims, tokens, masked rows, and the chosen stages
+// as nested lists. -inf, inf and NaN are written as the strings "-inf", "inf", "nan",
+// which numpy.array(..., dtype=float) turns back into numbers. Streamed, never held whole.
+void write_json(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages);
+
+// The chosen stages as .npy files NAME.npy in a directory (created if needed), or as one
+// .npz archive when `path` ends in ".npz". Every file is written under a temporary name
+// and renamed once all are complete.
+void write_dump(const std::string& path, const TraceView& view, const std::vector<std::string>& stages);
+
+}  // namespace attnscope

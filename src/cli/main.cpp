@@ -1,0 +1,44 @@
+// attnscope command-line entry point: the one place that catches errors and picks the
+// exit code (0 success, 1 runtime failure, 2 usage or bad input).
+#include "run.hpp"
+
+#include "attnscope/errors.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <new>
+
+int main(int argc, char** argv) {
+    CLI::App app{"attnscope: inspect transformer attention, stage by stage"};
+    app.set_version_flag("--version", "attnscope 0.1.0");
+    app.require_subcommand(1);
+    attnscope::cli::RunOptions run_opts;
+    CLI::App* run = attnscope::cli::setup_run(app, run_opts);
+
+    try {
+        app.parse(argc, argv);
+        if (run->parsed()) return attnscope::cli::run_run(run_opts);
+        return 0;
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+        std::cerr << "attnscope: error: " << e.what() << " (see attnscope " << (app.get_subcommands().empty() ? "" : "run ")
+                  << "--help)\n";
+        return 2;
+    } catch (const attnscope::InputError& e) {
+        std::cerr << "attnscope: error: " << e.what() << '\n';
+        return 2;
+    } catch (const attnscope::UsageError& e) {
+        std::cerr << "attnscope: error: " << e.what() << '\n';
+        return 2;
+    } catch (const attnscope::RuntimeFailure& e) {
+        std::cerr << "attnscope: error: " << e.what() << '\n';
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "attnscope: error: out of memory\n";
+        return 1;
+    } catch (const std::exception& e) {
+        std::cerr << "attnscope: internal error: " << e.what() << '\n';
+        return 1;
+    }
+}

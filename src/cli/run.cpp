@@ -1,0 +1,125 @@
+// `attnscope run BUNDLE [--heads H] [--causal] [--scale S] [--dtype float32|float64] [--dump PATH] [--json]`
+#include "run.hpp"
+
+#include "attnscope/attention.hpp"
+#include "attnscope/errors.hpp"
+#include "attnscope/io.hpp"
+#include "attnscope/model.hpp"
+#include "attnscope/report.hpp"
+
+#include <iostream>
+
+namespace attnscope::cli {
+
+namespace {
+
+// Arrays that may come from their own file, overriding the bundle's entry of that name.
+const char* const kArrayOptions[] = {"x", "memory", "W_Q", "W_K", "W_V", "W_O",
+                                     "b_Q", "b_K", "b_V", "b_O", "key_padding_mask"};
+
+template <typename T>
+int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec) {
+    const auto stages = parse_stage_list(o.stages);
+    Problem<T> problem = make_problem<T>(bundle, spec);
+    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << w << '\n';
+
+    Trace<T> trace = attend(problem);
+    TraceView view = view_of(bundle.source, problem, trace);
+    if (!trace.fully_masked.empty()) {
+        std::string rows;
+        for (const auto& r : trace.fully_masked)
+            rows += (rows.empty() ? "" : ", ") +
+                    (problem.batched ? "batch " + std::to_string(r.batch) + " query " : "query ") + std::to_string(r.query);
+        std::cerr << "attnscope: warning: " << trace.fully_masked.size() << " query row"
+                  << (trace.fully_masked.size() > 1 ? "s see" : " sees")
+                  << " no key (every key masked); their weights are all 0: " << rows << '\n';
+    }
+
+    if (!o.dump.empty()) write_dump(o.dump, view, stages);
+    if (o.json) {
+        write_json(std::cout, view, stages);
+    } else if (!o.quiet) {
+        TextOptions t;
+        t.stages = stages;
+        t.batches = o.batches;
+        t.heads = o.heads_shown;
+        t.decimals = o.decimals;
+        t.edgeitems = o.edgeitems;
+        t.full = o.full;
+        write_text(std::cout, view, t);
+    }
+    std::cout.flush();
+    if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
+    return 0;
+}
+
+}  // namespace
+
+CLI::App* setup_run(CLI::App& app, RunOptions& o) {
+    auto* run = app.add_subcommand("run", "Compute attention on a bundle of arrays and show every stage");
+    run->add_option("bundle", o.bundle,
+                    "Named arrays: a .npz archive, a .json object, or - for JSON on stdin "
+                    "(x, memory, W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O, key_padding_mask, query_tokens, key_tokens)");
+    auto* arrays = run->add_option_group("Arrays from their own files (.npy or .json; override the bundle)");
+    for (const char* name : kArrayOptions)
+        arrays->add_option_function<std::string>(
+            std::string("--") + name, [&o, name](const std::string& f) { o.array_files[name] = f; },
+            std::string("File holding ") + name);
+
+    run->add_option("--heads", o.heads, "Number of heads H (splits the projected widths)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    run->add_flag("--causal", o.causal, "Causal mask: query i sees only keys j <= i");
+    run->add_option("--causal-align", o.causal_align,
+                    "top-left (like torch.tril) or bottom-right (query i sits at i + Tk - Tq, the KV-cache view)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"top-left", "bottom-right"}));
+    run->add_option_function<double>(
+           "--scale", [&o](double s) { o.scale = s, o.scale_given = true; }, "Score scale (default 1/sqrt(Dk))");
+    run->add_option("--dtype", o.dtype, "Arithmetic precision")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"float32", "float64"}));
+    run->add_option("--layout", o.layout,
+                    "Weight layout: math (in, out), Q = x · W_Q; torch (out, in) as nn.Linear and "
+                    "nn.MultiheadAttention store them")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"math", "torch"}));
+
+    run->add_option("--stages", o.stages, "Comma-separated stages to show/dump (default all): "
+                                          "Q,K,V,scores,mask,masked_scores,weights,context,output");
+    run->add_option("--batch", o.batches, "Batch items to print (default all)")->delimiter(',');
+    run->add_option("--head", o.heads_shown, "Heads to print (default all)")->delimiter(',');
+    run->add_option("--decimals", o.decimals, "Decimals in the printed report")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 17));
+    run->add_option("--edgeitems", o.edgeitems, "Rows/columns shown at each end of a long axis")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000));
+    run->add_flag("--full", o.full, "Print every row and column, never summarise");
+    run->add_option("--dump", o.dump, "Write each stage as NAME.npy into this directory, or into one .npz archive");
+    run->add_flag("--json", o.json, "Print one JSON document instead of the report");
+    run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)");
+    return run;
+}
+
+int run_run(const RunOptions& o) {
+    Spec spec;
+    spec.heads = o.heads;
+    spec.causal = o.causal;
+    spec.causal_align = o.causal_align == "bottom-right" ? CausalAlign::bottom_right : CausalAlign::top_left;
+    if (o.scale_given) spec.scale = o.scale;
+    spec.layout = o.layout == "torch" ? Layout::torch : Layout::math;
+    if (o.causal_align != "top-left" && !o.causal)
+        throw UsageError("--causal-align: has no effect without --causal");
+    if (o.bundle.empty() && o.array_files.empty())
+        throw UsageError("run: expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ...");
+
+    Bundle bundle;
+    if (!o.bundle.empty()) bundle = load_bundle(o.bundle);
+    else bundle.source = "<options>";
+    for (const auto& [name, file] : o.array_files) bundle.arrays[name] = load_array(file, name);
+
+    return o.dtype == "float32" ? run_typed<float>(o, bundle, spec) : run_typed<double>(o, bundle, spec);
+}
+
+}  // namespace attnscope::cli

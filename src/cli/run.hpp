@@ -1,0 +1,34 @@
+// `attnscope run`: options → io → model → core → report.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <map>
+#include <string>
+
+namespace attnscope::cli {
+
+struct RunOptions {
+    std::string bundle;
+    std::map<std::string, std::string> array_files;  // array name -> .npy/.json file
+    std::size_t heads = 1;
+    bool causal = false;
+    std::string causal_align = "top-left";
+    double scale = 0;
+    bool scale_given = false;
+    std::string dtype = "float64";
+    std::string layout = "math";
+    std::string dump;
+    bool json = false;
+    bool quiet = false;
+    std::string stages;
+    std::vector<std::size_t> batches, heads_shown;
+    int decimals = 4;
+    std::size_t edgeitems = 3;
+    bool full = false;
+};
+
+CLI::App* setup_run(CLI::App& app, RunOptions& opts);
+int run_run(const RunOptions& opts);
+
+}  // namespace attnscope::cli

@@ -1,0 +1,364 @@
+// Model layer: named arrays + Spec -> a validated Problem<T>. Every shape is checked
+// against every other here, before the core does any arithmetic.
+#include "attnscope/errors.hpp"
+#include "attnscope/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace attnscope {
+
+const std::vector<std::string>& known_array_names() {
+    static const std::vector<std::string> names = {
+        "x", "memory", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "key_padding_mask",
+        "query_tokens", "key_tokens",
+        // PyTorch nn.MultiheadAttention state dict (with --layout torch)
+        "in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight", "v_proj_weight",
+        "out_proj.weight", "out_proj.bias"};
+    return names;
+}
+
+namespace {
+
+const std::set<std::string> kTorchNames = {"in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight",
+                                           "v_proj_weight", "out_proj.weight", "out_proj.bias"};
+
+std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& e : v) s += (s.empty() ? "" : ", ") + e;
+    return s;
+}
+
+// A 2-D numeric array, still in double, with where it came from.
+struct Mat {
+    std::size_t rows = 0, cols = 0;
+    std::vector<double> v;
+    std::string origin;
+    double at(std::size_t i, std::size_t j) const { return v[i * cols + j]; }
+    Mat transposed() const {
+        Mat t{cols, rows, std::vector<double>(v.size()), origin};
+        for (std::size_t i = 0; i < rows; ++i)
+            for (std::size_t j = 0; j < cols; ++j) t.v[j * rows + i] = at(i, j);
+        return t;
+    }
+    Mat row_block(std::size_t r0, std::size_t n) const {
+        return {n, cols, std::vector<double>(v.begin() + long(r0 * cols), v.begin() + long((r0 + n) * cols)), origin};
+    }
+};
+
+class Builder {
+public:
+    Builder(const Bundle& b, const Spec& s) : b_(b), spec_(s) {}
+
+    const Array* find(const std::string& name) const {
+        auto it = b_.arrays.find(name);
+        return it == b_.arrays.end() ? nullptr : &it->second;
+    }
+
+    [[noreturn]] void fail(const Array& a, const std::string& what) const { throw InputError(a.origin + ": " + what); }
+
+    const Array& numeric(const Array& a) const {
+        if (a.is_text()) fail(a, "expected numbers, found text");
+        return a;
+    }
+
+    Mat matrix(const Array& a) const {
+        numeric(a);
+        if (a.ndim() != 2) fail(a, "expected a 2-D matrix, found shape " + shape_str(a.shape));
+        return {a.shape[0], a.shape[1], a.values, a.origin};
+    }
+
+    std::vector<double> vector(const Array& a, std::size_t n, const std::string& expect) const {
+        numeric(a);
+        if (a.ndim() != 1 || a.shape[0] != n)
+            fail(a, "expected shape (" + std::to_string(n) + ",) = (" + expect + ",), found " + shape_str(a.shape));
+        return a.values;
+    }
+
+    // A weight in math layout (in, out) whose first axis must be `in`.
+    Mat weight(const Array& a, std::size_t in, const std::string& in_name, const std::string& source_desc) const {
+        Mat m = matrix(a);
+        if (spec_.layout == Layout::torch) m = m.transposed();
+        check_in(m, a, in, in_name, source_desc);
+        return m;
+    }
+
+    void check_in(const Mat& m, const Array& a, std::size_t in, const std::string& in_name,
+                  const std::string& source_desc) const {
+        if (m.rows == in) return;
+        std::string layout = spec_.layout == Layout::torch ? "(out, in) layout, --layout torch" : "math layout (in, out)";
+        std::string what = "expected " + std::to_string(in) + " rows (" + in_name + ", the width of " + source_desc +
+                           ") in the " + layout + ", found shape " + shape_str(a.shape);
+        if (m.cols == in)
+            what += spec_.layout == Layout::math
+                        ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass --layout torch"
+                        : "; its transpose would fit: it looks stored (in, out), so drop --layout torch";
+        fail(a, what);
+    }
+
+    void check_names() const {
+        const auto& known = known_array_names();
+        for (const auto& [name, arr] : b_.arrays) {
+            if (std::find(known.begin(), known.end(), name) == known.end())
+                throw InputError(b_.source + ": unknown array '" + name + "' (a bundle may hold: " + join(known) + ")");
+            if (kTorchNames.count(name) && spec_.layout != Layout::torch)
+                throw InputError(b_.source + ": " + name +
+                                 " is a PyTorch nn.MultiheadAttention weight, stored (out, in); pass --layout torch to read it");
+        }
+    }
+
+    const Bundle& b_;
+    const Spec& spec_;
+};
+
+template <typename T, std::size_t N>
+xt::xtensor<T, N> to_tensor(const std::vector<double>& v, const std::array<std::size_t, N>& shape) {
+    xt::xtensor<T, N> t = xt::xtensor<T, N>::from_shape(shape);
+    std::transform(v.begin(), v.end(), t.begin(), [](double d) { return static_cast<T>(d); });
+    return t;
+}
+
+template <typename T>
+xt::xtensor<T, 2> to_tensor(const Mat& m) {
+    return to_tensor<T, 2>(m.v, {m.rows, m.cols});
+}
+
+// Reports the first non-finite value of an input, so a NaN is traced to its source.
+void note_nonfinite(const std::string& origin, const std::vector<std::size_t>& shape, const std::vector<double>& v,
+                    std::vector<std::string>& warnings) {
+    std::size_t count = 0, first = 0;
+    for (std::size_t k = 0; k < v.size(); ++k)
+        if (!std::isfinite(v[k]) && count++ == 0) first = k;
+    if (count == 0) return;
+    std::vector<std::size_t> idx(shape.size());
+    for (std::size_t i = shape.size(), rest = first; i-- > 0;) {
+        idx[i] = rest % shape[i];
+        rest /= shape[i];
+    }
+    std::string where;
+    for (std::size_t i : idx) where += "[" + std::to_string(i) + "]";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v[first]);
+    warnings.push_back(origin + ": " + std::to_string(count) + " non-finite value" + (count > 1 ? "s" : "") +
+                       ", the first " + buf + " at " + where + "; every stage it reaches will carry it");
+}
+
+TokenLabels tokens(const Builder& bld, const std::string& name, std::size_t B, std::size_t T, bool batched,
+                   const std::string& axis) {
+    const Array* a = bld.find(name);
+    if (!a) return {};
+    if (!a->is_text()) bld.fail(*a, "expected a list of strings (token labels), found numbers");
+    if (a->ndim() == 1 && a->shape[0] == T) return TokenLabels(B, a->strings);
+    if (a->ndim() == 2 && a->shape[0] == B && a->shape[1] == T) {
+        TokenLabels out(B);
+        for (std::size_t b = 0; b < B; ++b) out[b].assign(a->strings.begin() + long(b * T), a->strings.begin() + long((b + 1) * T));
+        return out;
+    }
+    bld.fail(*a, "expected " + std::to_string(T) + " labels (" + axis + " = " + std::to_string(T) + ")" +
+                     (batched ? " or shape (" + std::to_string(B) + ", " + std::to_string(T) + ")" : "") + ", found shape " +
+                     shape_str(a->shape));
+}
+
+}  // namespace
+
+template <typename T>
+Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
+    Builder bld(bundle, spec);
+    Problem<T> p;
+    p.spec = spec;
+    Dims& d = p.dims;
+
+    if (spec.heads == 0) throw UsageError("--heads: expected a positive number of heads, found 0");
+    if (spec.scale && !std::isfinite(*spec.scale)) throw UsageError("--scale: expected a finite number");
+    bld.check_names();
+
+    // 1. Inputs: x (Tq, Dm) or (B, Tq, Dm); memory (Tk, Dkv) or (B, Tk, Dkv).
+    const Array* x = bld.find("x");
+    if (!x) throw InputError(bundle.source + ": no array 'x' (the query input, shape (Tq, Dm) or (B, Tq, Dm))");
+    bld.numeric(*x);
+    if (x->ndim() != 2 && x->ndim() != 3)
+        bld.fail(*x, "expected (Tq, Dm) or (B, Tq, Dm), found shape " + shape_str(x->shape));
+    p.batched = x->ndim() == 3;
+    d.B = p.batched ? x->shape[0] : 1;
+    d.Tq = x->shape[x->ndim() - 2];
+    d.Dm = x->shape[x->ndim() - 1];
+    if (d.B == 0 || d.Tq == 0 || d.Dm == 0) bld.fail(*x, "expected a non-empty array, found shape " + shape_str(x->shape));
+    p.x = to_tensor<T, 3>(x->values, {d.B, d.Tq, d.Dm});
+    note_nonfinite(x->origin, x->shape, x->values, p.warnings);
+
+    const Array* mem = bld.find("memory");
+    p.cross = mem != nullptr;
+    if (mem) {
+        bld.numeric(*mem);
+        if (mem->ndim() != x->ndim())
+            bld.fail(*mem, std::string("expected ") + (p.batched ? "(B, Tk, Dkv) like x's (B, Tq, Dm)" : "(Tk, Dkv) like x's (Tq, Dm)") +
+                               ", found shape " + shape_str(mem->shape));
+        if (p.batched && mem->shape[0] != d.B)
+            bld.fail(*mem, "expected batch size B = " + std::to_string(d.B) + " (as in x), found shape " + shape_str(mem->shape));
+        d.Tk = mem->shape[mem->ndim() - 2];
+        d.Dkv = mem->shape[mem->ndim() - 1];
+        if (d.Tk == 0 || d.Dkv == 0) bld.fail(*mem, "expected a non-empty array, found shape " + shape_str(mem->shape));
+        p.memory = to_tensor<T, 3>(mem->values, {d.B, d.Tk, d.Dkv});
+        note_nonfinite(mem->origin, mem->shape, mem->values, p.warnings);
+    } else {
+        d.Tk = d.Tq;
+        d.Dkv = d.Dm;
+    }
+    const std::string src_desc = p.cross ? "memory" : "x";
+
+    // 2. Projection weights, in math layout (in, out).
+    Mat wq, wk, wv;
+    std::optional<Mat> wo;
+    std::optional<std::vector<double>> bq, bk, bv, bo;
+    const Array* in_proj = bld.find("in_proj_weight");
+    const Array* q_proj = bld.find("q_proj_weight");
+    if (in_proj || q_proj) {
+        // nn.MultiheadAttention: y = x Wᵀ + b, the q, k, v blocks stacked along axis 0.
+        for (const char* n : {"W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"})
+            if (const Array* a = bld.find(n))
+                bld.fail(*a, std::string("given together with PyTorch's nn.MultiheadAttention weights; keep one set"));
+        if (in_proj) {
+            Mat w = bld.matrix(*in_proj);
+            if (w.rows % 3 != 0 || w.rows / 3 != w.cols)
+                bld.fail(*in_proj, "expected shape (3E, E) with E = embed_dim, found " + shape_str(in_proj->shape));
+            std::size_t E = w.cols;
+            if (E != d.Dm || E != d.Dkv)
+                bld.fail(*in_proj, "expected E = " + std::to_string(d.Dm) + " (x's width" +
+                                       (p.cross ? " and memory's width " + std::to_string(d.Dkv) : std::string()) +
+                                       "), found shape " + shape_str(in_proj->shape) +
+                                       (p.cross ? "; for other widths nn.MultiheadAttention uses q/k/v_proj_weight" : ""));
+            wq = w.row_block(0, E).transposed();
+            wk = w.row_block(E, E).transposed();
+            wv = w.row_block(2 * E, E).transposed();
+        } else {
+            const Array* k_proj = bld.find("k_proj_weight");
+            const Array* v_proj = bld.find("v_proj_weight");
+            if (!k_proj || !v_proj)
+                throw InputError(bundle.source + ": q_proj_weight needs k_proj_weight and v_proj_weight beside it");
+            wq = bld.weight(*q_proj, d.Dm, "Dm", "x");
+            wk = bld.weight(*k_proj, d.Dkv, "Dkv", src_desc);
+            wv = bld.weight(*v_proj, d.Dkv, "Dkv", src_desc);
+        }
+        if (const Array* b = bld.find("in_proj_bias")) {
+            std::size_t E = wq.cols;
+            auto v = bld.vector(*b, 3 * E, "3E");
+            bq = std::vector<double>(v.begin(), v.begin() + long(E));
+            bk = std::vector<double>(v.begin() + long(E), v.begin() + long(2 * E));
+            bv = std::vector<double>(v.begin() + long(2 * E), v.end());
+        }
+        if (const Array* a = bld.find("out_proj.weight")) wo = bld.matrix(*a).transposed();
+    } else {
+        for (const char* n : {"W_Q", "W_K", "W_V"})
+            if (!bld.find(n))
+                throw InputError(bundle.source + ": no array '" + n + "' (the " + std::string(n).substr(2) +
+                                 " projection, shape (in, out))");
+        wq = bld.weight(*bld.find("W_Q"), d.Dm, "Dm", "x");
+        wk = bld.weight(*bld.find("W_K"), d.Dkv, "Dkv", src_desc);
+        wv = bld.weight(*bld.find("W_V"), d.Dkv, "Dkv", src_desc);
+        if (const Array* a = bld.find("W_O")) {
+            wo = bld.matrix(*a);
+            if (spec.layout == Layout::torch) *wo = wo->transposed();
+        }
+    }
+
+    // 3. Widths: queries and keys share one width; heads split both it and the value width.
+    const Array& wk_arr = bld.find("W_K") ? *bld.find("W_K") : bld.find("k_proj_weight") ? *bld.find("k_proj_weight") : *in_proj;
+    if (wk.cols != wq.cols)
+        bld.fail(wk_arr, "queries and keys must share one width: W_Q gives H*Dk = " + std::to_string(wq.cols) +
+                             " columns but W_K gives " + std::to_string(wk.cols) + " (shape " + shape_str(wk_arr.shape) + ")");
+    if (wq.cols == 0 || wv.cols == 0)
+        throw InputError(bundle.source + ": W_Q and W_V must have at least one output column");
+    d.H = spec.heads;
+    if (wq.cols % d.H != 0)
+        throw UsageError("--heads " + std::to_string(d.H) + ": does not divide the query/key width H*Dk = " +
+                         std::to_string(wq.cols) + " of W_Q (" + bundle.source + ")");
+    if (wv.cols % d.H != 0)
+        throw UsageError("--heads " + std::to_string(d.H) + ": does not divide the value width H*Dv = " +
+                         std::to_string(wv.cols) + " of W_V (" + bundle.source + ")");
+    d.Dk = wq.cols / d.H;
+    d.Dv = wv.cols / d.H;
+
+    if (wo) {
+        const Array& a = bld.find("W_O") ? *bld.find("W_O") : *bld.find("out_proj.weight");
+        if (wo->rows != d.H * d.Dv)
+            bld.fail(a, "expected " + std::to_string(d.H * d.Dv) + " rows (H*Dv, the concatenated heads' width, in the " +
+                            (spec.layout == Layout::torch ? "(out, in) layout" : "math layout (in, out)") + "), found shape " +
+                            shape_str(a.shape) +
+                            (wo->cols == d.H * d.Dv && spec.layout == Layout::math
+                                 ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass --layout torch"
+                                 : ""));
+        d.Dout = wo->cols;
+    } else {
+        d.Dout = d.H * d.Dv;
+    }
+
+    // 4. Biases.
+    auto bias = [&](const char* name, std::size_t n, const char* expect, std::optional<std::vector<double>>& out) {
+        if (const Array* a = bld.find(name)) out = bld.vector(*a, n, expect);
+    };
+    bias("b_Q", d.H * d.Dk, "H*Dk", bq);
+    bias("b_K", d.H * d.Dk, "H*Dk", bk);
+    bias("b_V", d.H * d.Dv, "H*Dv", bv);
+    if (bld.find("b_O") && !wo) bld.fail(*bld.find("b_O"), "an output bias needs W_O beside it");
+    bias("b_O", d.Dout, "Dout", bo);
+    bias("out_proj.bias", d.Dout, "Dout", bo);
+
+    p.W_Q = to_tensor<T>(wq);
+    p.W_K = to_tensor<T>(wk);
+    p.W_V = to_tensor<T>(wv);
+    if (wo) p.W_O = to_tensor<T>(*wo);
+    auto vec = [](const std::optional<std::vector<double>>& v) -> std::optional<xt::xtensor<T, 1>> {
+        if (!v) return std::nullopt;
+        return to_tensor<T, 1>(*v, {v->size()});
+    };
+    p.b_Q = vec(bq);
+    p.b_K = vec(bk);
+    p.b_V = vec(bv);
+    p.b_O = vec(bo);
+    for (const auto& [name, arr] : bundle.arrays)
+        if (!arr.is_text() && name != "x" && name != "memory" && name != "key_padding_mask")
+            note_nonfinite(arr.origin, arr.shape, arr.values, p.warnings);
+
+    // 5. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD.
+    if (const Array* m = bld.find("key_padding_mask")) {
+        bld.numeric(*m);
+        bool fits = (m->ndim() == 1 && m->shape[0] == d.Tk) ||
+                    (m->ndim() == 2 && m->shape[0] == d.B && m->shape[1] == d.Tk);
+        if (!fits)
+            bld.fail(*m, "expected (Tk,) = (" + std::to_string(d.Tk) + ",)" +
+                             (p.batched ? " or (B, Tk) = (" + std::to_string(d.B) + ", " + std::to_string(d.Tk) + ")" : "") +
+                             " with 1/true = PAD, found shape " + shape_str(m->shape));
+        xt::xtensor<bool, 2> pad = xt::xtensor<bool, 2>::from_shape({d.B, d.Tk});
+        for (std::size_t b = 0; b < d.B; ++b)
+            for (std::size_t j = 0; j < d.Tk; ++j) {
+                std::size_t k = m->ndim() == 1 ? j : b * d.Tk + j;
+                double v = m->values[k];
+                if (v != 0.0 && v != 1.0)
+                    bld.fail(*m, "expected 0/1 or true/false (1 = PAD), found " + std::to_string(v) + " at element " +
+                                     std::to_string(k) + " (additive float masks are not supported)");
+                pad(b, j) = v == 1.0;
+            }
+        p.key_padding_mask = std::move(pad);
+    }
+
+    // 6. Token labels.
+    p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
+    p.key_tokens = tokens(bld, "key_tokens", d.B, d.Tk, p.batched, "Tk");
+    if (p.key_tokens.empty() && !p.cross) p.key_tokens = p.query_tokens;
+
+    // 7. Scale: 1/sqrt(Dk) unless given.
+    if (spec.scale) {
+        p.scale = static_cast<T>(*spec.scale);
+        p.scale_source = "--scale";
+    } else {
+        p.scale = static_cast<T>(1.0 / std::sqrt(double(d.Dk)));
+        p.scale_source = "1/sqrt(Dk) = 1/sqrt(" + std::to_string(d.Dk) + ")";
+    }
+    return p;
+}
+
+template Problem<float> make_problem<float>(const Bundle&, const Spec&);
+template Problem<double> make_problem<double>(const Bundle&, const Spec&);
+
+}  // namespace attnscope

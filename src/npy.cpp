@@ -1,0 +1,414 @@
+// .npy reading and writing (NEP 1: format versions 1.0, 2.0, 3.0), shape helpers,
+// and the atomic output file every writer goes through.
+#include "attnscope/errors.hpp"
+#include "attnscope/io.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace attnscope {
+
+std::string shape_str(const std::vector<std::size_t>& shape) {
+    std::string s = "(";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(shape[i]);
+    }
+    if (shape.size() == 1) s += ",";
+    return s + ")";
+}
+
+std::size_t element_count(const std::vector<std::size_t>& shape) {
+    std::size_t n = 1;
+    for (std::size_t d : shape) n *= d;
+    return n;
+}
+
+std::size_t dtype_size(DType dtype) {
+    switch (dtype) {
+        case DType::float32: return 4;
+        case DType::float64: return 8;
+        case DType::boolean: return 1;
+    }
+    return 0;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(path + ": cannot open file: " + std::strerror(errno));
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw InputError(path + ": cannot read file: " + std::strerror(errno));
+    return bytes;
+}
+
+// ---- .npy header ----------------------------------------------------------------------
+namespace {
+
+// The header is a Python dict literal: {'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }
+struct NpyHeader {
+    std::string descr;
+    bool fortran_order = false;
+    std::vector<std::size_t> shape;
+};
+
+class HeaderParser {
+public:
+    HeaderParser(std::string_view text, const std::string& origin) : s_(text), origin_(origin) {}
+
+    NpyHeader parse() {
+        NpyHeader h;
+        bool have_descr = false, have_order = false, have_shape = false;
+        expect('{');
+        for (;;) {
+            skip_ws();
+            if (peek() == '}') break;
+            std::string key = parse_string();
+            expect(':');
+            skip_ws();
+            if (key == "descr") {
+                if (peek() == '[') fail("structured (record) dtypes are not supported; expected a plain numeric dtype such as '<f8'");
+                h.descr = parse_string();
+                have_descr = true;
+            } else if (key == "fortran_order") {
+                h.fortran_order = parse_bool();
+                have_order = true;
+            } else if (key == "shape") {
+                h.shape = parse_shape();
+                have_shape = true;
+            } else {
+                fail("unexpected header key '" + key + "'");
+            }
+            skip_ws();
+            if (peek() == ',') { ++i_; continue; }
+            if (peek() == '}') break;
+            fail("expected ',' or '}' in the header");
+        }
+        if (!have_descr || !have_order || !have_shape)
+            fail("header lacks one of 'descr', 'fortran_order', 'shape'");
+        return h;
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& what) const {
+        throw InputError(origin_ + ": not a valid .npy header: " + what);
+    }
+    char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+    void skip_ws() { while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n')) ++i_; }
+    void expect(char c) {
+        skip_ws();
+        if (peek() != c) fail(std::string("expected '") + c + "'");
+        ++i_;
+    }
+    std::string parse_string() {
+        skip_ws();
+        char q = peek();
+        if (q != '\'' && q != '"') fail("expected a quoted string");
+        std::size_t end = s_.find(q, i_ + 1);
+        if (end == std::string_view::npos) fail("unterminated string");
+        std::string out(s_.substr(i_ + 1, end - i_ - 1));
+        i_ = end + 1;
+        return out;
+    }
+    bool parse_bool() {
+        if (s_.substr(i_, 4) == "True") { i_ += 4; return true; }
+        if (s_.substr(i_, 5) == "False") { i_ += 5; return false; }
+        fail("'fortran_order' must be True or False");
+    }
+    std::vector<std::size_t> parse_shape() {
+        std::vector<std::size_t> shape;
+        expect('(');
+        for (;;) {
+            skip_ws();
+            if (peek() == ')') { ++i_; break; }
+            if (peek() < '0' || peek() > '9') fail("shape must be a tuple of non-negative integers");
+            std::size_t v = 0;
+            while (peek() >= '0' && peek() <= '9') {
+                if (__builtin_mul_overflow(v, std::size_t{10}, &v) ||
+                    __builtin_add_overflow(v, std::size_t(peek() - '0'), &v))
+                    fail("a shape entry is too large");
+                ++i_;
+            }
+            if (peek() == 'L') ++i_;  // Python 2 long suffix
+            shape.push_back(v);
+            skip_ws();
+            if (peek() == ',') { ++i_; continue; }
+            if (peek() == ')') { ++i_; break; }
+            fail("shape must be a tuple of non-negative integers");
+        }
+        if (shape.size() > 32) fail("more than 32 dimensions");
+        return shape;
+    }
+
+    std::string_view s_;
+    const std::string& origin_;
+    std::size_t i_ = 0;
+};
+
+struct ElementType {
+    char kind;          // 'f' float, 'i' signed, 'u' unsigned, 'b' bool, 'U' unicode
+    std::size_t size;   // bytes per element
+    bool swap;          // stored big-endian on this little-endian host
+};
+
+ElementType parse_descr(const std::string& descr, const std::string& origin) {
+    auto bad = [&](const std::string& why) -> InputError {
+        return InputError(origin + ": unsupported dtype '" + descr + "' (" + why +
+                          "); expected float16/32/64, integer, bool or unicode text");
+    };
+    if (descr.size() < 2) throw bad("too short");
+    std::size_t i = 0;
+    char order = '|';
+    if (descr[0] == '<' || descr[0] == '>' || descr[0] == '|' || descr[0] == '=') order = descr[i++];
+    if (i >= descr.size()) throw bad("no type");
+    char kind = descr[i++];
+    std::size_t size = 0;
+    if (i >= descr.size()) throw bad("no size");
+    for (; i < descr.size(); ++i) {
+        if (descr[i] < '0' || descr[i] > '9' || size > 1000000) throw bad("bad size");
+        size = size * 10 + std::size_t(descr[i] - '0');
+    }
+    bool ok = (kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
+              ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) ||
+              (kind == 'b' && size == 1) || (kind == 'U' && size >= 1);
+    if (kind == 'O') throw bad("object arrays hold Python objects, not numbers");
+    if (!ok) throw bad("not a numeric, bool or text type");
+    if (kind == 'U') size *= 4;  // UCS-4 code units
+    bool big = order == '>';
+    return {kind, size, big && std::endian::native == std::endian::little};
+}
+
+double half_to_double(std::uint16_t h) {
+    int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    double v;
+    if (exp == 0) v = std::ldexp(double(mant), -24);
+    else if (exp == 31) v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    else v = std::ldexp(double(mant | 0x400), exp - 25);
+    return sign ? -v : v;
+}
+
+template <typename U>
+U load_raw(const char* p, bool swap) {
+    unsigned char b[sizeof(U)];
+    std::memcpy(b, p, sizeof(U));
+    if (swap) std::reverse(b, b + sizeof(U));
+    U v;
+    std::memcpy(&v, b, sizeof(U));
+    return v;
+}
+
+double load_number(const char* p, const ElementType& t) {
+    switch (t.kind) {
+        case 'f':
+            if (t.size == 2) return half_to_double(load_raw<std::uint16_t>(p, t.swap));
+            if (t.size == 4) return double(load_raw<float>(p, t.swap));
+            return load_raw<double>(p, t.swap);
+        case 'i':
+            if (t.size == 1) return load_raw<std::int8_t>(p, false);
+            if (t.size == 2) return load_raw<std::int16_t>(p, t.swap);
+            if (t.size == 4) return load_raw<std::int32_t>(p, t.swap);
+            return double(load_raw<std::int64_t>(p, t.swap));
+        case 'u':
+            if (t.size == 1) return load_raw<std::uint8_t>(p, false);
+            if (t.size == 2) return load_raw<std::uint16_t>(p, t.swap);
+            if (t.size == 4) return load_raw<std::uint32_t>(p, t.swap);
+            return double(load_raw<std::uint64_t>(p, t.swap));
+        default:  // 'b'
+            return *p != 0 ? 1.0 : 0.0;
+    }
+}
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+    if (cp < 0x80) out += char(cp);
+    else if (cp < 0x800) { out += char(0xC0 | (cp >> 6)); out += char(0x80 | (cp & 0x3F)); }
+    else if (cp < 0x10000) {
+        out += char(0xE0 | (cp >> 12)); out += char(0x80 | ((cp >> 6) & 0x3F)); out += char(0x80 | (cp & 0x3F));
+    } else {
+        out += char(0xF0 | (cp >> 18)); out += char(0x80 | ((cp >> 12) & 0x3F));
+        out += char(0x80 | ((cp >> 6) & 0x3F)); out += char(0x80 | (cp & 0x3F));
+    }
+}
+
+std::string dtype_name(const ElementType& t) {
+    switch (t.kind) {
+        case 'f': return "float" + std::to_string(t.size * 8);
+        case 'i': return "int" + std::to_string(t.size * 8);
+        case 'u': return "uint" + std::to_string(t.size * 8);
+        case 'b': return "bool";
+        default: return "text";
+    }
+}
+
+}  // namespace
+
+Array parse_npy(std::string_view bytes, const std::string& origin) {
+    static constexpr char kMagic[] = "\x93NUMPY";
+    if (bytes.size() < 10 || bytes.substr(0, 6) != std::string_view(kMagic, 6))
+        throw InputError(origin + ": not a .npy file (no \\x93NUMPY magic at the start)");
+    unsigned major = static_cast<unsigned char>(bytes[6]);
+    std::size_t header_len, header_start;
+    if (major == 1) {
+        header_len = std::size_t(static_cast<unsigned char>(bytes[8])) |
+                     std::size_t(static_cast<unsigned char>(bytes[9])) << 8;
+        header_start = 10;
+    } else if (major == 2 || major == 3) {
+        if (bytes.size() < 12) throw InputError(origin + ": truncated .npy header");
+        header_len = 0;
+        for (int k = 3; k >= 0; --k) header_len = header_len << 8 | static_cast<unsigned char>(bytes[8 + std::size_t(k)]);
+        header_start = 12;
+    } else {
+        throw InputError(origin + ": unsupported .npy format version " + std::to_string(major) + " (expected 1, 2 or 3)");
+    }
+    if (header_len > bytes.size() - header_start)
+        throw InputError(origin + ": truncated .npy file: header claims " + std::to_string(header_len) +
+                         " bytes, file has " + std::to_string(bytes.size() - header_start) + " after the preamble");
+    NpyHeader h = HeaderParser(bytes.substr(header_start, header_len), origin).parse();
+    ElementType t = parse_descr(h.descr, origin);
+
+    std::size_t count = 1, nbytes = 0;
+    for (std::size_t d : h.shape)
+        if (__builtin_mul_overflow(count, d, &count))
+            throw InputError(origin + ": shape " + shape_str(h.shape) + " has more elements than can be addressed");
+    if (__builtin_mul_overflow(count, t.size, &nbytes))
+        throw InputError(origin + ": shape " + shape_str(h.shape) + " is too large to address");
+    std::string_view data = bytes.substr(header_start + header_len);
+    if (data.size() != nbytes)
+        throw InputError(origin + ": shape " + shape_str(h.shape) + " of " + dtype_name(t) + " needs " +
+                         std::to_string(nbytes) + " data bytes, file has " + std::to_string(data.size()) +
+                         (data.size() < nbytes ? " (truncated)" : " (trailing bytes)"));
+
+    Array a;
+    a.shape = h.shape;
+    a.origin = origin;
+    a.dtype = dtype_name(t);
+
+    // Position of the k-th stored element in C order (Fortran order stores axis 0 fastest).
+    std::vector<std::size_t> c_stride(h.shape.size(), 1);
+    for (std::size_t i = h.shape.size(); i-- > 1;) c_stride[i - 1] = c_stride[i] * h.shape[i];
+    std::vector<std::size_t> idx(h.shape.size(), 0);
+    auto next_c_position = [&](std::size_t k) -> std::size_t {
+        if (!h.fortran_order) return k;
+        std::size_t pos = 0;
+        for (std::size_t i = 0; i < idx.size(); ++i) pos += idx[i] * c_stride[i];
+        for (std::size_t i = 0; i < idx.size(); ++i) {  // advance, axis 0 fastest
+            if (++idx[i] < h.shape[i]) break;
+            idx[i] = 0;
+        }
+        return pos;
+    };
+
+    if (t.kind == 'U') {
+        a.strings.resize(count);
+        std::size_t chars = t.size / 4;
+        for (std::size_t k = 0; k < count; ++k) {
+            std::string s;
+            for (std::size_t c = 0; c < chars; ++c) {
+                auto cp = load_raw<std::uint32_t>(data.data() + k * t.size + c * 4, t.swap);
+                if (cp == 0) break;
+                if (cp > 0x10FFFF) throw InputError(origin + ": text element " + std::to_string(k) + " is not valid Unicode");
+                append_utf8(s, cp);
+            }
+            a.strings[next_c_position(k)] = std::move(s);
+        }
+        return a;
+    }
+    a.values.resize(count);
+    if (t.kind == 'f' && t.size == 8 && !t.swap && !h.fortran_order) {
+        std::memcpy(a.values.data(), data.data(), nbytes);
+    } else {
+        for (std::size_t k = 0; k < count; ++k) a.values[next_c_position(k)] = load_number(data.data() + k * t.size, t);
+    }
+    return a;
+}
+
+std::string npy_header(const OutArray& a) {
+    const char* descr = a.dtype == DType::float32 ? "<f4" : a.dtype == DType::float64 ? "<f8" : "|b1";
+    std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " +
+                       shape_str(a.shape) + ", }";
+    // Pad with spaces and a final newline so the data starts on a 64-byte boundary.
+    std::size_t pre = 10;
+    std::size_t total = pre + dict.size() + 1;
+    if (total > 65535 + pre) pre = 12;  // version 2.0: 4-byte header length
+    total = pre + dict.size() + 1;
+    std::size_t pad = (64 - total % 64) % 64;
+    dict.append(pad, ' ');
+    dict += '\n';
+    std::string out("\x93NUMPY", 6);
+    std::size_t hl = dict.size();
+    if (pre == 10) {
+        out += '\x01'; out += '\x00';
+        out += char(hl & 0xff); out += char(hl >> 8 & 0xff);
+    } else {
+        out += '\x02'; out += '\x00';
+        for (int k = 0; k < 4; ++k) out += char(hl >> (8 * k) & 0xff);
+    }
+    return out + dict;
+}
+
+void write_npy(AtomicFile& file, const OutArray& a) {
+    file.write(npy_header(a));
+    file.write(a.data, element_count(a.shape) * dtype_size(a.dtype));
+}
+
+// ---- AtomicFile -----------------------------------------------------------------------
+
+AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
+    temp_ = target_ + ".tmp-XXXXXX";
+    fd_ = ::mkstemp(temp_.data());
+    if (fd_ < 0) throw RuntimeFailure(target_ + ": cannot create output file: " + std::strerror(errno));
+}
+
+AtomicFile::AtomicFile(AtomicFile&& o) noexcept
+    : target_(std::move(o.target_)), temp_(std::move(o.temp_)), fd_(o.fd_), written_(o.written_),
+      committed_(o.committed_) {
+    o.fd_ = -1;
+    o.committed_ = true;  // the moved-from object owns nothing
+}
+
+AtomicFile::~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+        ssize_t w = ::write(fd_, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            throw RuntimeFailure(target_ + ": cannot write: " + std::strerror(errno));
+        }
+        p += w;
+        n -= std::size_t(w);
+        written_ += std::uint64_t(w);
+    }
+}
+
+void AtomicFile::close() {
+    if (fd_ < 0) return;
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd_, 0666 & ~mask);
+    int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) throw RuntimeFailure(target_ + ": cannot write: " + std::strerror(errno));
+}
+
+void AtomicFile::commit() {
+    close();
+    if (::rename(temp_.c_str(), target_.c_str()) != 0)
+        throw RuntimeFailure(target_ + ": cannot move output into place: " + std::strerror(errno));
+    committed_ = true;
+}
+
+}  // namespace attnscope

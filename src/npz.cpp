@@ -1,0 +1,287 @@
+// .npz archives: numpy's np.savez (stored) and np.savez_compressed (deflate) zip files,
+// zip64 records included. Members "NAME.npy" become arrays named NAME.
+#include "attnscope/errors.hpp"
+#include "attnscope/io.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace attnscope {
+namespace {
+
+constexpr std::uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEndSig = 0x06054b50,
+                        kZip64EndSig = 0x06064b50, kZip64LocatorSig = 0x07064b50;
+constexpr std::uint32_t k32 = 0xffffffffu;
+
+std::uint64_t le(std::string_view b, std::size_t at, int n) {
+    std::uint64_t v = 0;
+    for (int k = n - 1; k >= 0; --k) v = v << 8 | static_cast<unsigned char>(b[at + std::size_t(k)]);
+    return v;
+}
+
+struct Member {
+    std::string name;
+    std::uint16_t method = 0;
+    std::uint32_t crc = 0;
+    std::uint64_t comp_size = 0, size = 0, local_offset = 0;
+};
+
+class ZipReader {
+public:
+    ZipReader(std::string_view b, const std::string& src) : b_(b), src_(src) {}
+
+    [[noreturn]] void fail(const std::string& what) const {
+        throw InputError(src_ + ": not a valid .npz (zip) archive: " + what);
+    }
+    void need(std::uint64_t at, std::uint64_t n) const {
+        if (at > b_.size() || n > b_.size() - at) fail("a record runs past the end of the file (truncated?)");
+    }
+    std::uint64_t u(std::uint64_t at, int n) const {
+        need(at, std::uint64_t(n));
+        return le(b_, std::size_t(at), n);
+    }
+
+    std::vector<Member> members() const {
+        // 1. End of central directory: the last record, followed by at most a 64 KiB comment.
+        if (b_.size() < 22) fail("too short to hold a zip directory");
+        std::size_t end = std::string::npos;
+        std::size_t lowest = b_.size() > 22 + 65535 ? b_.size() - 22 - 65535 : 0;
+        for (std::size_t at = b_.size() - 22 + 1; at-- > lowest;)
+            if (le(b_, at, 4) == kEndSig) { end = at; break; }
+        if (end == std::string::npos) fail("no end-of-directory record");
+        std::uint64_t count = u(end + 10, 2), dir_size = u(end + 12, 4), dir_offset = u(end + 16, 4);
+        // 2. zip64: the locator just before it points to the zip64 end record.
+        if ((count == 0xffff || dir_size == k32 || dir_offset == k32) && end >= 20 && u(end - 20, 4) == kZip64LocatorSig) {
+            std::uint64_t z = u(end - 20 + 8, 8);
+            if (u(z, 4) != kZip64EndSig) fail("bad zip64 end record");
+            count = u(z + 32, 8);
+            dir_size = u(z + 40, 8);
+            dir_offset = u(z + 48, 8);
+        }
+        need(dir_offset, dir_size);
+        // 3. Central directory entries.
+        std::vector<Member> out;
+        std::uint64_t at = dir_offset;
+        for (std::uint64_t i = 0; i < count; ++i) {
+            if (u(at, 4) != kCentralSig) fail("bad central directory entry " + std::to_string(i));
+            Member m;
+            std::uint64_t flags = u(at + 8, 2);
+            m.method = std::uint16_t(u(at + 10, 2));
+            m.crc = std::uint32_t(u(at + 16, 4));
+            m.comp_size = u(at + 20, 4);
+            m.size = u(at + 24, 4);
+            std::uint64_t name_len = u(at + 28, 2), extra_len = u(at + 30, 2), comment_len = u(at + 32, 2);
+            m.local_offset = u(at + 42, 4);
+            need(at + 46, name_len + extra_len + comment_len);
+            m.name = std::string(b_.substr(std::size_t(at + 46), std::size_t(name_len)));
+            if (flags & 1) fail("member '" + m.name + "' is encrypted");
+            // zip64 extra field (id 1): 8-byte values for the fields that hold 0xffffffff, in order.
+            std::uint64_t e = at + 46 + name_len, e_end = e + extra_len;
+            while (e + 4 <= e_end) {
+                std::uint64_t id = u(e, 2), len = u(e + 2, 2), p = e + 4;
+                if (p + len > e_end) fail("bad extra field in member '" + m.name + "'");
+                if (id == 1) {
+                    for (std::uint64_t* f : {&m.size, &m.comp_size, &m.local_offset})
+                        if (*f == k32) {
+                            if (p + 8 > e + 4 + len) fail("short zip64 field in member '" + m.name + "'");
+                            *f = u(p, 8);
+                            p += 8;
+                        }
+                }
+                e += 4 + len;
+            }
+            out.push_back(std::move(m));
+            at += 46 + name_len + extra_len + comment_len;
+        }
+        return out;
+    }
+
+    // The member's bytes, decompressed and checked against its CRC-32.
+    std::string extract(const Member& m) const {
+        std::uint64_t at = m.local_offset;
+        if (u(at, 4) != kLocalSig) fail("bad local header for member '" + m.name + "'");
+        std::uint64_t data = at + 30 + u(at + 26, 2) + u(at + 28, 2);
+        need(data, m.comp_size);
+        std::string_view comp = b_.substr(std::size_t(data), std::size_t(m.comp_size));
+        std::string out;
+        if (m.method == 0) {
+            if (m.comp_size != m.size) fail("stored member '" + m.name + "' has inconsistent sizes");
+            out.assign(comp);
+        } else if (m.method == 8) {
+            out = inflate_member(comp, m);
+        } else {
+            fail("member '" + m.name + "' uses compression method " + std::to_string(m.method) +
+                 " (expected 0 stored or 8 deflate)");
+        }
+        uLong crc = ::crc32(0L, Z_NULL, 0);
+        for (std::size_t off = 0; off < out.size();) {  // crc32 takes at most 4 GiB per call
+            std::size_t n = std::min<std::size_t>(out.size() - off, 1u << 30);
+            crc = ::crc32(crc, reinterpret_cast<const Bytef*>(out.data() + off), uInt(n));
+            off += n;
+        }
+        if (crc != m.crc) fail("member '" + m.name + "' is corrupt (CRC-32 mismatch)");
+        return out;
+    }
+
+private:
+    std::string inflate_member(std::string_view comp, const Member& m) const {
+        // The declared size bounds the output: a member that inflates past it is refused
+        // (no decompression bomb can grow memory beyond what the directory states).
+        std::string out(std::size_t(m.size), '\0');
+        z_stream z{};
+        if (inflateInit2(&z, -MAX_WBITS) != Z_OK) fail("cannot start zlib");
+        std::size_t in_done = 0, out_done = 0;
+        int rc = Z_OK;
+        while (rc == Z_OK) {
+            std::size_t in_chunk = std::min<std::size_t>(comp.size() - in_done, 1u << 30);
+            std::size_t out_chunk = std::min<std::size_t>(out.size() - out_done, 1u << 30);
+            z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(comp.data() + in_done));
+            z.avail_in = uInt(in_chunk);
+            char spare;
+            z.next_out = reinterpret_cast<Bytef*>(out_chunk ? out.data() + out_done : &spare);
+            z.avail_out = out_chunk ? uInt(out_chunk) : 1u;
+            rc = ::inflate(&z, Z_NO_FLUSH);
+            in_done += in_chunk - z.avail_in;
+            if (out_chunk) out_done += out_chunk - z.avail_out;
+            else if (z.avail_out == 0) { rc = Z_BUF_ERROR; break; }  // wrote into the spare byte
+            if (rc == Z_BUF_ERROR && in_done < comp.size() && out_done < out.size()) rc = Z_OK;
+        }
+        ::inflateEnd(&z);
+        if (rc != Z_STREAM_END || out_done != out.size())
+            fail("member '" + m.name + "' has corrupt deflate data or a size that does not match its directory entry");
+        return out;
+    }
+
+    std::string_view b_;
+    const std::string& src_;
+};
+
+}  // namespace
+
+Bundle parse_npz(std::string_view bytes, const std::string& source) {
+    Bundle bundle;
+    bundle.source = source;
+    ZipReader zip(bytes, source);
+    for (const Member& m : zip.members()) {
+        std::string name = m.name;
+        if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
+        else throw InputError(source + ": member '" + m.name + "' is not a .npy array");
+        if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
+        bundle.arrays[name] = parse_npy(zip.extract(m), source + ": " + name);
+    }
+    return bundle;
+}
+
+// ---- writer -------------------------------------------------------------------------
+namespace {
+
+void put(std::string& s, std::uint64_t v, int n) {
+    for (int k = 0; k < n; ++k) s += char(v >> (8 * k) & 0xff);
+}
+
+std::uint32_t crc_of(const std::string& head, const void* data, std::size_t n) {
+    uLong crc = ::crc32(0L, Z_NULL, 0);
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(head.data()), uInt(head.size()));
+    const auto* p = static_cast<const Bytef*>(data);
+    while (n > 0) {
+        std::size_t k = std::min<std::size_t>(n, 1u << 30);
+        crc = ::crc32(crc, p, uInt(k));
+        p += k;
+        n -= k;
+    }
+    return std::uint32_t(crc);
+}
+
+}  // namespace
+
+void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays) {
+    // Members are stored (no compression), as np.savez writes them. Every record carries
+    // zip64 fields, so sizes and offsets past 4 GiB need no second pass.
+    std::string central;
+    std::uint64_t offset = file.written();
+    for (const OutArray& a : arrays) {
+        std::string name = a.name + ".npy";
+        std::string head = npy_header(a);
+        std::size_t nbytes = element_count(a.shape) * dtype_size(a.dtype);
+        std::uint64_t size = head.size() + nbytes;
+        std::uint32_t crc = crc_of(head, a.data, nbytes);
+
+        std::string local;
+        put(local, kLocalSig, 4);
+        put(local, 45, 2);         // version needed: 4.5 (zip64)
+        put(local, 0, 2);          // flags
+        put(local, 0, 2);          // stored
+        put(local, 0, 2);          // time
+        put(local, 0x21, 2);       // date 1980-01-01
+        put(local, crc, 4);
+        put(local, k32, 4);        // sizes are in the zip64 extra field
+        put(local, k32, 4);
+        put(local, name.size(), 2);
+        put(local, 20, 2);         // extra field length
+        local += name;
+        put(local, 1, 2);          // zip64 extra: uncompressed, compressed size
+        put(local, 16, 2);
+        put(local, size, 8);
+        put(local, size, 8);
+        file.write(local);
+        file.write(head);
+        file.write(a.data, nbytes);
+
+        put(central, kCentralSig, 4);
+        put(central, 45, 2);       // made by
+        put(central, 45, 2);       // needed
+        put(central, 0, 2);
+        put(central, 0, 2);
+        put(central, 0, 2);
+        put(central, 0x21, 2);
+        put(central, crc, 4);
+        put(central, k32, 4);
+        put(central, k32, 4);
+        put(central, name.size(), 2);
+        put(central, 28, 2);       // extra length
+        put(central, 0, 2);        // comment length
+        put(central, 0, 2);        // disk
+        put(central, 0, 2);        // internal attributes
+        put(central, 0x81a4u << 16, 4);  // external: regular file, rw-r--r--
+        put(central, k32, 4);      // offset in the zip64 extra field
+        central += name;
+        put(central, 1, 2);
+        put(central, 24, 2);
+        put(central, size, 8);
+        put(central, size, 8);
+        put(central, offset, 8);
+        offset = file.written();
+    }
+    std::uint64_t dir_offset = file.written();
+    file.write(central);
+    std::uint64_t z64 = file.written();
+    std::string tail;
+    put(tail, kZip64EndSig, 4);
+    put(tail, 44, 8);              // size of the rest of this record
+    put(tail, 45, 2);
+    put(tail, 45, 2);
+    put(tail, 0, 4);
+    put(tail, 0, 4);
+    put(tail, arrays.size(), 8);
+    put(tail, arrays.size(), 8);
+    put(tail, central.size(), 8);
+    put(tail, dir_offset, 8);
+    put(tail, kZip64LocatorSig, 4);
+    put(tail, 0, 4);
+    put(tail, z64, 8);
+    put(tail, 1, 4);
+    put(tail, kEndSig, 4);
+    put(tail, 0, 2);
+    put(tail, 0, 2);
+    put(tail, 0xffff, 2);
+    put(tail, 0xffff, 2);
+    put(tail, k32, 4);
+    put(tail, k32, 4);
+    put(tail, 0, 2);
+    file.write(tail);
+}
+
+}  // namespace attnscope

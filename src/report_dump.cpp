@@ -1,0 +1,48 @@
+// .npy / .npz dumps of the chosen stages, every file committed only once all are written.
+#include "attnscope/errors.hpp"
+#include "attnscope/report.hpp"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace attnscope {
+namespace {
+
+std::vector<OutArray> arrays_of(const TraceView& v, const std::vector<std::string>& stages) {
+    std::vector<OutArray> out;
+    for (const auto& name : stages) {
+        const StageView& s = v.stage(name);
+        out.push_back({s.name, s.shape, s.dtype, s.data});
+    }
+    return out;
+}
+
+}  // namespace
+
+void write_dump(const std::string& path, const TraceView& v, const std::vector<std::string>& stages) {
+    auto arrays = arrays_of(v, stages);
+    if (path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0) {
+        AtomicFile f(path);
+        write_npz(f, arrays);
+        f.commit();
+        return;
+    }
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            throw UsageError("--dump " + path + ": exists and is not a directory (a dump is a directory or a .npz file)");
+    } else if (::mkdir(path.c_str(), 0777) != 0) {
+        throw RuntimeFailure("--dump " + path + ": cannot create directory: " + std::strerror(errno));
+    }
+    std::vector<AtomicFile> files;
+    for (const auto& a : arrays) {
+        files.emplace_back(path + "/" + a.name + ".npy");
+        write_npy(files.back(), a);
+        files.back().close();
+    }
+    for (auto& f : files) f.commit();
+}
+
+}  // namespace attnscope

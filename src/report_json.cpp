@@ -1,0 +1,142 @@
+// JSON output, streamed element by element (no document is built in memory).
+// Numbers use the shortest form that reads back to the same float32/float64 value;
+// non-finite numbers, which JSON cannot spell, are the strings "-inf", "inf", "nan".
+#include "attnscope/report.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <ostream>
+
+namespace attnscope {
+namespace {
+
+void put_string(std::ostream& out, const std::string& s) {
+    out << '"';
+    for (unsigned char c : s) {
+        switch (c) {
+            case '"': out << "\\\""; break;
+            case '\\': out << "\\\\"; break;
+            case '\n': out << "\\n"; break;
+            case '\t': out << "\\t"; break;
+            case '\r': out << "\\r"; break;
+            default:
+                if (c < 0x20) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                    out << buf;
+                } else {
+                    out << char(c);
+                }
+        }
+    }
+    out << '"';
+}
+
+template <typename T>
+void put_number(std::ostream& out, T v) {
+    if (std::isnan(v)) { out << "\"nan\""; return; }
+    if (std::isinf(v)) { out << (v < 0 ? "\"-inf\"" : "\"inf\""); return; }
+    char buf[40];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.write(buf, r.ptr - buf);
+}
+
+void put_stage_data(std::ostream& out, const StageView& s) {
+    // Nested lists in C order: open a bracket whenever an index along an axis restarts.
+    const std::size_t nd = s.shape.size(), n = s.size();
+    std::vector<std::size_t> idx(nd, 0);
+    if (n == 0) {
+        for (std::size_t k = 0; k < nd; ++k) out << '[';
+        for (std::size_t k = 0; k < nd; ++k) out << ']';
+        return;
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+        // Opening brackets for every axis whose index is 0 from the innermost moving axis out.
+        std::size_t opens = 0;
+        for (std::size_t a = nd; a-- > 0 && idx[a] == 0;) ++opens;
+        if (k > 0 && opens < nd) out << ',';
+        for (std::size_t a = 0; a < opens; ++a) out << '[';
+        switch (s.dtype) {
+            case DType::float32: put_number(out, static_cast<const float*>(s.data)[k]); break;
+            case DType::float64: put_number(out, static_cast<const double*>(s.data)[k]); break;
+            case DType::boolean: out << (static_cast<const bool*>(s.data)[k] ? "true" : "false"); break;
+        }
+        // Advance, closing a bracket for every axis that wraps.
+        for (std::size_t a = nd; a-- > 0;) {
+            if (++idx[a] < s.shape[a]) break;
+            idx[a] = 0;
+            out << ']';
+        }
+    }
+}
+
+void put_tokens(std::ostream& out, const TokenLabels& t, bool batched) {
+    if (t.empty()) { out << "null"; return; }
+    auto list = [&](const std::vector<std::string>& row) {
+        out << '[';
+        for (std::size_t i = 0; i < row.size(); ++i) {
+            if (i) out << ',';
+            put_string(out, row[i]);
+        }
+        out << ']';
+    };
+    if (!batched) { list(t[0]); return; }
+    out << '[';
+    for (std::size_t b = 0; b < t.size(); ++b) {
+        if (b) out << ',';
+        list(t[b]);
+    }
+    out << ']';
+}
+
+}  // namespace
+
+void write_json(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages) {
+    const Dims& d = v.dims;
+    out << "{\"config\":{\"source\":";
+    put_string(out, v.source);
+    out << ",\"mode\":\"" << (v.cross ? "cross" : "self") << "\",\"dtype\":\"" << v.dtype << "\",\"heads\":" << d.H
+        << ",\"scale\":";
+    put_number(out, v.scale);
+    out << ",\"scale_source\":";
+    put_string(out, v.scale_source);
+    out << ",\"causal\":" << (v.spec.causal ? "true" : "false") << ",\"causal_align\":\""
+        << (v.spec.causal_align == CausalAlign::top_left ? "top-left" : "bottom-right") << "\""
+        << ",\"key_padding_mask\":" << (v.has_padding ? "true" : "false") << ",\"layout\":\""
+        << (v.spec.layout == Layout::math ? "math" : "torch") << "\",\"batched\":" << (v.batched ? "true" : "false")
+        << "},\n\"dims\":{\"B\":" << d.B << ",\"Tq\":" << d.Tq << ",\"Tk\":" << d.Tk << ",\"Dm\":" << d.Dm
+        << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"Dk\":" << d.Dk << ",\"Dv\":" << d.Dv << ",\"Dout\":" << d.Dout
+        << "},\n\"tokens\":{\"query\":";
+    put_tokens(out, v.query_tokens, v.batched);
+    out << ",\"key\":";
+    put_tokens(out, v.key_tokens, v.batched);
+    out << "},\n\"fully_masked_rows\":[";
+    for (std::size_t k = 0; k < v.fully_masked.size(); ++k) {
+        out << (k ? "," : "") << "{\"batch\":" << v.fully_masked[k].batch << ",\"query\":" << v.fully_masked[k].query << "}";
+    }
+    out << "],\n\"warnings\":[";
+    for (std::size_t k = 0; k < v.warnings.size(); ++k) {
+        if (k) out << ',';
+        put_string(out, v.warnings[k]);
+    }
+    out << "],\n\"stages\":{";
+    bool first = true;
+    for (const auto& name : stages) {
+        const StageView& s = v.stage(name);
+        out << (first ? "\n" : ",\n");
+        first = false;
+        put_string(out, s.name);
+        out << ":{\"formula\":";
+        put_string(out, s.formula);
+        out << ",\"axes\":[";
+        for (std::size_t k = 0; k < s.axes.size(); ++k) out << (k ? "," : "") << '"' << s.axes[k] << '"';
+        out << "],\"shape\":[";
+        for (std::size_t k = 0; k < s.shape.size(); ++k) out << (k ? "," : "") << s.shape[k];
+        out << "],\"dtype\":\"" << (s.dtype == DType::boolean ? "bool" : v.dtype) << "\",\"data\":";
+        put_stage_data(out, s);
+        out << '}';
+    }
+    out << "\n}}\n";
+}
+
+}  // namespace attnscope

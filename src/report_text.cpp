@@ -1,0 +1,176 @@
+// The readable report: each chosen stage with its formula, shape and values, token
+// labels on rows and columns, long axes summarised around "…" as numpy prints them.
+#include "attnscope/errors.hpp"
+#include "attnscope/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+
+namespace attnscope {
+namespace {
+
+std::size_t display_width(const std::string& s) {
+    std::size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // count UTF-8 code points
+    return n;
+}
+
+std::string clip_label(const std::string& s, std::size_t max = 12) {
+    if (display_width(s) <= max) return s;
+    std::size_t points = 0, i = 0;
+    for (; i < s.size(); ++i) {
+        if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && ++points == max) break;
+    }
+    return s.substr(0, i) + "…";
+}
+
+std::string pad_left(const std::string& s, std::size_t w) {
+    std::size_t n = display_width(s);
+    return n >= w ? s : std::string(w - n, ' ') + s;
+}
+std::string pad_right(const std::string& s, std::size_t w) {
+    std::size_t n = display_width(s);
+    return n >= w ? s : s + std::string(w - n, ' ');
+}
+
+std::string format_number(double v, int decimals) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    return buf;
+}
+
+// The indices shown along an axis of length n: all, or the ends with a gap (npos) between.
+std::vector<std::size_t> shown(std::size_t n, const TextOptions& o) {
+    std::vector<std::size_t> idx;
+    if (o.full || n <= 2 * o.edgeitems + 2) {
+        for (std::size_t i = 0; i < n; ++i) idx.push_back(i);
+        return idx;
+    }
+    for (std::size_t i = 0; i < o.edgeitems; ++i) idx.push_back(i);
+    idx.push_back(std::string::npos);
+    for (std::size_t i = n - o.edgeitems; i < n; ++i) idx.push_back(i);
+    return idx;
+}
+
+// Label of position i along an axis named `axis` for batch item b.
+std::string axis_label(const TraceView& v, const std::string& axis, std::size_t b, std::size_t i) {
+    if (axis == "Tq") return v.query_tokens.empty() ? "q" + std::to_string(i) : clip_label(v.query_tokens[b][i]);
+    if (axis == "Tk") return v.key_tokens.empty() ? "k" + std::to_string(i) : clip_label(v.key_tokens[b][i]);
+    return "d" + std::to_string(i);
+}
+
+void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std::size_t offset, std::size_t b,
+                  const TextOptions& o) {
+    const std::size_t nd = s.shape.size();
+    const std::size_t rows = s.shape[nd - 2], cols = s.shape[nd - 1];
+    const std::string& row_axis = s.axes[nd - 2];
+    const std::string& col_axis = s.axes[nd - 1];
+    auto ri = shown(rows, o), ci = shown(cols, o);
+    auto cell = [&](std::size_t i, std::size_t j) {
+        double x = s.at(offset + i * cols + j);
+        return s.dtype == DType::boolean ? std::string(x != 0 ? "1" : "0") : format_number(x, o.decimals);
+    };
+    // Column widths from the labels and every shown cell.
+    std::size_t label_w = 0;
+    for (std::size_t i : ri) label_w = std::max(label_w, i == std::string::npos ? 1 : display_width(axis_label(v, row_axis, b, i)));
+    std::vector<std::size_t> w(ci.size(), 1);
+    for (std::size_t c = 0; c < ci.size(); ++c) {
+        if (ci[c] == std::string::npos) continue;
+        w[c] = display_width(axis_label(v, col_axis, b, ci[c]));
+        for (std::size_t i : ri)
+            if (i != std::string::npos) w[c] = std::max(w[c], cell(i, ci[c]).size());
+    }
+    out << "    " << std::string(label_w, ' ');
+    for (std::size_t c = 0; c < ci.size(); ++c)
+        out << "  " << pad_left(ci[c] == std::string::npos ? "…" : axis_label(v, col_axis, b, ci[c]), w[c]);
+    out << '\n';
+    for (std::size_t i : ri) {
+        out << "    " << pad_right(i == std::string::npos ? "…" : axis_label(v, row_axis, b, i), label_w);
+        for (std::size_t c = 0; c < ci.size(); ++c) {
+            std::string text = (i == std::string::npos || ci[c] == std::string::npos) ? "…" : cell(i, ci[c]);
+            out << "  " << pad_left(text, w[c]);
+        }
+        out << '\n';
+    }
+}
+
+std::string dims_line(const Dims& d) {
+    return "B=" + std::to_string(d.B) + " Tq=" + std::to_string(d.Tq) + " Tk=" + std::to_string(d.Tk) +
+           " Dm=" + std::to_string(d.Dm) + " Dkv=" + std::to_string(d.Dkv) + " H=" + std::to_string(d.H) +
+           " Dk=" + std::to_string(d.Dk) + " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
+}
+
+void check_selection(const std::vector<std::size_t>& chosen, std::size_t n, const char* option, const char* what) {
+    for (std::size_t i : chosen)
+        if (i >= n)
+            throw UsageError(std::string(option) + ": " + what + " " + std::to_string(i) + " does not exist (expected 0.." +
+                             std::to_string(n - 1) + ")");
+}
+
+}  // namespace
+
+void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
+    const Dims& d = v.dims;
+    check_selection(o.batches, d.B, "--batch", "batch item");
+    check_selection(o.heads, d.H, "--head", "head");
+    auto all = [](std::size_t n) {
+        std::vector<std::size_t> r(n);
+        for (std::size_t i = 0; i < n; ++i) r[i] = i;
+        return r;
+    };
+    const auto batches = o.batches.empty() ? all(d.B) : o.batches;
+    const auto heads = o.heads.empty() ? all(d.H) : o.heads;
+
+    // Header: what ran, on which sizes, with which scale and masks.
+    out << "attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H
+        << (d.H == 1 ? " head" : " heads") << ", " << v.dtype << ", " << v.source << '\n';
+    out << "  sizes   " << dims_line(d) << (v.batched ? "" : "  (2-D x: no batch axis in the results)") << '\n';
+    out << "  scale   " << format_number(v.scale, 6) << " = " << v.scale_source << '\n';
+    std::string masks;
+    if (v.has_padding) masks += "key padding (key_padding_mask, 1 = PAD)";
+    if (v.spec.causal)
+        masks += std::string(masks.empty() ? "" : " + ") + "causal, " +
+                 (v.spec.causal_align == CausalAlign::top_left ? "top-left (query i sees keys j <= i)"
+                                                               : "bottom-right (query i sees keys j <= i + Tk - Tq)");
+    out << "  masks   " << (masks.empty() ? "none" : masks) << '\n';
+    if (!v.fully_masked.empty()) {
+        out << "  rows with every key masked (weights all 0):";
+        for (const auto& r : v.fully_masked) {
+            out << (v.batched ? " batch " + std::to_string(r.batch) + " query " : " query ") << r.query;
+            if (!v.query_tokens.empty()) out << " '" << v.query_tokens[r.batch][r.query] << "'";
+            out << (&r == &v.fully_masked.back() ? "" : ",");
+        }
+        out << '\n';
+    }
+
+    for (const auto& name : o.stages) {
+        const StageView& s = v.stage(name);
+        std::string axes, sizes;
+        for (std::size_t k = 0; k < s.shape.size(); ++k) {
+            axes += (k ? ", " : "") + s.axes[k];
+            sizes += (k ? ", " : "") + std::to_string(s.shape[k]);
+        }
+        out << "\n== " << s.name << " = " << s.formula << '\n';
+        out << "   shape (" << axes << ") = (" << sizes << ")\n";
+        // The leading axes (B and/or H) pick matrices; the last two are printed.
+        const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
+        const std::size_t matrix = s.shape[s.shape.size() - 2] * s.shape.back();
+        for (std::size_t b : batches) {
+            for (std::size_t h : has_heads ? heads : std::vector<std::size_t>{0}) {
+                std::string title;
+                if (v.batched) title += "batch " + std::to_string(b);
+                if (has_heads) title += std::string(title.empty() ? "" : ", ") + "head " + std::to_string(h);
+                if (!title.empty()) out << "\n  -- " << title << '\n';
+                else out << '\n';
+                std::size_t offset = (b * (has_heads ? d.H : 1) + (has_heads ? h : 0)) * matrix;
+                print_matrix(out, v, s, offset, b, o);
+            }
+        }
+    }
+}
+
+}  // namespace attnscope

@@ -38,6 +38,7 @@ std::string pad_right(const std::string& s, std::size_t w) {
 std::string format_number(double v, int decimals) {
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+    if (v == 0) return "0";  // exactly zero (a masked weight), unlike a small weight shown as 0.0000
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
     return buf;
@@ -129,7 +130,9 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
     out << "attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H
         << (d.H == 1 ? " head" : " heads") << ", " << v.dtype << ", " << v.source << '\n';
     out << "  sizes   " << dims_line(d) << (v.batched ? "" : "  (2-D x: no batch axis in the results)") << '\n';
-    out << "  scale   " << format_number(v.scale, 6) << " = " << v.scale_source << '\n';
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%.6g", v.scale);
+    out << "  scale   " << scale << " = " << v.scale_source << '\n';
     std::string masks;
     if (v.has_padding) masks += "key padding (key_padding_mask, 1 = PAD)";
     if (v.spec.causal)

@@ -88,6 +88,8 @@ Trace<T> attend(const Problem<T>& p) {
     tr.K = split_heads(flat, B, Tk, H, Dk);                                     // (B, H, Tk, Dk)
     project(src.data(), B * Tk, d.Dkv, p.W_V, p.b_V, flat.data());
     tr.V = split_heads(flat, B, Tk, H, Dv);                                     // (B, H, Tk, Dv)
+    // (Rotary position embeddings, when they come, rotate Q and K here, between the
+    // projections and the scores, as a stage of their own.)
     check_shape(tr.Q, std::array{B, H, Tq, Dk}, "Q");
     check_shape(tr.K, std::array{B, H, Tk, Dk}, "K");
     check_shape(tr.V, std::array{B, H, Tk, Dv}, "V");

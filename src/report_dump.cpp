@@ -3,6 +3,7 @@
 #include "attnscope/report.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -30,19 +31,27 @@ void write_dump(const std::string& path, const TraceView& v, const std::vector<s
         return;
     }
     struct stat st {};
+    bool created = false;
     if (::stat(path.c_str(), &st) == 0) {
         if (!S_ISDIR(st.st_mode))
             throw UsageError("--dump " + path + ": exists and is not a directory (a dump is a directory or a .npz file)");
-    } else if (::mkdir(path.c_str(), 0777) != 0) {
+    } else if (::mkdir(path.c_str(), 0777) == 0) {
+        created = true;
+    } else {
         throw RuntimeFailure("--dump " + path + ": cannot create directory: " + std::strerror(errno));
     }
-    std::vector<AtomicFile> files;
-    for (const auto& a : arrays) {
-        files.emplace_back(path + "/" + a.name + ".npy");
-        write_npy(files.back(), a);
-        files.back().close();
+    try {
+        std::vector<AtomicFile> files;
+        for (const auto& a : arrays) {
+            files.emplace_back(path + "/" + a.name + ".npy");
+            write_npy(files.back(), a);
+            files.back().close();
+        }
+        for (auto& f : files) f.commit();
+    } catch (...) {
+        if (created) ::rmdir(path.c_str());  // the temporaries are gone: leave no empty directory
+        throw;
     }
-    for (auto& f : files) f.commit();
 }
 
 }  // namespace attnscope

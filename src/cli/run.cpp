@@ -7,6 +7,8 @@
 #include "attnscope/model.hpp"
 #include "attnscope/report.hpp"
 
+#include <chrono>
+#include <cstdio>
 #include <iostream>
 
 namespace attnscope::cli {
@@ -17,13 +19,21 @@ namespace {
 const char* const kArrayOptions[] = {"x", "memory", "W_Q", "W_K", "W_V", "W_O",
                                      "b_Q", "b_K", "b_V", "b_O", "key_padding_mask"};
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 template <typename T>
-int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec) {
+int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, Clock::time_point t0) {
     const auto stages = parse_stage_list(o.stages);
     Problem<T> problem = make_problem<T>(bundle, spec);
+    const double load_s = seconds_since(t0);
+    const auto t1 = Clock::now();
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << w << '\n';
 
     Trace<T> trace = attend(problem);
+    const double compute_s = seconds_since(t1);
+    const auto t2 = Clock::now();
     TraceView view = view_of(bundle.source, problem, trace);
     if (!trace.fully_masked.empty()) {
         std::string rows;
@@ -50,6 +60,12 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec) {
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
+    if (o.timings) {
+        char line[128];
+        std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,
+                      seconds_since(t2));
+        std::cerr << line;
+    }
     return 0;
 }
 
@@ -99,10 +115,13 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     run->add_option("--dump", o.dump, "Write each stage as NAME.npy into this directory, or into one .npz archive");
     run->add_flag("--json", o.json, "Print one JSON document instead of the report");
     run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)");
+    run->add_option("--threads", o.threads, "Compute threads (default: every core)")->check(CLI::PositiveNumber);
+    run->add_flag("--timings", o.timings, "Print the seconds spent loading, computing and writing to stderr");
     return run;
 }
 
 int run_run(const RunOptions& o) {
+    const auto t0 = Clock::now();
     Spec spec;
     spec.heads = o.heads;
     spec.causal = o.causal;
@@ -119,7 +138,7 @@ int run_run(const RunOptions& o) {
     else bundle.source = "<options>";
     for (const auto& [name, file] : o.array_files) bundle.arrays[name] = load_array(file, name);
 
-    return o.dtype == "float32" ? run_typed<float>(o, bundle, spec) : run_typed<double>(o, bundle, spec);
+    return o.dtype == "float32" ? run_typed<float>(o, bundle, spec, t0) : run_typed<double>(o, bundle, spec, t0);
 }
 
 }  // namespace attnscope::cli

@@ -26,6 +26,8 @@ struct RunOptions {
     int decimals = 4;
     std::size_t edgeitems = 3;
     bool full = false;
+    std::size_t threads = 0;  // 0: every core
+    bool timings = false;
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

@@ -1,0 +1,2 @@
+// Placeholder: replaced by the matrix-multiply peak probe.
+int main() { return 0; }

@@ -2,12 +2,18 @@
 #include "attnscope/attention.hpp"
 
 #include "blas.hpp"
+#include "kernels.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace attnscope {
 namespace {
@@ -25,16 +31,15 @@ template <typename T>
 void project(const T* X, std::size_t rows, std::size_t in, const xt::xtensor<T, 2>& W,
              const std::optional<xt::xtensor<T, 1>>& b, T* Y) {
     std::size_t n = W.shape(1);
-    if (b) {
+    if (b)
         for (std::size_t r = 0; r < rows; ++r) std::copy(b->begin(), b->end(), Y + r * n);
-    }
     gemm<T>(false, false, rows, n, in, T(1), X, in, W.data(), n, b ? T(1) : T(0), Y, n);
 }
 
 // (B, T, H*D) -> (B, H, T, D): feature h*D + j belongs to head h.
 template <typename T>
-xt::xtensor<T, 4> split_heads(const std::vector<T>& flat, std::size_t B, std::size_t T_, std::size_t H, std::size_t D) {
-    xt::xtensor<T, 4> out = xt::xtensor<T, 4>::from_shape({B, H, T_, D});
+Tensor<T, 4> split_heads(const std::vector<T>& flat, std::size_t B, std::size_t T_, std::size_t H, std::size_t D) {
+    Tensor<T, 4> out = Tensor<T, 4>::from_shape({B, H, T_, D});
     for (std::size_t b = 0; b < B; ++b)
         for (std::size_t t = 0; t < T_; ++t)
             for (std::size_t h = 0; h < H; ++h) {
@@ -48,121 +53,227 @@ xt::xtensor<T, 4> split_heads(const std::vector<T>& flat, std::size_t B, std::si
 // attention (fewer K/V heads) changes only this mapping and the K/V head count.
 inline std::size_t kv_head(std::size_t h) { return h; }
 
+// Last key query i may see under the causal mask (may be negative: none).
+long long causal_last(const Dims& d, CausalAlign align, std::size_t i) {
+    return align == CausalAlign::top_left ? (long long)i : (long long)i + (long long)d.Tk - (long long)d.Tq;
+}
+
+// Keys query i of batch item b may see; returns whether any is visible.
+bool visible_row(const Dims& d, const xt::xtensor<bool, 2>* pad, bool causal, CausalAlign align, std::size_t b,
+                 std::size_t i, bool* out) {
+    long long last = causal ? causal_last(d, align, i) : (long long)d.Tk;
+    bool any = false;
+    for (std::size_t j = 0; j < d.Tk; ++j) {
+        out[j] = !(pad && (*pad)(b, j)) && (long long)j <= last;
+        any |= out[j];
+    }
+    return any;
+}
+
+// Query rows per tile: about 4 MiB of scores. Large enough that BLAS's packing of the
+// head's K and V (once per call) is amortised over many rows; small enough that the
+// working set stays bounded whatever Tq is.
+std::size_t tile_rows(const Dims& d, std::size_t value_size) {
+    std::size_t rows = (std::size_t{4} << 20) / std::max<std::size_t>(1, d.Tk * value_size);
+    return std::clamp<std::size_t>(rows, 64, std::max<std::size_t>(d.Tq, 1));
+}
+
+std::size_t thread_count(const Compute& how) {
+    std::size_t n = how.threads ? how.threads : std::thread::hardware_concurrency();
+    return std::max<std::size_t>(n, 1);
+}
+
+// Runs work(item, worker) for item in [0, n) on `threads` threads; rethrows the first error.
+template <typename F>
+void parallel_for(std::size_t n, std::size_t threads, F&& work) {
+    threads = std::min(threads, n);
+    if (threads <= 1) {
+        for (std::size_t k = 0; k < n; ++k) work(k, 0);
+        return;
+    }
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr error;
+    std::mutex error_lock;
+    auto loop = [&](std::size_t worker) {
+        try {
+            for (std::size_t k; (k = next.fetch_add(1)) < n;) work(k, worker);
+        } catch (...) {
+            std::lock_guard<std::mutex> g(error_lock);
+            if (!error) error = std::current_exception();
+            next = n;
+        }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(loop, t);
+    loop(0);
+    for (auto& t : pool) t.join();
+    if (error) std::rethrow_exception(error);
+}
+
 }  // namespace
 
-xt::xtensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_padding_mask, bool causal,
-                                    CausalAlign align) {
+std::size_t stage_index(std::string_view name) {
+    auto it = std::find(kStageNames.begin(), kStageNames.end(), name);
+    if (it == kStageNames.end()) throw std::invalid_argument("unknown stage " + std::string(name));
+    return std::size_t(it - kStageNames.begin());
+}
+
+StageSet stage_set(const std::vector<std::string>& names) {
+    StageSet s;
+    for (const auto& n : names) s.set(stage_index(n));
+    return s;
+}
+
+Tensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_padding_mask, bool causal,
+                               CausalAlign align) {
     // Top-left: query i sees keys j <= i (torch.tril). Bottom-right: the queries are the
     // last Tq of Tk positions, so query i sits at i + Tk - Tq (the KV-cache view).
-    xt::xtensor<bool, 3> mask = xt::xtensor<bool, 3>::from_shape({d.B, d.Tq, d.Tk});
+    Tensor<bool, 3> mask = Tensor<bool, 3>::from_shape({d.B, d.Tq, d.Tk});
     for (std::size_t b = 0; b < d.B; ++b)
-        for (std::size_t i = 0; i < d.Tq; ++i) {
-            // Visible keys j satisfy j <= i + offset; offset may be negative (Tq > Tk).
-            long long last = align == CausalAlign::top_left ? (long long)i : (long long)i + (long long)d.Tk - (long long)d.Tq;
-            for (std::size_t j = 0; j < d.Tk; ++j) {
-                bool visible = !(key_padding_mask && (*key_padding_mask)(b, j));
-                if (causal && (long long)j > last) visible = false;
-                mask(b, i, j) = visible;
-            }
-        }
+        for (std::size_t i = 0; i < d.Tq; ++i) visible_row(d, key_padding_mask, causal, align, b, i, &mask(b, i, 0));
     return mask;
 }
 
+std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how) {
+    // Saturating arithmetic: a shape from a hostile header must not wrap around.
+    auto mul = [](std::size_t a, std::size_t b) {
+        std::size_t r;
+        return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::size_t>::max() : r;
+    };
+    auto add = [](std::size_t a, std::size_t b) {
+        std::size_t r;
+        return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<std::size_t>::max() : r;
+    };
+    const auto& k = how.keep;
+    std::size_t bh = mul(d.B, d.H), scores = mul(mul(bh, d.Tq), d.Tk);
+    std::size_t total = 0;
+    // working set: flat projections, merged heads, per-thread tiles
+    total = add(total, mul(vs, mul(d.B, add(mul(d.Tq, mul(d.H, d.Dk)), mul(d.Tk, mul(d.H, add(d.Dk, d.Dv)))))));
+    total = add(total, mul(vs, mul(mul(d.B, d.Tq), mul(d.H, d.Dv))));
+    total = add(total, mul(thread_count(how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
+    // kept stages
+    if (k[kQ]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dk)));
+    if (k[kK]) total = add(total, mul(vs, mul(mul(bh, d.Tk), d.Dk)));
+    if (k[kV]) total = add(total, mul(vs, mul(mul(bh, d.Tk), d.Dv)));
+    for (Stage s : {kScores, kMaskedScores, kWeights})
+        if (k[s]) total = add(total, mul(vs, scores));
+    if (k[kMask]) total = add(total, mul(mul(d.B, d.Tq), d.Tk));
+    if (k[kContext]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dv)));
+    if (k[kOutput]) total = add(total, mul(vs, mul(mul(d.B, d.Tq), d.Dout)));
+    return total;
+}
+
 template <typename T>
-Trace<T> attend(const Problem<T>& p) {
+Trace<T> attend(const Problem<T>& p, const Compute& how) {
     // x        (B, Tq, Dm)       src (x or memory) (B, Tk, Dkv)
     // W_Q      (Dm, H*Dk)        W_K (Dkv, H*Dk)     W_V (Dkv, H*Dv)     W_O (H*Dv, Dout)
     const Dims& d = p.dims;
     const std::size_t B = d.B, H = d.H, Tq = d.Tq, Tk = d.Tk, Dk = d.Dk, Dv = d.Dv;
+    const StageSet keep = how.keep;
+    const std::size_t threads = thread_count(how);
     Trace<T> tr;
     tr.dims = d;
     tr.batched = p.batched;
     tr.scale = p.scale;
+    tr.kept = keep;
     const xt::xtensor<T, 3>& src = p.src();
+    const xt::xtensor<bool, 2>* pad = p.key_padding_mask ? &*p.key_padding_mask : nullptr;
 
-    // 1) Projections: (B*Tq, Dm) x (Dm, H*Dk) -> (B*Tq, H*Dk), then split into heads.
-    std::vector<T> flat(B * std::max(Tq, Tk) * H * std::max(Dk, Dv));
-    project(p.x.data(), B * Tq, d.Dm, p.W_Q, p.b_Q, flat.data());
-    tr.Q = split_heads(flat, B, Tq, H, Dk);                                     // (B, H, Tq, Dk)
-    project(src.data(), B * Tk, d.Dkv, p.W_K, p.b_K, flat.data());
-    tr.K = split_heads(flat, B, Tk, H, Dk);                                     // (B, H, Tk, Dk)
-    project(src.data(), B * Tk, d.Dkv, p.W_V, p.b_V, flat.data());
-    tr.V = split_heads(flat, B, Tk, H, Dv);                                     // (B, H, Tk, Dv)
+    // What must be computed: everything up to the last stage asked for.
+    const bool need_output = keep[kOutput];
+    const bool need_context = need_output || keep[kContext];
+    const bool need_weights = need_context || keep[kWeights];
+    const bool need_scores = need_weights || keep[kScores] || keep[kMaskedScores];
+    const bool need_q = need_scores || keep[kQ], need_k = need_scores || keep[kK], need_v = need_context || keep[kV];
+
+    // 1) Projections, BLAS on every thread: (B*Tq, Dm) x (Dm, H*Dk) -> (B*Tq, H*Dk), and
+    //    likewise K, V from src. The flat (B, T, H*D) layout is kept; heads are column blocks.
+    blas_threads(threads);
+    std::vector<T> qf, kf, vf;
+    if (need_q) qf.resize(B * Tq * H * Dk), project(p.x.data(), B * Tq, d.Dm, p.W_Q, p.b_Q, qf.data());
+    if (need_k) kf.resize(B * Tk * H * Dk), project(src.data(), B * Tk, d.Dkv, p.W_K, p.b_K, kf.data());
+    if (need_v) vf.resize(B * Tk * H * Dv), project(src.data(), B * Tk, d.Dkv, p.W_V, p.b_V, vf.data());
     // (Rotary position embeddings, when they come, rotate Q and K here, between the
     // projections and the scores, as a stage of their own.)
-    check_shape(tr.Q, std::array{B, H, Tq, Dk}, "Q");
-    check_shape(tr.K, std::array{B, H, Tk, Dk}, "K");
-    check_shape(tr.V, std::array{B, H, Tk, Dv}, "V");
+    if (keep[kQ]) tr.Q = split_heads(qf, B, Tq, H, Dk), check_shape(tr.Q, std::array{B, H, Tq, Dk}, "Q");
+    if (keep[kK]) tr.K = split_heads(kf, B, Tk, H, Dk), check_shape(tr.K, std::array{B, H, Tk, Dk}, "K");
+    if (keep[kV]) tr.V = split_heads(vf, B, Tk, H, Dv), check_shape(tr.V, std::array{B, H, Tk, Dv}, "V");
 
-    // 2) Scores: (B,H,Tq,Dk) x (B,H,Dk,Tk) -> (B,H,Tq,Tk), times scale.
-    tr.scores = xt::xtensor<T, 4>::from_shape({B, H, Tq, Tk});
-    for (std::size_t b = 0; b < B; ++b)
-        for (std::size_t h = 0; h < H; ++h)
-            gemm<T>(false, true, Tq, Tk, Dk, p.scale, &tr.Q(b, h, 0, 0), Dk, &tr.K(b, kv_head(h), 0, 0), Dk, T(0),
-                    &tr.scores(b, h, 0, 0), Tk);
-
-    // 3) Mask: padding AND causal -> (B, Tq, Tk), true = may attend.
-    tr.mask = attention_mask(d, p.key_padding_mask ? &*p.key_padding_mask : nullptr, p.spec.causal, p.spec.causal_align);
-    for (std::size_t b = 0; b < B; ++b)
-        for (std::size_t i = 0; i < Tq; ++i)
-            if (std::none_of(&tr.mask(b, i, 0), &tr.mask(b, i, 0) + Tk, [](bool v) { return v; }))
-                tr.fully_masked.push_back({b, i});
-
-    // 4) Masked scores: -inf where the mask is false -> (B, H, Tq, Tk).
-    // 5) Weights: softmax over keys, w_ij = exp(s_ij - max_j s) / sum_j exp(s_ij - max_j s).
-    //    A row with every key masked gives all-zero weights, never NaN.
-    const T neg_inf = -std::numeric_limits<T>::infinity();
-    tr.masked_scores = xt::xtensor<T, 4>::from_shape({B, H, Tq, Tk});
-    tr.weights = xt::xtensor<T, 4>::from_shape({B, H, Tq, Tk});
-    for (std::size_t b = 0; b < B; ++b)
-        for (std::size_t h = 0; h < H; ++h)
-            for (std::size_t i = 0; i < Tq; ++i) {
-                const T* s = &tr.scores(b, h, i, 0);
-                const bool* m = &tr.mask(b, i, 0);
-                T* ms = &tr.masked_scores(b, h, i, 0);
-                T* w = &tr.weights(b, h, i, 0);
-                T row_max = neg_inf;
-                for (std::size_t j = 0; j < Tk; ++j) {
-                    ms[j] = m[j] ? s[j] : neg_inf;
-                    row_max = std::max(row_max, ms[j]);
-                }
-                if (row_max == neg_inf) {  // fully masked row
-                    std::fill(w, w + Tk, T(0));
-                    continue;
-                }
-                T sum = 0;
-                for (std::size_t j = 0; j < Tk; ++j) {
-                    w[j] = m[j] ? std::exp(ms[j] - row_max) : T(0);
-                    sum += w[j];
-                }
-                for (std::size_t j = 0; j < Tk; ++j) w[j] /= sum;
-            }
-
-    // 6) Context: (B,H,Tq,Tk) x (B,H,Tk,Dv) -> (B,H,Tq,Dv): a weighted sum of values.
-    tr.context = xt::xtensor<T, 4>::from_shape({B, H, Tq, Dv});
-    for (std::size_t b = 0; b < B; ++b)
-        for (std::size_t h = 0; h < H; ++h)
-            gemm<T>(false, false, Tq, Dv, Tk, T(1), &tr.weights(b, h, 0, 0), Tk, &tr.V(b, kv_head(h), 0, 0), Dv, T(0),
-                    &tr.context(b, h, 0, 0), Dv);
-
-    // 7) Merge heads: (B, H, Tq, Dv) -> (B, Tq, H*Dv); then output = merged · W_O (+ b_O).
-    std::vector<T> merged(B * Tq * H * Dv);
-    for (std::size_t b = 0; b < B; ++b)
-        for (std::size_t h = 0; h < H; ++h)
+    // 2) Mask: padding AND causal -> (B, Tq, Tk), true = may attend. Rows with no key.
+    const bool masking = pad || p.spec.causal;
+    if (keep[kMask]) tr.mask = attention_mask(d, pad, p.spec.causal, p.spec.causal_align);
+    {
+        std::vector<char> row(Tk);
+        for (std::size_t b = 0; b < B; ++b)
             for (std::size_t i = 0; i < Tq; ++i)
-                std::copy(&tr.context(b, h, i, 0), &tr.context(b, h, i, 0) + Dv, merged.data() + (b * Tq + i) * H * Dv + h * Dv);
-    tr.output = xt::xtensor<T, 3>::from_shape({B, Tq, d.Dout});
-    if (p.W_O) {
-        // (B*Tq, H*Dv) x (H*Dv, Dout) -> (B*Tq, Dout)
-        project(merged.data(), B * Tq, H * Dv, *p.W_O, p.b_O, tr.output.data());
-    } else {
-        std::copy(merged.begin(), merged.end(), tr.output.begin());
+                if (!visible_row(d, pad, p.spec.causal, p.spec.causal_align, b, i, reinterpret_cast<bool*>(row.data())))
+                    tr.fully_masked.push_back({b, i});
     }
+    if (!need_scores) return tr;
+
+    auto alloc4 = [&](Stage s, std::size_t last) {
+        return keep[s] ? Tensor<T, 4>::from_shape({B, H, Tq, last}) : Tensor<T, 4>();
+    };
+    tr.scores = alloc4(kScores, Tk);
+    tr.masked_scores = alloc4(kMaskedScores, Tk);
+    tr.weights = alloc4(kWeights, Tk);
+    tr.context = alloc4(kContext, Dv);
+    std::vector<T> merged(need_context ? B * Tq * H * Dv : 0);  // (B, Tq, H*Dv)
+
+    // 3) Per (batch, head, tile of query rows), on our threads with single-threaded BLAS:
+    //    scores   (rows, Dk) x (Dk, Tk) -> (rows, Tk), times scale
+    //    masked   -inf where the mask is false
+    //    weights  softmax over keys: exp(m - max) / sum; all-zero for a row with no key
+    //    context  (rows, Tk) x (Tk, Dv) -> (rows, Dv), written into merged (B, Tq, H*Dv)
+    const std::size_t rows = tile_rows(d, sizeof(T));
+    const std::size_t tiles = (Tq + rows - 1) / rows;
+    struct Scratch {
+        std::vector<T> s, w;
+        std::vector<char> visible;
+    };
+    std::vector<Scratch> scratch(std::min(threads, B * H * tiles));
+    blas_threads(1);
+    parallel_for(B * H * tiles, threads, [&](std::size_t item, std::size_t worker) {
+        const std::size_t b = item / (H * tiles), h = item / tiles % H, i0 = item % tiles * rows;
+        const std::size_t n = std::min(rows, Tq - i0);
+        Scratch& sc = scratch[worker];
+        T* S = keep[kScores] ? &tr.scores(b, h, i0, 0) : (sc.s.resize(rows * Tk), sc.s.data());
+        T* W = keep[kWeights] ? &tr.weights(b, h, i0, 0) : keep[kScores] ? (sc.w.resize(rows * Tk), sc.w.data()) : S;
+        gemm<T>(false, true, n, Tk, Dk, p.scale, qf.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
+                kf.data() + b * Tk * H * Dk + kv_head(h) * Dk, H * Dk, T(0), S, Tk);
+        if (masking) sc.visible.resize(Tk);
+        for (std::size_t r = 0; r < n; ++r) {
+            const bool* vis = nullptr;
+            if (masking) {
+                visible_row(d, pad, p.spec.causal, p.spec.causal_align, b, i0 + r, reinterpret_cast<bool*>(sc.visible.data()));
+                vis = reinterpret_cast<const bool*>(sc.visible.data());
+            }
+            T* M = keep[kMaskedScores] ? &tr.masked_scores(b, h, i0 + r, 0) : nullptr;
+            kernels::masked_softmax_row(S + r * Tk, vis, M, W + r * Tk, Tk);
+        }
+        if (!need_context) return;
+        T* C = merged.data() + (b * Tq + i0) * H * Dv + h * Dv;
+        gemm<T>(false, false, n, Dv, Tk, T(1), W, Tk, vf.data() + b * Tk * H * Dv + kv_head(h) * Dv, H * Dv, T(0), C,
+                H * Dv);
+        if (keep[kContext])
+            for (std::size_t r = 0; r < n; ++r) std::copy(C + r * H * Dv, C + r * H * Dv + Dv, &tr.context(b, h, i0 + r, 0));
+    });
+    blas_threads(threads);
+    if (keep[kScores]) check_shape(tr.scores, std::array{B, H, Tq, Tk}, "scores");
+    if (keep[kWeights]) check_shape(tr.weights, std::array{B, H, Tq, Tk}, "weights");
+    if (keep[kContext]) check_shape(tr.context, std::array{B, H, Tq, Dv}, "context");
+    if (!need_output) return tr;
+
+    // 4) Output: merged heads (B*Tq, H*Dv) x (H*Dv, Dout) (+ b_O) -> (B, Tq, Dout),
+    //    or the merged heads themselves when there is no W_O.
+    tr.output = Tensor<T, 3>::from_shape({B, Tq, d.Dout});
+    if (p.W_O) project(merged.data(), B * Tq, H * Dv, *p.W_O, p.b_O, tr.output.data());
+    else std::copy(merged.begin(), merged.end(), tr.output.begin());
     check_shape(tr.output, std::array{B, Tq, d.Dout}, "output");
     return tr;
 }
 
-template Trace<float> attend<float>(const Problem<float>&);
-template Trace<double> attend<double>(const Problem<double>&);
+template Trace<float> attend<float>(const Problem<float>&, const Compute&);
+template Trace<double> attend<double>(const Problem<double>&, const Compute&);
 
 }  // namespace attnscope

@@ -30,3 +30,11 @@ inline void gemm<double>(bool ta, bool tb, std::size_t M, std::size_t N, std::si
 }
 
 }  // namespace attnscope
+
+namespace attnscope {
+
+// OpenBLAS's own thread count: all of ours for the large projections, one while our
+// threads each run their own heads.
+inline void blas_threads(std::size_t n) { openblas_set_num_threads(int(n)); }
+
+}  // namespace attnscope

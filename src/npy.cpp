@@ -45,6 +45,9 @@ std::size_t dtype_size(DType dtype) {
 }
 
 std::string read_file(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        throw InputError(path + ": is a directory, expected a file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw InputError(path + ": cannot open file: " + std::strerror(errno));
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -166,6 +169,8 @@ ElementType parse_descr(const std::string& descr, const std::string& origin) {
         return InputError(origin + ": unsupported dtype '" + descr + "' (" + why +
                           "); expected float16/32/64, integer, bool or unicode text");
     };
+    if (descr.find('O') != std::string::npos && descr.size() <= 2)
+        throw bad("object arrays hold Python objects, not numbers");
     if (descr.size() < 2) throw bad("too short");
     std::size_t i = 0;
     char order = '|';
@@ -181,7 +186,6 @@ ElementType parse_descr(const std::string& descr, const std::string& origin) {
     bool ok = (kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
               ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) ||
               (kind == 'b' && size == 1) || (kind == 'U' && size >= 1);
-    if (kind == 'O') throw bad("object arrays hold Python objects, not numbers");
     if (!ok) throw bad("not a numeric, bool or text type");
     if (kind == 'U') size *= 4;  // UCS-4 code units
     bool big = order == '>';

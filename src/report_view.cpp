@@ -78,6 +78,7 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
                                                                    : " (causal, bottom-right: j <= i + Tk - Tq)";
 
     auto add = [&](const char* name, std::string formula, std::vector<std::string> axes, const auto& t, DType dtype) {
+        if (!tr.kept[stage_index(name)]) return;
         StageView s;
         s.name = name;
         s.formula = std::move(formula);

@@ -22,11 +22,14 @@
 // make_problem() (model.hpp) validates, attend() computes.
 #pragma once
 
+#include "attnscope/buffer.hpp"
 #include "attnscope/model.hpp"
 
 #include <xtensor/xtensor.hpp>
 
 #include <array>
+#include <bitset>
+#include <string>
 #include <cstddef>
 #include <string_view>
 #include <vector>
@@ -36,38 +39,59 @@ namespace attnscope {
 inline constexpr std::array<std::string_view, 9> kStageNames = {
     "Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context", "output"};
 
+// Stage indices into kStageNames, and a set of stages.
+enum Stage : std::size_t { kQ, kK, kV, kScores, kMask, kMaskedScores, kWeights, kContext, kOutput };
+using StageSet = std::bitset<kStageNames.size()>;
+inline StageSet all_stages() { return StageSet().set(); }
+std::size_t stage_index(std::string_view name);             // throws std::invalid_argument
+StageSet stage_set(const std::vector<std::string>& names);
+
+// How to compute (not what): which stages to keep, and on how many threads.
+// A stage not kept is never held whole: when only later stages are wanted, scores and
+// weights are computed tile by tile (a few query rows at a time) and dropped.
+struct Compute {
+    StageSet keep = all_stages();
+    std::size_t threads = 0;  // 0: every core
+};
+
 // A query row that can see no key at all (padding and/or causal mask): its weights are
 // all zero (PyTorch's _safe_softmax behaviour), never NaN.
 struct MaskedRow {
     std::size_t batch, query;
 };
 
+// The named stages of one run. Stages not in `kept` are empty tensors.
 template <typename T>
 struct Trace {
     Dims dims;
     bool batched = true;
     T scale = T(1);
-    xt::xtensor<T, 4> Q;              // (B, H, Tq, Dk)
-    xt::xtensor<T, 4> K;              // (B, H, Tk, Dk)
-    xt::xtensor<T, 4> V;              // (B, H, Tk, Dv)
-    xt::xtensor<T, 4> scores;         // (B, H, Tq, Tk)
-    xt::xtensor<bool, 3> mask;        // (B, Tq, Tk)
-    xt::xtensor<T, 4> masked_scores;  // (B, H, Tq, Tk)
-    xt::xtensor<T, 4> weights;        // (B, H, Tq, Tk)
-    xt::xtensor<T, 4> context;        // (B, H, Tq, Dv)
-    xt::xtensor<T, 3> output;         // (B, Tq, Dout)
+    StageSet kept;
+    Tensor<T, 4> Q;              // (B, H, Tq, Dk)
+    Tensor<T, 4> K;              // (B, H, Tk, Dk)
+    Tensor<T, 4> V;              // (B, H, Tk, Dv)
+    Tensor<T, 4> scores;         // (B, H, Tq, Tk)
+    Tensor<bool, 3> mask;        // (B, Tq, Tk)
+    Tensor<T, 4> masked_scores;  // (B, H, Tq, Tk)
+    Tensor<T, 4> weights;        // (B, H, Tq, Tk)
+    Tensor<T, 4> context;        // (B, H, Tq, Dv)
+    Tensor<T, 3> output;         // (B, Tq, Dout)
     std::vector<MaskedRow> fully_masked;
 };
 
 // The "may attend" matrix: not PAD and, when causal, not in the future.
 // key_padding_mask (B, Tk) true = PAD, or none  ->  (B, Tq, Tk) true = visible
-xt::xtensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_padding_mask, bool causal,
-                                    CausalAlign align);
+Tensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_padding_mask, bool causal,
+                               CausalAlign align);
+
+// Bytes a run will allocate: the kept stages plus the working set (projections,
+// per-thread tiles). Used to refuse a run before it allocates anything.
+std::size_t planned_bytes(const Dims& d, std::size_t value_size, const Compute& how);
 
 template <typename T>
-Trace<T> attend(const Problem<T>& p);
+Trace<T> attend(const Problem<T>& p, const Compute& how = {});
 
-extern template Trace<float> attend<float>(const Problem<float>&);
-extern template Trace<double> attend<double>(const Problem<double>&);
+extern template Trace<float> attend<float>(const Problem<float>&, const Compute&);
+extern template Trace<double> attend<double>(const Problem<double>&, const Compute&);
 
 }  // namespace attnscope

@@ -31,7 +31,10 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, Clock
     const auto t1 = Clock::now();
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << w << '\n';
 
-    Trace<T> trace = attend(problem);
+    Compute how;
+    how.keep = stage_set(stages);
+    how.threads = o.threads;
+    Trace<T> trace = attend(problem, how);
     const double compute_s = seconds_since(t1);
     const auto t2 = Clock::now();
     TraceView view = view_of(bundle.source, problem, trace);

@@ -1,0 +1,39 @@
+// attnscope — memory for large stage tensors.
+//
+// Touching fresh memory costs a page fault per 4 KiB page on this kind of machine
+// (~12 µs each); a 1 GiB weights tensor would spend seconds there. Buffers of 4 MiB
+// and more are therefore 2 MiB-aligned and asked to be backed by transparent huge
+// pages (madvise), as numpy does for its large arrays. Nothing is touched on
+// allocation: a buffer costs only what is written into it.
+#pragma once
+
+#include <xtensor/xtensor.hpp>
+
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+
+namespace attnscope {
+
+void* allocate_large(std::size_t bytes);  // throws std::bad_alloc
+void release_large(void* p) noexcept;
+
+template <typename T>
+struct HugePageAllocator {
+    using value_type = T;
+    HugePageAllocator() = default;
+    template <typename U>
+    HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
+    T* allocate(std::size_t n) { return static_cast<T*>(allocate_large(n * sizeof(T))); }
+    void deallocate(T* p, std::size_t) noexcept { release_large(p); }
+    template <typename U>
+    bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
+    template <typename U>
+    bool operator!=(const HugePageAllocator<U>&) const noexcept { return false; }
+};
+
+// The tensors of a Trace: fixed rank, row-major, huge-page backed when large.
+template <typename T, std::size_t N>
+using Tensor = xt::xtensor<T, N, xt::layout_type::row_major, HugePageAllocator<T>>;
+
+}  // namespace attnscope

@@ -77,20 +77,22 @@ public:
     }
 
     // A weight in math layout (in, out) whose first axis must be `in`.
-    Mat weight(const Array& a, std::size_t in, const std::string& in_name, const std::string& source_desc) const {
+    // `out` is the width the columns must have, when already known (0: any).
+    Mat weight(const Array& a, std::size_t in, const std::string& in_name, const std::string& source_desc,
+               std::size_t out = 0) const {
         Mat m = matrix(a);
         if (spec_.layout == Layout::torch) m = m.transposed();
-        check_in(m, a, in, in_name, source_desc);
+        check_in(m, a, in, in_name, source_desc, out);
         return m;
     }
 
     void check_in(const Mat& m, const Array& a, std::size_t in, const std::string& in_name,
-                  const std::string& source_desc) const {
+                  const std::string& source_desc, std::size_t out) const {
         if (m.rows == in) return;
         std::string layout = spec_.layout == Layout::torch ? "(out, in) layout, --layout torch" : "math layout (in, out)";
         std::string what = "expected " + std::to_string(in) + " rows (" + in_name + ", the width of " + source_desc +
                            ") in the " + layout + ", found shape " + shape_str(a.shape);
-        if (m.cols == in)
+        if (m.cols == in && (out == 0 || m.rows == out))
             what += spec_.layout == Layout::math
                         ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass --layout torch"
                         : "; its transpose would fit: it looks stored (in, out), so drop --layout torch";
@@ -104,7 +106,7 @@ public:
                 throw InputError(b_.source + ": unknown array '" + name + "' (a bundle may hold: " + join(known) + ")");
             if (kTorchNames.count(name) && spec_.layout != Layout::torch)
                 throw InputError(b_.source + ": " + name +
-                                 " is a PyTorch nn.MultiheadAttention weight, stored (out, in); pass --layout torch to read it");
+                                 " is a PyTorch nn.MultiheadAttention parameter (weights stored (out, in)); pass --layout torch to read it");
         }
     }
 
@@ -237,7 +239,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
             if (!k_proj || !v_proj)
                 throw InputError(bundle.source + ": q_proj_weight needs k_proj_weight and v_proj_weight beside it");
             wq = bld.weight(*q_proj, d.Dm, "Dm", "x");
-            wk = bld.weight(*k_proj, d.Dkv, "Dkv", src_desc);
+            wk = bld.weight(*k_proj, d.Dkv, "Dkv", src_desc, wq.cols);
             wv = bld.weight(*v_proj, d.Dkv, "Dkv", src_desc);
         }
         if (const Array* b = bld.find("in_proj_bias")) {
@@ -254,7 +256,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
                 throw InputError(bundle.source + ": no array '" + n + "' (the " + std::string(n).substr(2) +
                                  " projection, shape (in, out))");
         wq = bld.weight(*bld.find("W_Q"), d.Dm, "Dm", "x");
-        wk = bld.weight(*bld.find("W_K"), d.Dkv, "Dkv", src_desc);
+        wk = bld.weight(*bld.find("W_K"), d.Dkv, "Dkv", src_desc, wq.cols);
         wv = bld.weight(*bld.find("W_V"), d.Dkv, "Dkv", src_desc);
         if (const Array* a = bld.find("W_O")) {
             wo = bld.matrix(*a);

@@ -40,6 +40,15 @@ void write_dump(const std::string& path, const TraceView& v, const std::vector<s
     } else {
         throw RuntimeFailure("--dump " + path + ": cannot create directory: " + std::strerror(errno));
     }
+    // Refuse before writing anything when a target cannot be replaced by a file, so a
+    // failed dump never leaves old and new stages mixed.
+    for (const auto& a : arrays) {
+        std::string target = path + "/" + a.name + ".npy";
+        if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+            if (created) ::rmdir(path.c_str());
+            throw RuntimeFailure("--dump " + path + ": cannot write " + target + ": it exists and is not a regular file");
+        }
+    }
     try {
         std::vector<AtomicFile> files;
         for (const auto& a : arrays) {

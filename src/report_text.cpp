@@ -105,7 +105,7 @@ std::string dims_line(const Dims& d) {
            " Dk=" + std::to_string(d.Dk) + " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
 }
 
-void check_selection(const std::vector<std::size_t>& chosen, std::size_t n, const char* option, const char* what) {
+void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const char* option, const char* what) {
     for (std::size_t i : chosen)
         if (i >= n)
             throw UsageError(std::string(option) + ": " + what + " " + std::to_string(i) + " does not exist (expected 0.." +
@@ -114,10 +114,14 @@ void check_selection(const std::vector<std::size_t>& chosen, std::size_t n, cons
 
 }  // namespace
 
+void check_selection(const TextOptions& o, const Dims& d) {
+    check_range(o.batches, d.B, "--batch", "batch item");
+    check_range(o.heads, d.H, "--head", "head");
+}
+
 void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
     const Dims& d = v.dims;
-    check_selection(o.batches, d.B, "--batch", "batch item");
-    check_selection(o.heads, d.H, "--head", "head");
+    check_selection(o, d);
     auto all = [](std::size_t n) {
         std::vector<std::size_t> r(n);
         for (std::size_t i = 0; i < n; ++i) r[i] = i;

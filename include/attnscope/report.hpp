@@ -65,6 +65,10 @@ struct TextOptions {
     bool full = false;          // never summarise
 };
 
+// UsageError when a chosen batch item or head does not exist. Called by write_text, and
+// by a front end before it writes anything, so a bad choice leaves no output behind.
+void check_selection(const TextOptions& options, const Dims& dims);
+
 // The readable report: a header, then each chosen stage with its formula, shape and values.
 void write_text(std::ostream& out, const TraceView& view, const TextOptions& options);
 

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <string>
 #include <new>
 
 int main(int argc, char** argv) {
@@ -17,6 +18,9 @@ int main(int argc, char** argv) {
     CLI::App* run = attnscope::cli::setup_run(app, run_opts);
 
     try {
+        // Name an unknown command (CLI11 would only say that one is required).
+        if (argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "run")
+            throw attnscope::UsageError(std::string("unknown command '") + argv[1] + "' (expected: run; see attnscope --help)");
         app.parse(argc, argv);
         if (run->parsed()) return attnscope::cli::run_run(run_opts);
         return 0;

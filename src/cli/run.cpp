@@ -27,6 +27,14 @@ template <typename T>
 int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, Clock::time_point t0) {
     const auto stages = parse_stage_list(o.stages);
     Problem<T> problem = make_problem<T>(bundle, spec);
+    TextOptions text;
+    text.stages = stages;
+    text.batches = o.batches;
+    text.heads = o.heads_shown;
+    text.decimals = o.decimals;
+    text.edgeitems = o.edgeitems;
+    text.full = o.full;
+    check_selection(text, problem.dims);  // before anything is written
     const double load_s = seconds_since(t0);
     const auto t1 = Clock::now();
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << w << '\n';
@@ -52,14 +60,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, Clock
     if (o.json) {
         write_json(std::cout, view, stages);
     } else if (!o.quiet) {
-        TextOptions t;
-        t.stages = stages;
-        t.batches = o.batches;
-        t.heads = o.heads_shown;
-        t.decimals = o.decimals;
-        t.edgeitems = o.edgeitems;
-        t.full = o.full;
-        write_text(std::cout, view, t);
+        write_text(std::cout, view, text);
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
@@ -87,7 +88,7 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
 
     run->add_option("--heads", o.heads, "Number of heads H (splits the projected widths)")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
     run->add_flag("--causal", o.causal, "Causal mask: query i sees only keys j <= i");
     run->add_option("--causal-align", o.causal_align,
                     "top-left (like torch.tril) or bottom-right (query i sits at i + Tk - Tq, the KV-cache view)")
@@ -118,7 +119,7 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     run->add_option("--dump", o.dump, "Write each stage as NAME.npy into this directory, or into one .npz archive");
     run->add_flag("--json", o.json, "Print one JSON document instead of the report");
     run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)");
-    run->add_option("--threads", o.threads, "Compute threads (default: every core)")->check(CLI::PositiveNumber);
+    run->add_option("--threads", o.threads, "Compute threads (default: every core)")->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
     run->add_flag("--timings", o.timings, "Print the seconds spent loading, computing and writing to stderr");
     return run;
 }

@@ -75,7 +75,7 @@ bool visible_row(const Dims& d, const xt::xtensor<bool, 2>* pad, bool causal, Ca
 // working set stays bounded whatever Tq is.
 std::size_t tile_rows(const Dims& d, std::size_t value_size) {
     std::size_t rows = (std::size_t{4} << 20) / std::max<std::size_t>(1, d.Tk * value_size);
-    return std::clamp<std::size_t>(rows, 64, std::max<std::size_t>(d.Tq, 1));
+    return std::min(std::max<std::size_t>(rows, 64), std::max<std::size_t>(d.Tq, 1));
 }
 
 std::size_t thread_count(const Compute& how) {

@@ -149,20 +149,20 @@ Array parse_json_array(std::string_view text, const std::string& origin) {
     return Flattener(origin, false).run(j, "");
 }
 
-Bundle load_bundle(const std::string& path) {
+Bundle load_bundle(const std::string& path, std::size_t max_bytes) {
     if (path == "-") return parse_json_bundle(read_stdin(), "<stdin>");
-    std::string bytes = read_file(path);
+    std::string bytes = read_file(path, max_bytes);
     if (ends_with(path, ".npy"))
         throw InputError(path + ": a .npy file holds one array, not a bundle; pass it with its own option (e.g. --x " +
                          path + ")");
-    if (ends_with(path, ".npz") || bytes.compare(0, 2, "PK") == 0) return parse_npz(bytes, path);
+    if (ends_with(path, ".npz") || bytes.compare(0, 2, "PK") == 0) return parse_npz(bytes, path, max_bytes);
     return parse_json_bundle(bytes, path);
 }
 
-Array load_array(const std::string& path, const std::string& name) {
-    std::string bytes = read_file(path);
+Array load_array(const std::string& path, const std::string& name, std::size_t max_bytes) {
+    std::string bytes = read_file(path, max_bytes);
     std::string origin = path + ": " + name;
-    if (ends_with(path, ".npy") || bytes.compare(0, 6, "\x93NUMPY") == 0) return parse_npy(bytes, origin);
+    if (ends_with(path, ".npy") || bytes.compare(0, 6, "\x93NUMPY") == 0) return parse_npy(bytes, origin, max_bytes);
     if (ends_with(path, ".npz"))
         throw InputError(path + ": an .npz archive is a bundle; pass it as the bundle, or give " + name + " as .npy or .json");
     return parse_json_array(bytes, origin);

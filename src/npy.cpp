@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -44,10 +45,24 @@ std::size_t dtype_size(DType dtype) {
     return 0;
 }
 
-std::string read_file(const std::string& path) {
+std::string format_bytes(std::size_t bytes) {
+    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = double(bytes);
+    int u = 0;
+    while (v >= 1024 && u < 6) v /= 1024, ++u;
+    char buf[48];
+    if (u == 0) std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
+    else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+std::string read_file(const std::string& path, std::size_t max_bytes) {
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
         throw InputError(path + ": is a directory, expected a file");
+    if (::stat(path.c_str(), &st) == 0 && std::size_t(st.st_size) > max_bytes)
+        throw MemoryLimitError(path + ": the file holds " + format_bytes(std::size_t(st.st_size)) +
+                               ", over the memory limit of " + format_bytes(max_bytes) + " (--max-memory)");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw InputError(path + ": cannot open file: " + std::strerror(errno));
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -255,7 +270,7 @@ std::string dtype_name(const ElementType& t) {
 
 }  // namespace
 
-Array parse_npy(std::string_view bytes, const std::string& origin) {
+Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes) {
     static constexpr char kMagic[] = "\x93NUMPY";
     if (bytes.size() < 10 || bytes.substr(0, 6) != std::string_view(kMagic, 6))
         throw InputError(origin + ": not a .npy file (no \\x93NUMPY magic at the start)");
@@ -290,6 +305,14 @@ Array parse_npy(std::string_view bytes, const std::string& origin) {
         throw InputError(origin + ": shape " + shape_str(h.shape) + " of " + dtype_name(t) + " needs " +
                          std::to_string(nbytes) + " data bytes, file has " + std::to_string(data.size()) +
                          (data.size() < nbytes ? " (truncated)" : " (trailing bytes)"));
+
+    // Values are widened to double (text: about a string per element).
+    std::size_t widened = 0;
+    if (__builtin_mul_overflow(count, t.kind == 'U' ? sizeof(std::string) + t.size : sizeof(double), &widened) ||
+        widened > max_bytes)
+        throw MemoryLimitError(origin + ": shape " + shape_str(h.shape) + " needs " +
+                               (widened ? format_bytes(widened) : std::string("more than can be addressed")) +
+                               " in memory, over the memory limit of " + format_bytes(max_bytes) + " (--max-memory)");
 
     Array a;
     a.shape = h.shape;

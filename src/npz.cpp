@@ -161,16 +161,31 @@ private:
 
 }  // namespace
 
-Bundle parse_npz(std::string_view bytes, const std::string& source) {
+Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes) {
     Bundle bundle;
     bundle.source = source;
     ZipReader zip(bytes, source);
-    for (const Member& m : zip.members()) {
+    const std::vector<Member> members = zip.members();
+    // Deflate cannot expand data more than 1032-fold: a directory claiming more is lying
+    // (a decompression bomb or corruption). Every declared size is checked against the
+    // memory limit before anything is inflated.
+    std::size_t declared = 0;
+    for (const Member& m : members) {
+        if (m.method == 8 && m.size / 1032 > m.comp_size + 1)
+            throw InputError(source + ": member '" + m.name + "' claims " + format_bytes(std::size_t(m.size)) +
+                             " from " + format_bytes(std::size_t(m.comp_size)) +
+                             " of deflate data, more than deflate can expand (corrupt, or a decompression bomb)");
+        if (__builtin_add_overflow(declared, std::size_t(m.size), &declared) || declared > max_bytes)
+            throw MemoryLimitError(source + ": its members would need " + format_bytes(declared) +
+                                   " decompressed, over the memory limit of " + format_bytes(max_bytes) +
+                                   " (--max-memory)");
+    }
+    for (const Member& m : members) {
         std::string name = m.name;
         if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
         else throw InputError(source + ": member '" + m.name + "' is not a .npy array");
         if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
-        bundle.arrays[name] = parse_npy(zip.extract(m), source + ": " + name);
+        bundle.arrays[name] = parse_npy(zip.extract(m), source + ": " + name, max_bytes);
     }
     return bundle;
 }

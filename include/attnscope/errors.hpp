@@ -16,6 +16,12 @@ struct InputError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// An input or a run that would need more memory than the limit allows (--max-memory).
+// Refused before the memory is allocated. Exit 2, like other input the run cannot take.
+struct MemoryLimitError : InputError {
+    using InputError::InputError;
+};
+
 // Contradictory or out-of-range options. Exit 2.
 struct UsageError : std::runtime_error {
     using std::runtime_error::runtime_error;

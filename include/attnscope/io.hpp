@@ -37,21 +37,30 @@ struct Bundle {
 // "(2, 3, 4)", "(5,)", "()" — numpy's spelling, used in every shape message.
 std::string shape_str(const std::vector<std::size_t>& shape);
 
+// Memory limits. Every reader takes `max_bytes`, the most it may allocate for what it
+// reads (file contents, decompressed members, values widened to double), and refuses
+// with MemoryLimitError *before* allocating more — so a header claiming terabytes, or a
+// decompression bomb, costs nothing.
+inline constexpr std::size_t kNoLimit = static_cast<std::size_t>(-1);
+
+// "1.5 GiB": a byte count for messages.
+std::string format_bytes(std::size_t bytes);
+
 // Reads a bundle: `.npz`, `.json`, or "-" for a JSON object on standard input.
-Bundle load_bundle(const std::string& path);
+Bundle load_bundle(const std::string& path, std::size_t max_bytes = kNoLimit);
 
 // Reads one array from its own file (`.npy`, or `.json` holding a nested list or an
 // object with a single entry); `name` labels it in messages.
-Array load_array(const std::string& path, const std::string& name);
+Array load_array(const std::string& path, const std::string& name, std::size_t max_bytes = kNoLimit);
 
 // Parsers on bytes already in memory; `origin` prefixes every message.
-Array parse_npy(std::string_view bytes, const std::string& origin);
-Bundle parse_npz(std::string_view bytes, const std::string& source);
+Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes = kNoLimit);
+Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes = kNoLimit);
 Bundle parse_json_bundle(std::string_view text, const std::string& source);
 Array parse_json_array(std::string_view text, const std::string& origin);
 
 // Whole file into memory; InputError naming the file when it cannot be read.
-std::string read_file(const std::string& path);
+std::string read_file(const std::string& path, std::size_t max_bytes = kNoLimit);
 
 // ---- writers --------------------------------------------------------------------------
 

@@ -7,7 +7,11 @@
 #include "attnscope/model.hpp"
 #include "attnscope/report.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -21,10 +25,72 @@ const char* const kArrayOptions[] = {"x", "memory", "W_Q", "W_K", "W_V", "W_O",
 
 using Clock = std::chrono::steady_clock;
 
+// "8G", "512M", "100k", "12345" -> bytes (binary units).
+std::size_t parse_size(const std::string& text) {
+    std::size_t pos = 0;
+    double v = -1;
+    try {
+        v = std::stod(text, &pos);
+    } catch (const std::exception&) {
+    }
+    std::string unit = text.substr(pos);
+    double mult = unit.empty() || unit == "B" ? 1 : 0;
+    const char* units = "KMGT";
+    for (int k = 0; k < 4; ++k)
+        if (unit == std::string(1, units[k]) || unit == std::string(1, units[k]) + "B" ||
+            unit == std::string(1, units[k]) + "iB" || unit == std::string(1, char(units[k] + 32)))
+            mult = std::pow(1024.0, k + 1);
+    if (!(v > 0) || mult == 0 || v * mult > 1.8e19)
+        throw UsageError("--max-memory: expected a size such as 8G, 512M or 1000000, found '" + text + "'");
+    return std::size_t(v * mult);
+}
+
+std::size_t memory_limit(const RunOptions& o) {
+    if (!o.max_memory.empty()) return parse_size(o.max_memory);
+    long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return kNoLimit;
+    return std::size_t(pages) / 4 * 3 * std::size_t(page);
+}
+
+// Existing outputs are kept unless --force: checked before any work is done.
+void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) {
+    if (o.dump.empty() || o.force) return;
+    struct stat st {};
+    const bool npz = o.dump.size() > 4 && o.dump.compare(o.dump.size() - 4, 4, ".npz") == 0;
+    if (npz) {
+        if (::stat(o.dump.c_str(), &st) == 0)
+            throw UsageError("--dump " + o.dump + ": exists; pass --force to replace it");
+        return;
+    }
+    for (const auto& s : stages) {
+        std::string target = o.dump + "/" + s + ".npy";
+        if (::stat(target.c_str(), &st) == 0)
+            throw UsageError("--dump " + o.dump + ": " + target + " exists; pass --force to replace it");
+    }
+}
+
+// What a run holds at its peak: the arrays as read, the typed inputs, the kept stages
+// and the working set. Refused before the computation allocates any of it.
+template <typename T>
+void check_memory(const Bundle& bundle, const Problem<T>& p, const Compute& how, std::size_t limit) {
+    const Dims& d = p.dims;
+    std::size_t read = 0;
+    for (const auto& [name, a] : bundle.arrays) read += a.values.size() * sizeof(double);
+    std::size_t typed = sizeof(T) * (d.B * d.Tq * d.Dm + (p.cross ? d.B * d.Tk * d.Dkv : 0) + d.Dm * d.H * d.Dk +
+                                     d.Dkv * d.H * (d.Dk + d.Dv) + (p.W_O ? d.H * d.Dv * d.Dout : 0));
+    std::size_t run = planned_bytes(d, sizeof(T), how);
+    std::size_t total = read + typed;
+    if (__builtin_add_overflow(total, run, &total)) total = kNoLimit;
+    if (total > limit)
+        throw MemoryLimitError("the run needs " + format_bytes(total) + " (inputs " + format_bytes(read + typed) +
+                               ", stages and working set " + format_bytes(run) + "), over the memory limit of " +
+                               format_bytes(limit) + "; keep fewer stages with --stages, or raise --max-memory");
+}
+
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 template <typename T>
-int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, Clock::time_point t0) {
+int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit, Clock::time_point t0) {
     const auto stages = parse_stage_list(o.stages);
     Problem<T> problem = make_problem<T>(bundle, spec);
     TextOptions text;
@@ -42,6 +108,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, Clock
     Compute how;
     how.keep = stage_set(stages);
     how.threads = o.threads;
+    check_memory(bundle, problem, how, limit);
     Trace<T> trace = attend(problem, how);
     const double compute_s = seconds_since(t1);
     const auto t2 = Clock::now();
@@ -121,6 +188,9 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)");
     run->add_option("--threads", o.threads, "Compute threads (default: every core)")->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
     run->add_flag("--timings", o.timings, "Print the seconds spent loading, computing and writing to stderr");
+    run->add_option("--max-memory", o.max_memory,
+                    "Refuse runs needing more memory than this (e.g. 8G, 512M; default 3/4 of physical memory)");
+    run->add_flag("--force", o.force, "Replace existing --dump outputs");
     return run;
 }
 
@@ -137,12 +207,16 @@ int run_run(const RunOptions& o) {
     if (o.bundle.empty() && o.array_files.empty())
         throw UsageError("run: expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ...");
 
-    Bundle bundle;
-    if (!o.bundle.empty()) bundle = load_bundle(o.bundle);
-    else bundle.source = "<options>";
-    for (const auto& [name, file] : o.array_files) bundle.arrays[name] = load_array(file, name);
+    check_outputs(o, parse_stage_list(o.stages));
+    const std::size_t limit = memory_limit(o);
 
-    return o.dtype == "float32" ? run_typed<float>(o, bundle, spec, t0) : run_typed<double>(o, bundle, spec, t0);
+    Bundle bundle;
+    if (!o.bundle.empty()) bundle = load_bundle(o.bundle, limit);
+    else bundle.source = "<options>";
+    for (const auto& [name, file] : o.array_files) bundle.arrays[name] = load_array(file, name, limit);
+
+    return o.dtype == "float32" ? run_typed<float>(o, bundle, spec, limit, t0)
+                                : run_typed<double>(o, bundle, spec, limit, t0);
 }
 
 }  // namespace attnscope::cli

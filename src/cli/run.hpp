@@ -28,6 +28,8 @@ struct RunOptions {
     bool full = false;
     std::size_t threads = 0;  // 0: every core
     bool timings = false;
+    std::string max_memory;   // "8G", "512M", bytes; empty: 3/4 of physical memory
+    bool force = false;       // replace existing outputs
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

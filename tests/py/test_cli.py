@@ -442,7 +442,7 @@ class Inputs(CliTestCase):
                 f = self.save_npy("kpm.npy", array)
                 out = self.path("out.npz")
                 r = run("run", DATA / "padded.npz", "--heads", "2", "--key_padding_mask", f,
-                        "--dump", out, "-q")
+                        "--dump", out, "--force", "-q")
                 self.assert_ok(r)
                 with np.load(out) as npz:
                     np.testing.assert_array_equal(npz["mask"], expected["mask"])
@@ -575,7 +575,7 @@ class BadInput(CliTestCase):
 
         old = self.path("old.npz")
         old.write_bytes(b"previous content")
-        r = run_text(*args, "--dump", old, stdin=stdin)
+        r = run_text(*args, "--dump", old, "--force", stdin=stdin)
         self.assert_error(r, *fragments, code=code)
         self.assertEqual(old.read_bytes(), b"previous content", "old dump damaged")
         self.assertEqual(list(self.tmp.glob("*.tmp-*")), [])
@@ -758,11 +758,69 @@ class RuntimeFailure(CliTestCase):
         d.mkdir()
         (d / "weights.npy").mkdir()
         (d / "Q.npy").write_bytes(b"old Q")
-        r = run_text("run", DATA / "sentence.json", "--dump", d, "-q")
+        r = run_text("run", DATA / "sentence.json", "--dump", d, "--force", "-q")
         self.assert_error(r, "weights.npy", code=1)
         self.assertEqual(sorted(os.listdir(d)), ["Q.npy", "weights.npy"],
                          "a failed dump replaced some of the stages")
         self.assertEqual((d / "Q.npy").read_bytes(), b"old Q")
+
+
+class ExistingOutputs(CliTestCase):
+    """An existing output is replaced only with --force."""
+
+    def test_existing_npz_is_kept_without_force(self):
+        old = self.path("old.npz")
+        old.write_bytes(b"previous content")
+        r = run_text("run", DATA / "sentence.json", "--dump", old, "-q")
+        self.assert_error(r, str(old), "--force", code=2)
+        self.assertEqual(old.read_bytes(), b"previous content")
+        r = run_text("run", DATA / "sentence.json", "--dump", old, "--force", "-q")
+        self.assert_ok(r)
+        with np.load(old) as npz:
+            self.assertEqual(sorted(npz.files), sorted(common.STAGES))
+
+    def test_existing_directory_dump_is_kept_without_force(self):
+        d = self.path("dump")
+        d.mkdir()
+        (d / "weights.npy").write_bytes(b"old weights")
+        (d / "notes.txt").write_bytes(b"mine")
+        r = run_text("run", DATA / "sentence.json", "--dump", d, "-q")
+        self.assert_error(r, "weights.npy", "--force", code=2)
+        self.assertEqual(sorted(os.listdir(d)), ["notes.txt", "weights.npy"])
+        # Only the chosen stages are written; other files in the directory stay.
+        r = run_text("run", DATA / "sentence.json", "--dump", d, "--stages", "Q", "-q")
+        self.assert_ok(r)
+        self.assertEqual(sorted(os.listdir(d)), ["Q.npy", "notes.txt", "weights.npy"])
+
+
+class MemoryLimit(CliTestCase):
+    """Runs needing more than --max-memory are refused before allocating."""
+
+    def test_run_over_the_limit_is_refused_with_the_figure(self):
+        d = self.path("dump")
+        r = run_text("run", DATA / "sentence.json", "--heads", "2", "--max-memory", "8K", "--dump", d)
+        msg = self.assert_error(r, "memory limit", "--max-memory", code=2)
+        self.assertRegex(msg, r"the run needs \d+(\.\d)? KiB")
+        self.assert_no_output_files(d)
+
+    def test_header_claiming_terabytes_is_refused_without_allocating(self):
+        # A valid-looking header for (2**20, 2**20) float64 with no data behind it.
+        f = self.path("huge.npy")
+        header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1048576, 1048576), }"
+        header += " " * (64 - (10 + len(header) + 1) % 64) + "\n"
+        f.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode())
+        r = run_text("run", DATA / "sentence.json", "--x", f, "-q")
+        self.assert_error(r, "huge.npy", code=2)
+
+    def test_bad_size_option(self):
+        r = run_text("run", DATA / "sentence.json", "--max-memory", "lots")
+        self.assert_error(r, "--max-memory", code=2)
+
+    def test_a_generous_limit_changes_nothing(self):
+        a = run_text("run", DATA / "sentence.json", "--heads", "2")
+        b = run_text("run", DATA / "sentence.json", "--heads", "2", "--max-memory", "1G")
+        self.assert_ok(b)
+        self.assertEqual(a.out, b.out)
 
 
 class VersionHelp(CliTestCase):

@@ -438,4 +438,29 @@ void AtomicFile::commit() {
     committed_ = true;
 }
 
+AtomicTextFile::AtomicTextFile(std::string target) : std::ostream(nullptr), file_(std::move(target)), buf_(file_) {
+    rdbuf(&buf_);
+}
+
+AtomicTextFile::Buf::int_type AtomicTextFile::Buf::overflow(int_type c) {
+    sync();
+    if (c != traits_type::eof()) {
+        *pptr() = char(c);
+        pbump(1);
+    }
+    return traits_type::not_eof(c);
+}
+
+int AtomicTextFile::Buf::sync() {
+    file.write(pbase(), std::size_t(pptr() - pbase()));  // throws RuntimeFailure on error
+    setp(data, data + sizeof data);
+    return 0;
+}
+
+void AtomicTextFile::commit() {
+    flush();
+    buf_.sync();
+    file_.commit();
+}
+
 }  // namespace attnscope

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <ostream>
+#include <streambuf>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -103,6 +105,25 @@ private:
     int fd_ = -1;
     std::uint64_t written_ = 0;
     bool committed_ = false;
+};
+
+// An std::ostream into an AtomicFile, for text outputs (HTML, SVG). Write errors surface
+// as RuntimeFailure from commit().
+class AtomicTextFile : public std::ostream {
+public:
+    explicit AtomicTextFile(std::string target);
+    void commit();
+
+private:
+    struct Buf : std::streambuf {
+        explicit Buf(AtomicFile& f) : file(f) { setp(data, data + sizeof data); }
+        int_type overflow(int_type c) override;
+        int sync() override;
+        AtomicFile& file;
+        char data[1 << 16];
+    };
+    AtomicFile file_;
+    Buf buf_;
 };
 
 // One .npy file; one .npz archive (stored members, zip64 where needed).

@@ -77,6 +77,16 @@ void write_text(std::ostream& out, const TraceView& view, const TextOptions& opt
 // which numpy.array(..., dtype=float) turns back into numbers. Streamed, never held whole.
 void write_json(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages);
 
+// A self-contained HTML page (no network access, no external files): every chosen stage
+// and head as a table heatmap with token labels, the exact number of each cell on hover,
+// masked cells marked apart from small weights.
+void write_html(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages);
+
+// One stage of one batch item and head as a self-contained SVG heatmap (for slides),
+// with token labels, a colour legend, and masked cells marked.
+void write_svg(std::ostream& out, const TraceView& view, const std::string& stage, std::size_t batch,
+               std::size_t head);
+
 // The chosen stages as .npy files NAME.npy in a directory (created if needed), or as one
 // .npz archive when `path` ends in ".npz". Every file is written under a temporary name
 // and renamed once all are complete.

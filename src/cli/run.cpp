@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -54,8 +55,14 @@ std::size_t memory_limit(const RunOptions& o) {
 
 // Existing outputs are kept unless --force: checked before any work is done.
 void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) {
-    if (o.dump.empty() || o.force) return;
+    if (!o.svg.empty() && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end())
+        throw UsageError("--svg-stage " + o.svg_stage + ": not among the chosen --stages");
+    if (o.force) return;
     struct stat st {};
+    for (const std::string* f : {&o.html, &o.svg})
+        if (!f->empty() && ::stat(f->c_str(), &st) == 0)
+            throw UsageError(*f + ": exists; pass --force to replace it");
+    if (o.dump.empty()) return;
     const bool npz = o.dump.size() > 4 && o.dump.compare(o.dump.size() - 4, 4, ".npz") == 0;
     if (npz) {
         if (::stat(o.dump.c_str(), &st) == 0)
@@ -124,6 +131,16 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     }
 
     if (!o.dump.empty()) write_dump(o.dump, view, stages);
+    if (!o.html.empty()) {
+        AtomicTextFile f(o.html);
+        write_html(f, view, stages);
+        f.commit();
+    }
+    if (!o.svg.empty()) {
+        AtomicTextFile f(o.svg);
+        write_svg(f, view, o.svg_stage, o.batches.empty() ? 0 : o.batches[0], o.heads_shown.empty() ? 0 : o.heads_shown[0]);
+        f.commit();
+    }
     if (o.json) {
         write_json(std::cout, view, stages);
     } else if (!o.quiet) {
@@ -190,7 +207,12 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     run->add_flag("--timings", o.timings, "Print the seconds spent loading, computing and writing to stderr");
     run->add_option("--max-memory", o.max_memory,
                     "Refuse runs needing more memory than this (e.g. 8G, 512M; default 3/4 of physical memory)");
-    run->add_flag("--force", o.force, "Replace existing --dump outputs");
+    run->add_flag("--force", o.force, "Replace existing outputs (--dump, --html, --svg)");
+    run->add_option("--html", o.html, "Write a self-contained HTML report of the chosen stages (opens offline)");
+    run->add_option("--svg", o.svg, "Write one stage of one head as an SVG heatmap (the first --batch and --head)");
+    run->add_option("--svg-stage", o.svg_stage, "Stage drawn by --svg")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"scores", "mask", "masked_scores", "weights"}));
     return run;
 }
 

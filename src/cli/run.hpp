@@ -30,6 +30,9 @@ struct RunOptions {
     bool timings = false;
     std::string max_memory;   // "8G", "512M", bytes; empty: 3/4 of physical memory
     bool force = false;       // replace existing outputs
+    std::string html;         // HTML report file
+    std::string svg;          // SVG heatmap file
+    std::string svg_stage = "weights";
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

@@ -3,6 +3,8 @@
 #include "attnscope/errors.hpp"
 #include "attnscope/report.hpp"
 
+#include "text_util.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,38 +13,7 @@
 namespace attnscope {
 namespace {
 
-std::size_t display_width(const std::string& s) {
-    std::size_t n = 0;
-    for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // count UTF-8 code points
-    return n;
-}
-
-std::string clip_label(const std::string& s, std::size_t max = 12) {
-    if (display_width(s) <= max) return s;
-    std::size_t points = 0, i = 0;
-    for (; i < s.size(); ++i) {
-        if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && ++points == max) break;
-    }
-    return s.substr(0, i) + "…";
-}
-
-std::string pad_left(const std::string& s, std::size_t w) {
-    std::size_t n = display_width(s);
-    return n >= w ? s : std::string(w - n, ' ') + s;
-}
-std::string pad_right(const std::string& s, std::size_t w) {
-    std::size_t n = display_width(s);
-    return n >= w ? s : s + std::string(w - n, ' ');
-}
-
-std::string format_number(double v, int decimals) {
-    if (std::isnan(v)) return "nan";
-    if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
-    if (v == 0) return "0";  // exactly zero (a masked weight), unlike a small weight shown as 0.0000
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-    return buf;
-}
+using namespace text;
 
 // The indices shown along an axis of length n: all, or the ends with a gap (npos) between.
 std::vector<std::size_t> shown(std::size_t n, const TextOptions& o) {
@@ -55,13 +26,6 @@ std::vector<std::size_t> shown(std::size_t n, const TextOptions& o) {
     idx.push_back(std::string::npos);
     for (std::size_t i = n - o.edgeitems; i < n; ++i) idx.push_back(i);
     return idx;
-}
-
-// Label of position i along an axis named `axis` for batch item b.
-std::string axis_label(const TraceView& v, const std::string& axis, std::size_t b, std::size_t i) {
-    if (axis == "Tq") return v.query_tokens.empty() ? "q" + std::to_string(i) : clip_label(v.query_tokens[b][i]);
-    if (axis == "Tk") return v.key_tokens.empty() ? "k" + std::to_string(i) : clip_label(v.key_tokens[b][i]);
-    return "d" + std::to_string(i);
 }
 
 void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std::size_t offset, std::size_t b,
@@ -163,6 +127,13 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
         }
         out << "\n== " << s.name << " = " << s.formula << '\n';
         out << "   shape (" << axes << ") = (" << sizes << ")\n";
+        if (o.explain)
+            for (const auto& para : explain_stage(v, s))
+                for (const auto& line : wrap(para, o.width > 23 ? o.width - 3 : 20)) out << "   " << line << '\n';
+        if (o.heatmap && s.axes.size() >= 2 && s.axes.back() == "Tk" && s.axes[s.axes.size() - 2] == "Tq") {
+            write_heatmaps(out, v, s, o);
+            continue;
+        }
         // The leading axes (B and/or H) pick matrices; the last two are printed.
         const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
         const std::size_t matrix = s.shape[s.shape.size() - 2] * s.shape.back();

@@ -57,13 +57,34 @@ extern template TraceView view_of<double>(const std::string&, const Problem<doub
 // empty means every stage.
 std::vector<std::string> parse_stage_list(const std::string& list);
 
+// How a terminal shows colour: none (plain text, e.g. not a terminal, NO_COLOR),
+// the xterm 256-colour palette, or 24-bit truecolor.
+enum class ColorMode { none, c256, truecolor };
+
 struct TextOptions {
     std::vector<std::string> stages;                 // which stages, pipeline order
     std::vector<std::size_t> batches, heads;         // which items and heads; empty = all
     int decimals = 4;
     std::size_t edgeitems = 3;  // an axis longer than 2*edgeitems + 2 shows its ends around "…"
     bool full = false;          // never summarise
+    bool heatmap = false;       // scores, mask, masked_scores, weights as heatmaps
+    bool panels = false;        // scores | masked_scores | weights side by side, per head
+    bool explain = false;       // narrate each stage: formula, shapes with numbers, masks
+    ColorMode color = ColorMode::none;
+    std::size_t width = 80;     // terminal columns, for heads side by side
 };
+
+// Heatmaps of one (Tq, Tk) stage for the chosen batch items and heads, several heads
+// side by side when `width` allows, with token labels, a legend with numbers, and
+// masked cells drawn apart from small values. Viridis colours (colour-blind safe);
+// without colour, a character ramp.
+void write_heatmaps(std::ostream& out, const TraceView& view, const StageView& stage, const TextOptions& options);
+
+// For each chosen batch item and head: scores | masked_scores | weights side by side.
+void write_panels(std::ostream& out, const TraceView& view, const TextOptions& options);
+
+// Lines narrating how a stage was computed, with the actual shapes and numbers.
+std::vector<std::string> explain_stage(const TraceView& view, const StageView& stage);
 
 // UsageError when a chosen batch item or head does not exist. Called by write_text, and
 // by a front end before it writes anything, so a bad choice leaves no output behind.

@@ -7,12 +7,14 @@
 #include "attnscope/model.hpp"
 #include "attnscope/report.hpp"
 
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 
@@ -25,6 +27,28 @@ const char* const kArrayOptions[] = {"x", "memory", "W_Q", "W_K", "W_V", "W_O",
                                      "b_Q", "b_K", "b_V", "b_O", "key_padding_mask"};
 
 using Clock = std::chrono::steady_clock;
+
+// Colour only for a terminal, unless asked; NO_COLOR (any value) turns "auto" off.
+ColorMode color_mode(const std::string& when) {
+    const char* no_color = std::getenv("NO_COLOR");
+    const char* term = std::getenv("TERM");
+    bool on = when == "always" || (when == "auto" && ::isatty(STDOUT_FILENO) && !(no_color && *no_color) &&
+                                   !(term && std::string(term) == "dumb"));
+    if (!on) return ColorMode::none;
+    const char* ct = std::getenv("COLORTERM");
+    std::string c = ct ? ct : "";
+    return c == "truecolor" || c == "24bit" ? ColorMode::truecolor : ColorMode::c256;
+}
+
+std::size_t terminal_width() {
+    struct winsize ws {};
+    if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
+    if (const char* c = std::getenv("COLUMNS")) {
+        long n = std::strtol(c, nullptr, 10);
+        if (n >= 20 && n <= 10000) return std::size_t(n);
+    }
+    return 80;
+}
 
 // "8G", "512M", "100k", "12345" -> bytes (binary units).
 std::size_t parse_size(const std::string& text) {
@@ -114,6 +138,8 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
 
     Compute how;
     how.keep = stage_set(stages);
+    if (o.heatmap || o.panels) how.keep.set(kMask);  // heatmaps mark masked cells
+    if (o.panels) how.keep.set(kScores).set(kMaskedScores).set(kWeights);
     how.threads = o.threads;
     check_memory(bundle, problem, how, limit);
     Trace<T> trace = attend(problem, how);
@@ -144,7 +170,12 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     if (o.json) {
         write_json(std::cout, view, stages);
     } else if (!o.quiet) {
-        write_text(std::cout, view, text);
+        text.heatmap = o.heatmap;
+        text.explain = o.explain;
+        text.color = color_mode(o.color);
+        text.width = o.width ? o.width : terminal_width();
+        if (!o.panels) write_text(std::cout, view, text);
+        else write_panels(std::cout, view, text);
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
@@ -208,6 +239,15 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     run->add_option("--max-memory", o.max_memory,
                     "Refuse runs needing more memory than this (e.g. 8G, 512M; default 3/4 of physical memory)");
     run->add_flag("--force", o.force, "Replace existing outputs (--dump, --html, --svg)");
+    auto* views = run->add_option_group("Views");
+    views->add_flag("--heatmap", o.heatmap, "Draw scores, mask, masked_scores and weights as heatmaps");
+    views->add_flag("--panels", o.panels, "Per head: scores | masked_scores | weights side by side, as heatmaps");
+    views->add_flag("--explain", o.explain, "Narrate each stage: formula, shapes with numbers, what the masks hide");
+    views->add_option("--color", o.color, "Colour in heatmaps: auto (a terminal without NO_COLOR), always, never")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "always", "never"}));
+    views->add_option("--width", o.width, "Terminal width for heads side by side (default: the terminal's)")
+        ->check(CLI::Range(std::size_t{20}, std::size_t{10000}));
     run->add_option("--html", o.html, "Write a self-contained HTML report of the chosen stages (opens offline)");
     run->add_option("--svg", o.svg, "Write one stage of one head as an SVG heatmap (the first --batch and --head)");
     run->add_option("--svg-stage", o.svg_stage, "Stage drawn by --svg")

@@ -33,6 +33,9 @@ struct RunOptions {
     std::string html;         // HTML report file
     std::string svg;          // SVG heatmap file
     std::string svg_stage = "weights";
+    bool heatmap = false, panels = false, explain = false;
+    std::string color = "auto";
+    std::size_t width = 0;    // 0: the terminal's, or $COLUMNS, or 80
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

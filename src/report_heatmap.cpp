@@ -1,0 +1,259 @@
+// Terminal heatmaps: (Tq, Tk) stages as coloured cells (or a character ramp without
+// colour), token labels on both axes, a legend with numbers, masked cells marked "××"
+// so they cannot be mistaken for small values. Heads side by side when they fit.
+#include "attnscope/errors.hpp"
+#include "attnscope/report.hpp"
+
+#include "text_util.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <ostream>
+
+namespace attnscope {
+namespace {
+
+using namespace text;
+
+// Viridis (perceptually uniform, colour-blind safe), 9 stops from dark to light.
+constexpr std::array<std::array<double, 3>, 9> kViridis = {{{68, 1, 84},
+                                                           {71, 44, 122},
+                                                           {59, 81, 139},
+                                                           {44, 113, 142},
+                                                           {33, 144, 141},
+                                                           {39, 173, 129},
+                                                           {92, 200, 99},
+                                                           {170, 220, 50},
+                                                           {253, 231, 37}}};
+constexpr const char* kRamp = " .:-=+*#%@";  // no colour: darker to denser
+constexpr const char* kReset = "\033[0m";
+constexpr const char* kMasked = "××";
+
+std::array<int, 3> viridis(double t) {
+    t = std::clamp(t, 0.0, 1.0) * double(kViridis.size() - 1);
+    std::size_t k = std::min<std::size_t>(std::size_t(t), kViridis.size() - 2);
+    double f = t - double(k);
+    std::array<int, 3> c{};
+    for (int i = 0; i < 3; ++i) c[std::size_t(i)] = int(std::lround(kViridis[k][std::size_t(i)] * (1 - f) + kViridis[k + 1][std::size_t(i)] * f));
+    return c;
+}
+
+std::string background(const std::array<int, 3>& c, ColorMode mode) {
+    char buf[32];
+    if (mode == ColorMode::truecolor) {
+        std::snprintf(buf, sizeof buf, "\033[48;2;%d;%d;%dm", c[0], c[1], c[2]);
+    } else {  // nearest colour of the xterm 6x6x6 cube
+        auto q = [](int v) { return (v * 5 + 127) / 255; };
+        std::snprintf(buf, sizeof buf, "\033[48;5;%dm", 16 + 36 * q(c[0]) + 6 * q(c[1]) + q(c[2]));
+    }
+    return buf;
+}
+
+// A cell of `w` columns (1 or 2) for a value at relative position t in [0, 1].
+std::string cell(double t, std::size_t w, ColorMode mode) {
+    if (mode == ColorMode::none) {
+        std::size_t k = std::size_t(std::lround(std::clamp(t, 0.0, 1.0) * 9));
+        return std::string(w, kRamp[k]);
+    }
+    return background(viridis(t), mode) + std::string(w, ' ') + kReset;
+}
+
+std::string masked_cell(std::size_t w, ColorMode mode) {
+    std::string m = w == 2 ? kMasked : "×";
+    return mode == ColorMode::none ? m : "\033[2m" + m + kReset;
+}
+
+std::string nan_cell(std::size_t w, ColorMode mode) {
+    std::string m = w == 2 ? "??" : "?";
+    return mode == ColorMode::none ? m : "\033[1;31m" + m + kReset;
+}
+
+// The value range a stage is drawn over: [0, 1] for weights and the mask, else the
+// finite values of every matrix shown (shared, so heads can be compared by eye).
+std::pair<double, double> value_range(const StageView& s, const std::vector<std::size_t>& batches,
+                                      const std::vector<std::size_t>& heads) {
+    if (s.name == "weights" || s.name == "mask") return {0.0, 1.0};
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    const std::size_t matrix = s.shape[s.shape.size() - 2] * s.shape.back();
+    for (std::size_t b : batches)
+        for (std::size_t h : heads) {
+            std::size_t off = matrix_offset(s, b, h);
+            for (std::size_t k = 0; k < matrix; ++k) {
+                double v = s.at(off + k);
+                if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+            }
+        }
+    if (!(lo <= hi)) return {0.0, 1.0};
+    if (lo == hi) hi = lo + 1;
+    return {lo, hi};
+}
+
+// One panel: lines of text and their display widths (escape codes take no columns).
+struct Panel {
+    std::vector<std::string> lines;
+    std::size_t width = 0;
+    void add(std::string line, std::size_t w) {
+        lines.push_back(std::move(line));
+        width = std::max(width, w);
+    }
+};
+
+// The code points of a label, one string each (for vertical column labels).
+std::vector<std::string> code_points(const std::string& s) {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < s.size();) {
+        std::size_t n = 1;
+        while (i + n < s.size() && (static_cast<unsigned char>(s[i + n]) & 0xC0) == 0x80) ++n;
+        out.push_back(s.substr(i, n));
+        i += n;
+    }
+    return out;
+}
+
+Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t h, std::pair<double, double> range,
+             const TextOptions& o, std::size_t max_cols_width) {
+    const std::size_t nd = s.shape.size(), rows = s.shape[nd - 2], cols = s.shape[nd - 1];
+    const std::size_t off = matrix_offset(s, b, h);
+    const bool has_mask = std::any_of(v.stages.begin(), v.stages.end(), [](const StageView& x) { return x.name == "mask"; });
+    const StageView* mask = has_mask ? &v.stage("mask") : nullptr;
+    // Labels: queries on rows, keys on columns (vertical, up to 6 characters).
+    std::size_t label_w = 1;
+    std::vector<std::string> row_labels(rows);
+    for (std::size_t i = 0; i < rows; ++i) {
+        row_labels[i] = clip_label(axis_label(v, "Tq", b, i), 8);
+        label_w = std::max(label_w, display_width(row_labels[i]));
+    }
+    // Two columns per cell when they fit, else one; beyond that the first keys only.
+    std::size_t avail = max_cols_width > label_w + 1 ? max_cols_width - label_w - 1 : 1;
+    std::size_t cw = 2 * cols <= avail ? 2 : 1;
+    std::size_t shown_cols = std::min(cols, std::max<std::size_t>(1, avail / cw));
+
+    Panel p;
+    std::string title = s.name;
+    if (v.batched) title += ", batch " + std::to_string(b);
+    if (std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end()) title += ", head " + std::to_string(h);
+    p.add(title, display_width(title));
+    std::vector<std::vector<std::string>> col_labels(shown_cols);
+    std::size_t label_lines = 0;
+    for (std::size_t j = 0; j < shown_cols; ++j) {
+        col_labels[j] = code_points(axis_label(v, "Tk", b, j));
+        if (col_labels[j].size() > 6) col_labels[j].resize(6);
+        label_lines = std::max(label_lines, col_labels[j].size());
+    }
+    for (std::size_t k = 0; k < label_lines; ++k) {
+        std::string line(label_w + 1, ' ');
+        for (std::size_t j = 0; j < shown_cols; ++j) {
+            line += k < col_labels[j].size() ? col_labels[j][k] : " ";
+            if (cw == 2) line += ' ';
+        }
+        p.add(line, label_w + 1 + cw * shown_cols);
+    }
+    for (std::size_t i = 0; i < rows; ++i) {
+        std::string line = pad_right(row_labels[i], label_w) + " ";
+        for (std::size_t j = 0; j < shown_cols; ++j) {
+            double x = s.at(off + i * cols + j);
+            bool hidden = s.name == "mask" ? x == 0
+                          : mask ? mask->at(matrix_offset(*mask, b, 0) + i * cols + j) == 0
+                                 : (s.name == "masked_scores" && x == -std::numeric_limits<double>::infinity());
+            if (hidden) line += masked_cell(cw, o.color);
+            else if (std::isnan(x)) line += nan_cell(cw, o.color);
+            else line += cell((x - range.first) / (range.second - range.first), cw, o.color);
+        }
+        p.add(line, label_w + 1 + cw * shown_cols);
+    }
+    if (shown_cols < cols) {
+        std::string note = "(keys 0.." + std::to_string(shown_cols - 1) + " of " + std::to_string(cols) + ")";
+        p.add(note, display_width(note));
+    }
+    return p;
+}
+
+std::string legend(const StageView& s, std::pair<double, double> range, ColorMode mode) {
+    char lo[32], hi[32];
+    std::snprintf(lo, sizeof lo, "%.4g", range.first);
+    std::snprintf(hi, sizeof hi, "%.4g", range.second);
+    std::string out = "  legend  " + std::string(lo) + " ";
+    for (int k = 0; k <= 9; ++k) out += cell(k / 9.0, 2, mode);
+    out += " " + std::string(hi) + "   " + masked_cell(2, mode) + " masked";
+    if (s.name == "weights") out += " (exactly 0)";
+    if (s.name == "masked_scores") out += " (-inf)";
+    return out + "   " + nan_cell(2, mode) + " NaN\n";
+}
+
+void print_side_by_side(std::ostream& out, const std::vector<Panel>& panels, std::size_t width) {
+    constexpr std::size_t gap = 3;
+    for (std::size_t first = 0; first < panels.size();) {
+        std::size_t used = panels[first].width, last = first + 1;
+        while (last < panels.size() && used + gap + panels[last].width <= width) used += gap + panels[last++].width;
+        std::size_t lines = 0;
+        for (std::size_t k = first; k < last; ++k) lines = std::max(lines, panels[k].lines.size());
+        for (std::size_t l = 0; l < lines; ++l) {
+            std::string line;
+            for (std::size_t k = first; k < last; ++k) {
+                const Panel& p = panels[k];
+                std::string text = l < p.lines.size() ? p.lines[l] : "";
+                // Pad by display width; escape sequences occupy no columns.
+                std::size_t w = 0;
+                for (std::size_t i = 0; i < text.size(); ++i) {
+                    if (text[i] == '\033') {
+                        while (i < text.size() && text[i] != 'm') ++i;
+                        continue;
+                    }
+                    w += (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
+                }
+                line += text + (k + 1 < last ? std::string(p.width - std::min(w, p.width) + gap, ' ') : "");
+            }
+            out << "  " << line << '\n';
+        }
+        out << '\n';
+        first = last;
+    }
+}
+
+bool is_matrix_over_keys(const StageView& s) {
+    return s.axes.size() >= 2 && s.axes[s.axes.size() - 2] == "Tq" && s.axes.back() == "Tk";
+}
+
+}  // namespace
+
+void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, const TextOptions& o) {
+    if (!is_matrix_over_keys(s)) throw UsageError("--heatmap: stage " + s.name + " is not a (query, key) matrix");
+    const auto batches = chosen_or_all(o.batches, v.dims.B);
+    const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
+    const auto heads = has_heads ? chosen_or_all(o.heads, v.dims.H) : std::vector<std::size_t>{0};
+    const auto range = value_range(s, batches, heads);
+    std::vector<Panel> panels;
+    for (std::size_t b : batches)
+        for (std::size_t h : heads) panels.push_back(render(v, s, b, h, range, o, o.width > 4 ? o.width - 4 : 4));
+    out << '\n';
+    print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
+    out << legend(s, range, o.color);
+}
+
+void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
+    const char* names[] = {"scores", "masked_scores", "weights"};
+    for (const char* n : names)
+        if (std::none_of(v.stages.begin(), v.stages.end(), [&](const StageView& x) { return x.name == n; }))
+            throw UsageError(std::string("--panels: needs the stage ") + n);
+    const auto batches = chosen_or_all(o.batches, v.dims.B);
+    const auto heads = chosen_or_all(o.heads, v.dims.H);
+    for (std::size_t b : batches)
+        for (std::size_t h : heads) {
+            std::vector<Panel> panels;
+            std::vector<std::pair<double, double>> ranges;
+            for (const char* n : names) {
+                const StageView& s = v.stage(n);
+                ranges.push_back(value_range(s, {b}, {h}));
+                panels.push_back(render(v, s, b, h, ranges.back(), o, (o.width > 12 ? o.width - 12 : 12) / 3));
+            }
+            out << "\n== " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
+                << ": scores -> masked_scores -> weights (softmax along each row)\n\n";
+            print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
+            for (std::size_t k = 0; k < 3; ++k) out << legend(v.stage(names[k]), ranges[k], o.color);
+        }
+}
+
+}  // namespace attnscope

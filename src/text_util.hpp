@@ -1,0 +1,92 @@
+// Text helpers shared by the terminal reports (numbers, heatmaps, explanations).
+// Internal to the library.
+#pragma once
+
+#include "attnscope/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace attnscope::text {
+
+inline std::size_t display_width(const std::string& s) {
+    std::size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // count UTF-8 code points
+    return n;
+}
+
+inline std::string clip_label(const std::string& s, std::size_t max = 12) {
+    if (display_width(s) <= max) return s;
+    std::size_t points = 0, i = 0;
+    for (; i < s.size(); ++i) {
+        if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && ++points == max) break;
+    }
+    return s.substr(0, i) + "…";
+}
+
+inline std::string pad_left(const std::string& s, std::size_t w) {
+    std::size_t n = display_width(s);
+    return n >= w ? s : std::string(w - n, ' ') + s;
+}
+inline std::string pad_right(const std::string& s, std::size_t w) {
+    std::size_t n = display_width(s);
+    return n >= w ? s : s + std::string(w - n, ' ');
+}
+
+inline std::string format_number(double v, int decimals) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+    if (v == 0) return "0";  // exactly zero (a masked weight), unlike a small weight shown as 0.0000
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    return buf;
+}
+
+// Label of position i along an axis named `axis` for batch item b.
+inline std::string axis_label(const TraceView& v, const std::string& axis, std::size_t b, std::size_t i) {
+    if (axis == "Tq") return v.query_tokens.empty() ? "q" + std::to_string(i) : clip_label(v.query_tokens[b][i]);
+    if (axis == "Tk") return v.key_tokens.empty() ? "k" + std::to_string(i) : clip_label(v.key_tokens[b][i]);
+    return "d" + std::to_string(i);
+}
+
+
+// Greedy word wrap to `width` display columns.
+inline std::vector<std::string> wrap(const std::string& text, std::size_t width) {
+    std::vector<std::string> lines;
+    std::string line, word;
+    auto flush_word = [&] {
+        if (word.empty()) return;
+        if (!line.empty() && display_width(line) + 1 + display_width(word) > width) lines.push_back(line), line.clear();
+        line += (line.empty() ? "" : " ") + word;
+        word.clear();
+    };
+    for (char c : text) {
+        if (c == ' ') flush_word();
+        else word += c;
+    }
+    flush_word();
+    if (!line.empty()) lines.push_back(line);
+    return lines;
+}
+
+// Batch items or heads chosen by the user, or all of them.
+inline std::vector<std::size_t> chosen_or_all(const std::vector<std::size_t>& chosen, std::size_t n) {
+    if (!chosen.empty()) return chosen;
+    std::vector<std::size_t> r(n);
+    for (std::size_t i = 0; i < n; ++i) r[i] = i;
+    return r;
+}
+
+// Offset of matrix (b, h) inside a stage whose last two axes form the matrix.
+inline std::size_t matrix_offset(const StageView& s, std::size_t b, std::size_t h) {
+    const std::size_t nd = s.shape.size();
+    const std::size_t matrix = s.shape[nd - 2] * s.shape[nd - 1];
+    const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
+    const bool has_batch = !s.axes.empty() && s.axes[0] == "B";
+    std::size_t heads = has_heads ? s.shape[has_batch ? 1 : 0] : 1;
+    return ((has_batch ? b : 0) * heads + (has_heads ? h : 0)) * matrix;
+}
+
+}  // namespace attnscope::text

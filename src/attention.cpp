@@ -193,6 +193,9 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     if (need_q) qf.resize(B * Tq * H * Dk), project(p.x.data(), B * Tq, d.Dm, p.W_Q, p.b_Q, qf.data());
     if (need_k) kf.resize(B * Tk * H * Dk), project(src.data(), B * Tk, d.Dkv, p.W_K, p.b_K, kf.data());
     if (need_v) vf.resize(B * Tk * H * Dv), project(src.data(), B * Tk, d.Dkv, p.W_V, p.b_V, vf.data());
+    if (p.spec.zero_key && need_k)  // experiment: key vector j := 0, so its score column is 0
+        for (std::size_t b = 0; b < B; ++b)
+            std::fill_n(kf.data() + (b * Tk + *p.spec.zero_key) * H * Dk, H * Dk, T(0));
     // (Rotary position embeddings, when they come, rotate Q and K here, between the
     // projections and the scores, as a stage of their own.)
     if (keep[kQ]) tr.Q = split_heads(qf, B, Tq, H, Dk), check_shape(tr.Q, std::array{B, H, Tq, Dk}, "Q");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 namespace attnscope {
@@ -173,6 +174,8 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
 
     if (spec.heads == 0) throw UsageError("--heads: expected a positive number of heads, found 0");
     if (spec.scale && !std::isfinite(*spec.scale)) throw UsageError("--scale: expected a finite number");
+    if (!(spec.temperature > 0) || !std::isfinite(spec.temperature))
+        throw UsageError("--temperature: expected a positive number");
     bld.check_names();
 
     // 1. Inputs: x (Tq, Dm) or (B, Tq, Dm); memory (Tk, Dkv) or (B, Tk, Dkv).
@@ -353,10 +356,18 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     if (spec.scale) {
         p.scale = static_cast<T>(*spec.scale);
         p.scale_source = "--scale";
+    } else if (spec.temperature != 1) {
+        p.scale = static_cast<T>(1.0 / (std::sqrt(double(d.Dk)) * spec.temperature));
+        char t[32];
+        std::snprintf(t, sizeof t, "%g", spec.temperature);
+        p.scale_source = "1/(sqrt(Dk) * temperature) = 1/(sqrt(" + std::to_string(d.Dk) + ") * " + t + ")";
     } else {
         p.scale = static_cast<T>(1.0 / std::sqrt(double(d.Dk)));
         p.scale_source = "1/sqrt(Dk) = 1/sqrt(" + std::to_string(d.Dk) + ")";
     }
+    if (spec.zero_key && *spec.zero_key >= d.Tk)
+        throw UsageError("--zero-key " + std::to_string(*spec.zero_key) + ": key does not exist (expected 0.." +
+                         std::to_string(d.Tk - 1) + ")");
     return p;
 }
 

@@ -1,12 +1,881 @@
-// Placeholder until the HTML/SVG writer lands.
+// Heatmaps of a trace: an HTML page with every chosen stage, batch item and head as a
+// table (for a browser or a projector), and one matrix as an SVG figure (for slides
+// and papers).
+//
+// Both are self-contained: no scripts, fonts, images or style sheets from elsewhere,
+// so they open offline. Colours are colour-blind safe: viridis (sequential) for
+// scores, masked_scores and weights; ColorBrewer's RdBu (diverging, white at 0) for
+// Q, K, V, context and output. A masked cell (the query may not see that key) is
+// hatched grey with no number, never a dark "small weight" colour.
+//
+// Numbers: the exact value of a cell (title and data-value in HTML, a <title> in SVG)
+// is the shortest text that reads back to the same float32/float64 value; the number
+// shown in a cell is rounded. Exact zeros print "0", and a value that rounds to zero
+// loses its sign (no "-0.00").
 #include "attnscope/errors.hpp"
 #include "attnscope/report.hpp"
 
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace attnscope {
-void write_html(std::ostream&, const TraceView&, const std::vector<std::string>&) {
-    throw RuntimeFailure("HTML output is not available yet");
+namespace {
+
+// ---------------------------------------------------------------------------
+// Text: escaping, labels, widths
+// ---------------------------------------------------------------------------
+
+// The code point at s[i] and its length in bytes; length 0 when the bytes there are not
+// well-formed UTF-8 (a stray continuation byte, an overlong form, a surrogate, > U+10FFFF).
+std::size_t decode_utf8(std::string_view s, std::size_t i, char32_t& cp) {
+    const auto byte = [&](std::size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(s[k])); };
+    const char32_t c = byte(i);
+    std::size_t len = 0;
+    char32_t min = 0;
+    if (c < 0x80) {
+        cp = c;
+        return 1;
+    }
+    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
+    else return 0;
+    if (i + len > s.size()) return 0;
+    for (std::size_t k = 1; k < len; ++k) {
+        if ((byte(i + k) & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (byte(i + k) & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
 }
-void write_svg(std::ostream&, const TraceView&, const std::string&, std::size_t, std::size_t) {
-    throw RuntimeFailure("SVG output is not available yet");
+
+// False for the characters XML 1.0 forbids (C0 controls but tab and newlines, U+FFFE,
+// U+FFFF) and those HTML calls parse errors (DEL, C1 controls).
+bool printable(char32_t cp) {
+    if (cp == '\t' || cp == '\n' || cp == '\r') return true;
+    if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) return false;
+    return cp != 0xFFFE && cp != 0xFFFF;
 }
+
+// `s` as HTML/XML character data or attribute value (in either quotes): markup
+// characters as entities, printable well-formed UTF-8 as it is, anything else as U+FFFD.
+std::string escape(std::string_view s) {
+    std::string r;
+    r.reserve(s.size());
+    for (std::size_t i = 0; i < s.size();) {
+        char32_t cp = 0;
+        const std::size_t len = decode_utf8(s, i, cp);
+        if (len == 0 || !printable(cp)) {
+            r += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+            i += len == 0 ? 1 : len;
+            continue;
+        }
+        switch (cp) {
+            case '&': r += "&amp;"; break;
+            case '<': r += "&lt;"; break;
+            case '>': r += "&gt;"; break;
+            case '"': r += "&quot;"; break;
+            case '\'': r += "&#39;"; break;
+            default: r.append(s.substr(i, len));
+        }
+        i += len;
+    }
+    return r;
+}
+
+// `s` cut to at most `max` code points, "…" marking a cut (as the text report does).
+std::string clip(const std::string& s, std::size_t max = 12) {
+    std::size_t points = 0;
+    for (std::size_t i = 0; i < s.size();) {
+        char32_t cp = 0;
+        const std::size_t len = decode_utf8(s, i, cp);
+        if (++points > max) return s.substr(0, i) + "…";
+        i += len == 0 ? 1 : len;
+    }
+    return s;
+}
+
+// Estimated width in pixels of `s` in a sans-serif font of size `font` (for SVG layout,
+// where text cannot be measured): wide East Asian characters take a full em.
+double text_width(const std::string& s, double font) {
+    double em = 0;
+    for (std::size_t i = 0; i < s.size();) {
+        char32_t cp = 0;
+        const std::size_t len = decode_utf8(s, i, cp);
+        i += len == 0 ? 1 : len;
+        if (cp >= 0x1100 && (cp <= 0x115F || (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xAC00 && cp <= 0xD7A3) ||
+                             (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFF00 && cp <= 0xFF60) || cp >= 0x1F300))
+            em += 1.0;
+        else if (cp >= 'A' && cp <= 'Z')
+            em += 0.72;
+        else
+            em += 0.62;
+    }
+    return em * font;
+}
+
+// The label of position i along `axis` for batch item b: its token, or q0.. / k0.. / d0..
+std::string axis_label(const TraceView& v, const std::string& axis, std::size_t b, std::size_t i) {
+    const bool query = axis == "Tq", key = axis == "Tk";
+    const TokenLabels& tokens = query ? v.query_tokens : v.key_tokens;
+    if ((query || key) && b < tokens.size() && i < tokens[b].size()) return tokens[b][i];
+    return (query ? "q" : key ? "k" : "d") + std::to_string(i);
+}
+
+// What an axis counts, for axis titles: "queries (Tq)", "keys (Tk)", "features (Dk)".
+std::string axis_title(const std::string& axis) {
+    if (axis == "Tq") return "queries (Tq)";
+    if (axis == "Tk") return "keys (Tk)";
+    return "features (" + axis + ")";
+}
+
+// ---------------------------------------------------------------------------
+// Numbers
+// ---------------------------------------------------------------------------
+
+// The shortest text that reads back to exactly `x`; "-inf", "inf", "nan" as in JSON output.
+template <typename T>
+std::string shortest(T x) {
+    if (std::isnan(x)) return "nan";
+    if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
+    char buf[48];
+    const auto r = std::to_chars(buf, buf + sizeof buf, x);
+    return std::string(buf, r.ptr);
+}
+
+// Element k of a stage, exactly, in the stage's own precision; a mask is "1" or "0".
+std::string exact_number(const StageView& s, std::size_t k) {
+    switch (s.dtype) {
+        case DType::float32: return shortest(static_cast<const float*>(s.data)[k]);
+        case DType::float64: return shortest(static_cast<const double*>(s.data)[k]);
+        case DType::boolean: return static_cast<const bool*>(s.data)[k] ? "1" : "0";
+    }
+    return {};
+}
+
+// `x` printed with `format` for a reader: exact zero is "0"; a value that rounds to zero
+// loses its sign (no "-0.00"); the minus sign is U+2212; infinities are "∞", "−∞".
+std::string readable(double x, const char* format) {
+    if (std::isnan(x)) return "NaN";
+    if (std::isinf(x)) return x < 0 ? "−∞" : "∞";
+    if (x == 0) return "0";
+    char buf[48];
+    std::snprintf(buf, sizeof buf, format, x);
+    std::string t = buf;
+    if (t[0] == '-') {
+        const std::string mantissa = t.substr(0, t.find_first_of("eE"));
+        if (mantissa.find_first_of("123456789") == std::string::npos) t.erase(0, 1);
+        else t.replace(0, 1, "−");
+    }
+    return t;
+}
+
+// The rounded number shown inside a cell: at most about five characters.
+std::string cell_text(double x) {
+    const double a = std::fabs(x);
+    return readable(x, a >= 1e4 ? "%.1e" : a >= 100 ? "%.0f" : a >= 10 ? "%.1f" : "%.2f");
+}
+
+// A number on a colour legend or in the page header.
+std::string tick_text(double x) { return readable(x, "%.3g"); }
+
+// ---------------------------------------------------------------------------
+// Colours
+// ---------------------------------------------------------------------------
+
+// Sequential: viridis (matplotlib), 16 stops from low to high.
+constexpr std::array<std::uint32_t, 16> kViridis = {0x440154, 0x481a6c, 0x472f7d, 0x414487, 0x39568c, 0x31688e,
+                                                    0x2a788e, 0x23888e, 0x1f988b, 0x22a884, 0x35b779, 0x54c568,
+                                                    0x7ad151, 0xa5db36, 0xd2e21b, 0xfde725};
+// Diverging: ColorBrewer RdBu, 11 stops from negative (blue) through 0 (white) to positive (red).
+constexpr std::array<std::uint32_t, 11> kBlueRed = {0x053061, 0x2166ac, 0x4393c3, 0x92c5de, 0xd1e5f0, 0xf7f7f7,
+                                                    0xfddbc7, 0xf4a582, 0xd6604d, 0xb2182b, 0x67001f};
+constexpr const char* kAllowed = "#21918c";  // a visible key in the mask stage (viridis at 0.5)
+constexpr const char* kHatchDark = "#8f8f8f";
+constexpr const char* kHatchLight = "#e3e3e3";
+
+enum class Palette { viridis, blue_red };
+
+struct Rgb {
+    double r, g, b;  // 0..255
+};
+
+template <std::size_t N>
+Rgb interpolate(const std::array<std::uint32_t, N>& stops, double t) {
+    const double x = std::clamp(t, 0.0, 1.0) * double(N - 1);
+    const std::size_t k = std::min(static_cast<std::size_t>(x), N - 2);
+    const double f = x - double(k);
+    const auto channel = [&](unsigned shift) {
+        const double a = double((stops[k] >> shift) & 0xFF), b = double((stops[k + 1] >> shift) & 0xFF);
+        return a + (b - a) * f;
+    };
+    return {channel(16), channel(8), channel(0)};
+}
+
+Rgb colour(Palette p, double t) { return p == Palette::viridis ? interpolate(kViridis, t) : interpolate(kBlueRed, t); }
+
+std::string hex(Rgb c) {
+    const auto byte = [](double u) { return static_cast<unsigned>(std::lround(std::clamp(u, 0.0, 255.0))); };
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "#%02x%02x%02x", byte(c.r), byte(c.g), byte(c.b));
+    return buf;
+}
+
+// True when white text reads better than black on `c` (WCAG relative luminance).
+bool dark(Rgb c) {
+    const auto lin = [](double u) {
+        u /= 255;
+        return u <= 0.04045 ? u / 12.92 : std::pow((u + 0.055) / 1.055, 2.4);
+    };
+    return 0.2126 * lin(c.r) + 0.7152 * lin(c.g) + 0.0722 * lin(c.b) < 0.179;
+}
+
+// The palette as CSS/SVG gradient stops "#440154 0%,...".
+std::string gradient_stops(Palette p, bool svg) {
+    std::string r;
+    const std::size_t n = p == Palette::viridis ? kViridis.size() : kBlueRed.size();
+    for (std::size_t k = 0; k < n; ++k) {
+        const double t = double(k) / double(n - 1);
+        const std::string c = hex(colour(p, t));
+        char pct[16];
+        std::snprintf(pct, sizeof pct, "%.1f%%", 100 * t);
+        if (svg) r += "<stop offset=\"" + std::string(pct) + "\" stop-color=\"" + c + "\"/>";
+        else r += (k ? "," : "") + c + " " + pct;
+    }
+    return r;
+}
+
+// ---------------------------------------------------------------------------
+// Matrices, their colour scales and their masked cells
+// ---------------------------------------------------------------------------
+
+// One matrix of a stage: its last two axes at batch item `batch` and head `head` (for
+// the leading axes the stage has: mask and output have no head axis, a 2-D input no
+// batch axis).
+struct Matrix {
+    const StageView* stage = nullptr;
+    std::size_t batch = 0, head = 0;
+    bool has_heads = false;
+    std::size_t offset = 0, rows = 0, cols = 0;
+
+    const std::string& row_axis() const { return stage->axes[stage->axes.size() - 2]; }
+    const std::string& col_axis() const { return stage->axes.back(); }
+    double at(std::size_t i, std::size_t j) const { return stage->at(offset + i * cols + j); }
+    std::string exact(std::size_t i, std::size_t j) const { return exact_number(*stage, offset + i * cols + j); }
+};
+
+Matrix matrix_of(const StageView& s, std::size_t b, std::size_t h) {
+    const std::size_t nd = s.shape.size();
+    if (nd < 2) throw std::logic_error("stage " + s.name + " has fewer than two axes");
+    Matrix m;
+    m.stage = &s;
+    m.batch = b;
+    m.head = h;
+    m.rows = s.shape[nd - 2];
+    m.cols = s.shape[nd - 1];
+    std::size_t index = 0;  // flat index of the matrix among the leading axes
+    for (std::size_t a = 0; a + 2 < nd; ++a) {
+        m.has_heads = m.has_heads || s.axes[a] == "H";
+        index = index * s.shape[a] + (s.axes[a] == "B" ? b : s.axes[a] == "H" ? h : 0);
+    }
+    m.offset = index * m.rows * m.cols;
+    return m;
+}
+
+const StageView* find_stage(const TraceView& v, const std::string& name) {
+    for (const auto& s : v.stages)
+        if (s.name == name) return &s;
+    return nullptr;
+}
+
+// How a stage is coloured.
+enum class Kind {
+    weights,     // viridis over 0..1
+    sequential,  // viridis over the matrix's finite min..max (scores, masked_scores)
+    diverging,   // blue-white-red over -m..m, m the largest finite |value| (Q, K, V, context, output)
+    boolean      // the mask: visible or masked
+};
+
+Kind kind_of(const StageView& s) {
+    if (s.dtype == DType::boolean) return Kind::boolean;
+    if (s.name == "weights") return Kind::weights;
+    if (s.name == "scores" || s.name == "masked_scores") return Kind::sequential;
+    return Kind::diverging;
+}
+
+// Where a matrix's values sit on its palette, and the numbers its legend shows.
+struct ColourScale {
+    Palette palette = Palette::viridis;
+    double lo = 0, hi = 1;
+
+    double position(double x) const {
+        if (std::isinf(x)) return x < 0 ? 0 : 1;
+        if (!(hi > lo)) return 0.5;  // a constant matrix sits in the middle
+        return std::clamp((x - lo) / (hi - lo), 0.0, 1.0);
+    }
+    std::vector<double> ticks() const {
+        if (!(hi > lo)) return {lo};
+        return {lo, (lo + hi) / 2, hi};
+    }
+};
+
+ColourScale scale_of(const Matrix& m, Kind kind) {
+    ColourScale sc;
+    if (kind == Kind::weights || kind == Kind::boolean) return sc;
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo, big = 0;
+    for (std::size_t i = 0; i < m.rows; ++i)
+        for (std::size_t j = 0; j < m.cols; ++j) {
+            const double x = m.at(i, j);
+            if (!std::isfinite(x)) continue;
+            lo = std::min(lo, x), hi = std::max(hi, x), big = std::max(big, std::fabs(x));
+        }
+    if (kind == Kind::diverging) {
+        sc.palette = Palette::blue_red;
+        sc.lo = -big, sc.hi = big;  // white at 0 (and everywhere when all values are 0)
+    } else if (lo <= hi) {
+        sc.lo = lo, sc.hi = hi;
+    } else {
+        sc.lo = sc.hi = 0;  // no finite value: every cell is masked or non-finite
+    }
+    return sc;
+}
+
+// Whether the stage marks masked cells: the mask itself, and the stages after it.
+bool shows_mask(const StageView& s) { return s.name == "mask" || s.name == "masked_scores" || s.name == "weights"; }
+
+// The (Tq, Tk) "may attend" matrix of batch item b, row-major: from the mask stage when it
+// was kept; else true where masked_scores is not -inf in some head; else, when no padding
+// mask was given, recomputed from the causal rule by the core's attention_mask().
+// Empty when none of these is possible (padding given, neither stage kept).
+std::vector<char> visibility(const TraceView& v, std::size_t b) {
+    const std::size_t Tq = v.dims.Tq, Tk = v.dims.Tk;
+    std::vector<char> seen;
+    if (const StageView* mask = find_stage(v, "mask")) {
+        const Matrix m = matrix_of(*mask, b, 0);
+        seen.resize(Tq * Tk);
+        for (std::size_t i = 0; i < Tq; ++i)
+            for (std::size_t j = 0; j < Tk; ++j) seen[i * Tk + j] = m.at(i, j) != 0;
+    } else if (const StageView* ms = find_stage(v, "masked_scores")) {
+        seen.assign(Tq * Tk, 0);
+        for (std::size_t h = 0; h < v.dims.H; ++h) {
+            const Matrix m = matrix_of(*ms, b, h);
+            for (std::size_t i = 0; i < Tq; ++i)
+                for (std::size_t j = 0; j < Tk; ++j)
+                    if (!(std::isinf(m.at(i, j)) && m.at(i, j) < 0)) seen[i * Tk + j] = 1;
+        }
+    } else if (!v.has_padding) {
+        Dims one = v.dims;
+        one.B = 1;  // without padding every batch item has the same mask
+        const auto rule = attention_mask(one, nullptr, v.spec.causal, v.spec.causal_align);
+        seen.assign(rule.data(), rule.data() + Tq * Tk);
+    }
+    return seen;
+}
+
+// The indices drawn along an axis of length n: all when n <= max, else the first and
+// last max/2 around a gap (npos), as the text report summarises.
+constexpr std::size_t kGap = std::string::npos;
+std::vector<std::size_t> shown(std::size_t n, std::size_t max) {
+    std::vector<std::size_t> idx;
+    if (n <= max) {
+        for (std::size_t i = 0; i < n; ++i) idx.push_back(i);
+        return idx;
+    }
+    for (std::size_t i = 0; i < max / 2; ++i) idx.push_back(i);
+    idx.push_back(kGap);
+    for (std::size_t i = n - max / 2; i < n; ++i) idx.push_back(i);
+    return idx;
+}
+
+// What a cell of a matrix looks like.
+struct Cell {
+    bool masked = false;  // the query may not see this key
+    bool nan = false;
+    double position = 0;  // on the palette, 0..1
+    std::string text;     // the number shown (rounded), or the mask's mark
+};
+
+Cell cell_of(const Matrix& m, Kind kind, const ColourScale& sc, const std::vector<char>& seen, std::size_t i,
+             std::size_t j) {
+    Cell c;
+    const double x = m.at(i, j);
+    c.masked = shows_mask(*m.stage) && !seen.empty() && !seen[i * m.cols + j];
+    if (kind == Kind::boolean) {
+        c.text = x != 0 ? "✓" : "·";
+        return c;
+    }
+    c.nan = std::isnan(x);
+    c.position = sc.position(x);
+    c.text = cell_text(x);  // a masked cell: "−∞" in masked_scores, "0" in weights
+    return c;
+}
+
+// ---------------------------------------------------------------------------
+// The page header (HTML) and the words shared with the text report
+// ---------------------------------------------------------------------------
+
+std::string dims_line(const Dims& d) {
+    return "B=" + std::to_string(d.B) + " Tq=" + std::to_string(d.Tq) + " Tk=" + std::to_string(d.Tk) +
+           " Dm=" + std::to_string(d.Dm) + " Dkv=" + std::to_string(d.Dkv) + " H=" + std::to_string(d.H) +
+           " Dk=" + std::to_string(d.Dk) + " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
+}
+
+std::string masks_line(const TraceView& v) {
+    std::string masks;
+    if (v.has_padding) masks += "key padding (key_padding_mask, 1 = PAD)";
+    if (v.spec.causal)
+        masks += std::string(masks.empty() ? "" : " + ") + "causal, " +
+                 (v.spec.causal_align == CausalAlign::top_left ? "top-left (query i sees keys j ≤ i)"
+                                                               : "bottom-right (query i sees keys j ≤ i + Tk − Tq)");
+    return masks.empty() ? "none" : masks;
+}
+
+// "batch 0 · head 1", "batch 0", "head 1" or "" for a matrix.
+std::string matrix_title(const TraceView& v, const Matrix& m) {
+    std::string t;
+    if (v.batched) t += "batch " + std::to_string(m.batch);
+    if (m.has_heads) t += (t.empty() ? "" : " · ") + std::string("head ") + std::to_string(m.head);
+    return t;
+}
+
+std::string shape_text(const StageView& s) {
+    std::string axes, sizes;
+    for (std::size_t k = 0; k < s.shape.size(); ++k) {
+        axes += (k ? ", " : "") + s.axes[k];
+        sizes += (k ? ", " : "") + std::to_string(s.shape[k]);
+    }
+    return "(" + axes + ") = (" + sizes + ")";
+}
+
+// ---------------------------------------------------------------------------
+// HTML
+// ---------------------------------------------------------------------------
+
+constexpr std::size_t kMaxAxis = 64;        // cells drawn along one axis of an HTML table
+constexpr std::size_t kNumberCols = 16;     // a table this narrow shows the numbers in its cells
+constexpr std::size_t kPageCells = 250000;  // cells drawn on a whole page (about 20 MB)
+constexpr int kLevels = 64;                 // colour classes per palette
+
+// Colour class of a palette position: "v0".."v63" (viridis) or "r0".."r63" (blue-red).
+std::string colour_class(Palette p, double t) {
+    const long level = std::lround(std::clamp(t, 0.0, 1.0) * (kLevels - 1));
+    return (p == Palette::viridis ? "v" : "r") + std::to_string(level);
+}
+
+std::string style_sheet() {
+    std::string css = R"(:root { color-scheme: light; }
+body { font: 18px/1.45 "DejaVu Sans", "Segoe UI", Helvetica, Arial, sans-serif; color: #1b1b1b;
+  background: #fff; margin: 24px 32px 48px; }
+h1 { font-size: 30px; margin: 0 0 10px; }
+h2 { font-size: 26px; margin: 40px 0 4px; padding-bottom: 4px; border-bottom: 2px solid #d0d0d0; }
+h2 .shape { font-size: 17px; font-weight: normal; color: #555; margin-left: 12px; }
+.formula { font-family: "DejaVu Sans Mono", Consolas, monospace; font-size: 17px; color: #333; margin: 4px 0 14px; }
+table.config { border-collapse: collapse; margin: 6px 0 12px; }
+table.config th { text-align: left; font-weight: 600; padding: 2px 18px 2px 0; vertical-align: top; }
+table.config td { padding: 2px 0; }
+.howto { color: #333; max-width: 62em; margin: 8px 0; }
+nav { margin: 10px 0; }
+nav a { margin-right: 14px; color: #0b5cad; }
+.figs { display: flex; flex-wrap: wrap; gap: 26px 40px; align-items: flex-start; }
+figure { margin: 0; }
+figcaption { font-weight: 600; font-size: 19px; margin: 0 0 6px; }
+table.heat { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+.heat th { font-weight: normal; font-size: 16px; padding: 2px 6px; white-space: nowrap; color: #222; }
+.heat th.row { text-align: right; }
+.heat thead th { vertical-align: bottom; text-align: center; }
+.heat th.corner { font-size: 13px; color: #666; text-align: right; }
+.heat td { min-width: 3.3em; height: 2.1em; padding: 0 3px; text-align: center; font-size: 16px;
+  border: 1px solid #fff; }
+.heat.dense td { min-width: 0; width: 13px; height: 13px; padding: 0; border: 0; }
+.heat.dense thead th { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; font-size: 12px;
+  padding: 4px 0; }
+.heat.dense th.row { font-size: 12px; padding: 0 6px; line-height: 13px; }
+.heat td.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); color: #444; }
+.heat td.ok { background: ALLOWED; color: #fff; }
+.heat td.nan { background: #fff; color: #b00020; outline: 1px dashed #b00020; outline-offset: -2px; }
+.heat td.gap, .heat th.gap { background: none; color: #777; }
+.legend { display: flex; align-items: center; gap: 10px; margin-top: 8px; font-size: 15px; color: #333; }
+.legend .scale { width: 200px; }
+.legend .bar { height: 14px; border: 1px solid #999; }
+.legend .bar.viridis { background: linear-gradient(to right, VIRIDIS); }
+.legend .bar.blue_red { background: linear-gradient(to right, BLUE_RED); }
+.legend .ticks { display: flex; justify-content: space-between; }
+.swatch { display: inline-block; width: 18px; height: 18px; border: 1px solid #999; vertical-align: middle; }
+.swatch.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); }
+.swatch.ok { background: ALLOWED; }
+.note { color: #555; font-size: 15px; margin: 6px 0 0; max-width: 40em; }
+)";
+    const auto replace = [&css](const std::string& what, const std::string& with) {
+        for (std::size_t at; (at = css.find(what)) != std::string::npos;) css.replace(at, what.size(), with);
+    };
+    replace("HATCH_DARK", kHatchDark);
+    replace("HATCH_LIGHT", kHatchLight);
+    replace("ALLOWED", kAllowed);
+    replace("VIRIDIS", gradient_stops(Palette::viridis, false));
+    replace("BLUE_RED", gradient_stops(Palette::blue_red, false));
+    // One class per colour level, with the text colour that reads on it.
+    for (const Palette p : {Palette::viridis, Palette::blue_red})
+        for (int level = 0; level < kLevels; ++level) {
+            const double t = double(level) / double(kLevels - 1);
+            const Rgb c = colour(p, t);
+            css += "." + colour_class(p, t) + "{background:" + hex(c) + ";color:" + (dark(c) ? "#fff" : "#111") + "}\n";
+        }
+    return css;
+}
+
+void write_header(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages) {
+    const Dims& d = v.dims;
+    out << "<header>\n<h1>attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H
+        << (d.H == 1 ? " head" : " heads") << "</h1>\n<table class=\"config\">\n";
+    const auto row = [&out](const char* key, const std::string& html) {
+        out << "<tr><th>" << key << "</th><td>" << html << "</td></tr>\n";
+    };
+    row("source", escape(v.source));
+    row("mode", v.cross ? "cross-attention: queries from x, keys and values from memory"
+                        : "self-attention: queries, keys and values from x");
+    row("sizes", escape(dims_line(d)) + (v.batched ? "" : " (2-D x: no batch axis in the results)"));
+    row("scale", "<span title=\"" + shortest(v.scale) + "\">" + tick_text(v.scale) + "</span> = " +
+                     escape(v.scale_source));
+    row("masks", escape(masks_line(v)));
+    row("dtype", escape(v.dtype));
+    std::string rows;
+    for (const auto& r : v.fully_masked) {
+        rows += (rows.empty() ? "" : ", ") + (v.batched ? "batch " + std::to_string(r.batch) + " " : std::string()) +
+                "query " + std::to_string(r.query);
+        if (r.batch < v.query_tokens.size() && r.query < v.query_tokens[r.batch].size())
+            rows += " ‘" + escape(v.query_tokens[r.batch][r.query]) + "’";
+    }
+    row("rows with every key masked", rows.empty() ? "none" : rows + " (their weights are all 0)");
+    for (const auto& w : v.warnings) row("warning", escape(w));
+    out << "</table>\n<p class=\"howto\">Rows are queries, columns keys (or features d0, d1, …). "
+           "Hover over a cell for its exact value. Scores and weights use viridis (dark = low, yellow = high; "
+           "weights always on 0…1); Q, K, V, context and output use blue (negative), white (0), red (positive). "
+           "<span class=\"swatch masked\"></span> hatched grey: masked — the query may not see that key "
+           "(score −∞, weight exactly 0).</p>\n<nav>stages:";
+    for (const auto& name : stages) out << " <a href=\"#stage-" << escape(name) << "\">" << escape(name) << "</a>";
+    out << "</nav>\n</header>\n";
+}
+
+// The legend under one table: the palette with its ends and middle, and the masked swatch.
+void write_legend(std::ostream& out, Kind kind, const ColourScale& sc, bool any_masked) {
+    out << "<div class=\"legend\">";
+    if (kind == Kind::boolean) {
+        out << "<span class=\"swatch ok\"></span> ✓ may attend";
+    } else {
+        out << "<div class=\"scale\"><div class=\"bar " << (sc.palette == Palette::viridis ? "viridis" : "blue_red")
+            << "\"></div><div class=\"ticks\">";
+        for (double t : sc.ticks()) out << "<span>" << tick_text(t) << "</span>";
+        out << "</div></div>";
+    }
+    if (any_masked) out << " <span class=\"swatch masked\"></span> masked";
+    out << "</div>\n";
+}
+
+// A range of an axis for the elision note: "rows 0–31 and 4064–4095 of 4096".
+std::string elided(const char* what, std::size_t n) {
+    const std::size_t half = kMaxAxis / 2;
+    return std::string(what) + " 0–" + std::to_string(half - 1) + " and " + std::to_string(n - half) + "–" +
+           std::to_string(n - 1) + " of " + std::to_string(n);
+}
+
+// One matrix as a <figure> holding a caption, a <table class="heat"> and its legend.
+void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const std::vector<char>& seen) {
+    const StageView& s = *m.stage;
+    const Kind kind = kind_of(s);
+    const ColourScale sc = scale_of(m, kind);
+    const auto ri = shown(m.rows, kMaxAxis), ci = shown(m.cols, kMaxAxis);
+    const bool numbers = ci.size() <= kNumberCols;
+    const std::string& ra = m.row_axis();
+    const std::string& ca = m.col_axis();
+    const auto label = [&](const std::string& axis, std::size_t i, const char* cls, const char* scope) {
+        const std::string full = axis_label(v, axis, m.batch, i), shown_text = clip(full);
+        out << "<th class=\"" << cls << "\" scope=\"" << scope << "\" data-index=\"" << i << "\"";
+        if (shown_text != full) out << " title=\"" << escape(full) << "\"";
+        out << ">" << escape(shown_text) << "</th>";
+    };
+
+    const std::string title = matrix_title(v, m);
+    out << "<figure>\n";
+    if (!title.empty()) out << "<figcaption>" << title << "</figcaption>\n";
+    out << "<table class=\"heat" << (numbers ? "" : " dense") << "\" data-stage=\"" << escape(s.name)
+        << "\" data-batch=\"" << m.batch << "\" data-head=\"" << (m.has_heads ? std::to_string(m.head) : "")
+        << "\">\n<thead><tr><th class=\"corner\">" << escape(ra) << " ↓ " << escape(ca) << " →</th>";
+    for (std::size_t j : ci) {
+        if (j == kGap) out << "<th class=\"gap\">…</th>";
+        else label(ca, j, "col", "col");
+    }
+    out << "</tr></thead>\n<tbody>\n";
+    bool any_masked = false;
+    for (std::size_t i : ri) {
+        if (i == kGap) {
+            out << "<tr class=\"gap\"><th class=\"gap\">⋮</th>";
+            for (std::size_t j : ci) out << "<td class=\"gap\">" << (j == kGap ? "⋱" : "⋮") << "</td>";
+            out << "</tr>\n";
+            continue;
+        }
+        out << "<tr data-index=\"" << i << "\">";
+        label(ra, i, "row", "row");
+        for (std::size_t j : ci) {
+            if (j == kGap) {
+                out << "<td class=\"gap\">…</td>";
+                continue;
+            }
+            const Cell c = cell_of(m, kind, sc, seen, i, j);
+            any_masked = any_masked || c.masked;
+            const std::string cls = c.masked                ? "masked"
+                                    : kind == Kind::boolean ? "ok"
+                                    : c.nan                 ? "nan"
+                                                            : colour_class(sc.palette, c.position);
+            const std::string exact = m.exact(i, j);
+            out << "<td class=\"" << cls << "\" title=\"" << exact << (c.masked ? " (masked)" : "")
+                << "\" data-value=\"" << exact << "\">";
+            if (numbers) out << c.text;
+            out << "</td>";
+        }
+        out << "</tr>\n";
+    }
+    out << "</tbody>\n</table>\n";
+    write_legend(out, kind, sc, any_masked);
+    if (ri.size() != m.rows || ci.size() != m.cols) {
+        std::string note = "Showing ";
+        if (ri.size() != m.rows) note += elided("rows", m.rows);
+        if (ri.size() != m.rows && ci.size() != m.cols) note += "; ";
+        if (ci.size() != m.cols) note += elided("columns", m.cols);
+        out << "<p class=\"note\">" << note << ". The rest are elided to keep the page small.</p>\n";
+    }
+    out << "</figure>\n";
+}
+
+// Every batch item and head of a stage, within a budget of drawn cells.
+void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std::size_t budget) {
+    out << "<section id=\"stage-" << escape(s.name) << "\">\n<h2>" << escape(s.name) << "<span class=\"shape\">"
+        << escape(shape_text(s)) << "</span></h2>\n<p class=\"formula\">" << escape(s.name) << " = "
+        << escape(s.formula) << "</p>\n";
+    const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
+    if (shows_mask(s) && s.name != "mask" && visibility(v, 0).empty())
+        out << "<p class=\"note\">Masked cells are not marked: keep the mask or masked_scores stage "
+               "(--stages) to see them.</p>\n";
+    out << "<div class=\"figs\">\n";
+    std::size_t drawn = 0, left_out = 0;
+    std::string first_left_out;
+    for (std::size_t b = 0; b < v.dims.B; ++b) {
+        const std::vector<char> seen = shows_mask(s) ? visibility(v, b) : std::vector<char>();
+        for (std::size_t h = 0; h < (has_heads ? v.dims.H : 1); ++h) {
+            const Matrix m = matrix_of(s, b, h);
+            const std::size_t cells = shown(m.rows, kMaxAxis).size() * shown(m.cols, kMaxAxis).size();
+            if (drawn > 0 && drawn + cells > budget) {
+                if (left_out++ == 0) first_left_out = matrix_title(v, m);
+                continue;
+            }
+            drawn += cells;
+            write_table(out, v, m, seen);
+        }
+    }
+    out << "</div>\n";
+    if (left_out > 0)
+        out << "<p class=\"note\">" << left_out << " more table" << (left_out > 1 ? "s" : "") << " of " << escape(s.name)
+            << " (from " << first_left_out << " on) left out to keep the page small: choose fewer stages with "
+            << "--stages to see more.</p>\n";
+    out << "</section>\n";
+}
+
+// ---------------------------------------------------------------------------
+// SVG
+// ---------------------------------------------------------------------------
+
+// A coordinate: at most one decimal, no trailing ".0".
+std::string px(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", x);
+    std::string t = buf;
+    if (t.size() > 2 && t.compare(t.size() - 2, 2, ".0") == 0) t.resize(t.size() - 2);
+    return t == "-0" ? "0" : t;
+}
+
+constexpr std::size_t kSvgNumbers = 12;     // a matrix this small shows its numbers
+constexpr std::size_t kSvgHover = 64 * 64;  // a matrix this small has a hover title per cell
+
+}  // namespace
+
+void write_html(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages) {
+    for (const auto& name : stages)
+        if (!find_stage(v, name)) throw UsageError("--html: stage " + name + " was not computed (see --stages)");
+    out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        << "<title>attnscope: " << escape(v.source) << "</title>\n<style>\n"
+        << style_sheet() << "</style>\n</head>\n<body>\n";
+    write_header(out, v, stages);
+    const std::size_t budget = kPageCells / std::max<std::size_t>(stages.size(), 1);
+    for (const auto& name : stages) write_stage(out, v, *find_stage(v, name), budget);
+    out << "</body>\n</html>\n";
+}
+
+void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, std::size_t batch,
+               std::size_t head) {
+    TextOptions chosen;
+    chosen.batches = {batch};
+    chosen.heads = {head};
+    check_selection(chosen, v.dims);
+    const StageView* s = find_stage(v, stage);
+    if (!s) throw UsageError("--svg-stage " + stage + ": stage was not computed (add it to --stages)");
+
+    const Matrix m = matrix_of(*s, batch, head);
+    const Kind kind = kind_of(*s);
+    const ColourScale sc = scale_of(m, kind);
+    const std::vector<char> seen = shows_mask(*s) ? visibility(v, batch) : std::vector<char>();
+    const std::size_t R = m.rows, C = m.cols;
+    const bool numbers = R <= kSvgNumbers && C <= kSvgNumbers, hover = R * C <= kSvgHover;
+    const std::string& ra = m.row_axis();
+    const std::string& ca = m.col_axis();
+
+    // Geometry (pixels). The grid is about 480 px on its long side; labels and numbers
+    // scale with the cells, between sizes still readable on a slide.
+    const double margin = 20, cell = std::clamp(std::floor(480.0 / double(std::max({R, C, std::size_t{1}}))), 3.0, 64.0);
+    const double label_font = std::clamp(cell * 0.45, 9.0, 18.0);
+    const std::size_t step = static_cast<std::size_t>(std::ceil(label_font * 1.15 / cell));  // every step-th label
+    std::vector<std::string> row_labels(R), col_labels(C);
+    double row_w = 0, col_w = 0;
+    for (std::size_t i = 0; i < R; ++i) {
+        row_labels[i] = clip(axis_label(v, ra, batch, i));
+        if (i % step == 0) row_w = std::max(row_w, text_width(row_labels[i], label_font));
+    }
+    for (std::size_t j = 0; j < C; ++j) {
+        col_labels[j] = clip(axis_label(v, ca, batch, j));
+        if (j % step == 0) col_w = std::max(col_w, text_width(col_labels[j], label_font));
+    }
+    std::vector<Cell> cells(R * C);
+    double widest = 0;  // the longest number, for the number font
+    bool any_masked = false;
+    for (std::size_t i = 0; i < R; ++i)
+        for (std::size_t j = 0; j < C; ++j) {
+            Cell& c = cells[i * C + j] = cell_of(m, kind, sc, seen, i, j);
+            any_masked = any_masked || c.masked;
+            if (numbers && !c.masked) widest = std::max(widest, text_width(c.text, 1.0));
+        }
+    const double number_font = std::min({18.0, cell * 0.32, widest > 0 ? cell * 0.86 / widest : 18.0});
+
+    const std::string title = s->name + (matrix_title(v, m).empty() ? "" : " · " + matrix_title(v, m));
+    const double title_font = 24, sub_font = 15, axis_font = 16, tick_font = 15;
+    const double diag = 0.7071;  // column labels are turned 45°
+    const double grid_x = margin + axis_font * 1.6 + row_w + 10;
+    const double grid_y = margin + title_font + sub_font + 26 + axis_font * 1.6 + col_w * diag + label_font + 8;
+    const double grid_w = cell * double(C), grid_h = cell * double(R);
+    const double legend_x = grid_x + grid_w + 36, bar_w = 20, bar_h = std::max(grid_h, 180.0);
+    double tick_w = 0;
+    const std::vector<double> ticks =
+        kind == Kind::weights ? std::vector<double>{0, 0.25, 0.5, 0.75, 1} : sc.ticks();
+    for (double t : ticks) tick_w = std::max(tick_w, text_width(tick_text(t), tick_font));
+    const bool swatch_masked = any_masked || kind == Kind::boolean;
+    const double legend_w = kind == Kind::boolean ? bar_w + 8 + text_width("may attend", tick_font)
+                                                  : bar_w + 10 + std::max(tick_w, text_width("masked", tick_font) - 10);
+    const double width = std::ceil(std::max({legend_x + legend_w + margin,
+                                             grid_x + grid_w - cell / 2 + col_w * diag + label_font + margin,
+                                             margin * 2 + text_width(title, title_font) * 0.95,
+                                             margin * 2 + text_width(s->formula, sub_font)}));
+    const double legend_bottom = grid_y + (kind == Kind::boolean ? 60 : bar_h + (swatch_masked ? 44 : 0));
+    const double height = std::ceil(std::max(grid_y + grid_h, legend_bottom) + margin);
+
+    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        << "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" << px(width) << "\" height=\""
+        << px(height) << "\" viewBox=\"0 0 " << px(width) << " " << px(height)
+        << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
+        << "<title>" << escape(title) << "</title>\n<defs>\n"
+        << "<pattern id=\"masked\" patternUnits=\"userSpaceOnUse\" width=\"7\" height=\"7\" "
+           "patternTransform=\"rotate(45)\"><rect width=\"7\" height=\"7\" fill=\""
+        << kHatchLight << "\"/><rect width=\"2.5\" height=\"7\" fill=\"" << kHatchDark << "\"/></pattern>\n";
+    if (kind != Kind::boolean)
+        out << "<linearGradient id=\"palette\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">"
+            << gradient_stops(sc.palette, true) << "</linearGradient>\n";
+    out << "</defs>\n<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
+
+    // 1) Title: stage, batch item, head; the formula beneath.
+    out << "<text x=\"" << px(margin) << "\" y=\"" << px(margin + title_font) << "\" font-size=\"" << px(title_font)
+        << "\" font-weight=\"bold\" fill=\"#111\">" << escape(title) << "</text>\n"
+        << "<text x=\"" << px(margin) << "\" y=\"" << px(margin + title_font + sub_font + 10) << "\" font-size=\""
+        << px(sub_font) << "\" fill=\"#555\">" << escape(s->formula) << "</text>\n";
+
+    // 2) Axis titles: keys across the top, queries (or features) down the left.
+    out << "<text x=\"" << px(grid_x + grid_w / 2) << "\" y=\"" << px(grid_y - col_w * diag - label_font - 12)
+        << "\" font-size=\"" << px(axis_font) << "\" fill=\"#444\" text-anchor=\"middle\">" << escape(axis_title(ca))
+        << "</text>\n<text transform=\"translate(" << px(margin + axis_font) << "," << px(grid_y + grid_h / 2)
+        << ") rotate(-90)\" font-size=\"" << px(axis_font) << "\" fill=\"#444\" text-anchor=\"middle\">"
+        << escape(axis_title(ra)) << "</text>\n";
+
+    // 3) Token labels: rows right-aligned at the left, columns turned 45° above.
+    out << "<g font-size=\"" << px(label_font) << "\" fill=\"#222\">\n";
+    for (std::size_t i = 0; i < R; i += step)
+        out << "<text x=\"" << px(grid_x - 8) << "\" y=\"" << px(grid_y + cell * (double(i) + 0.5))
+            << "\" dy=\"0.35em\" text-anchor=\"end\">" << escape(row_labels[i]) << "</text>\n";
+    for (std::size_t j = 0; j < C; j += step)
+        out << "<text transform=\"translate(" << px(grid_x + cell * (double(j) + 0.5)) << "," << px(grid_y - 8)
+            << ") rotate(-45)\" dy=\"0.35em\">" << escape(col_labels[j]) << "</text>\n";
+    out << "</g>\n";
+
+    // 4) The cells: colour, hatch when masked, the rounded number when small, the exact
+    // number on hover.
+    const bool gridlines = cell >= 12;
+    out << "<g" << (gridlines ? " stroke=\"#fff\" stroke-width=\"1\"" : "") << ">\n";
+    for (std::size_t i = 0; i < R; ++i)
+        for (std::size_t j = 0; j < C; ++j) {
+            const Cell& c = cells[i * C + j];
+            const std::string fill = c.masked                ? "url(#masked)"
+                                     : kind == Kind::boolean ? std::string(kAllowed)
+                                     : c.nan                 ? "#fff"
+                                                             : hex(colour(sc.palette, c.position));
+            const double x = grid_x + cell * double(j), y = grid_y + cell * double(i);
+            if (hover)
+                out << "<g class=\"cell" << (c.masked ? " masked" : "") << "\" data-value=\"" << m.exact(i, j)
+                    << "\"><title>" << escape(row_labels[i]) << " → " << escape(col_labels[j]) << ": "
+                    << m.exact(i, j) << (c.masked ? " (masked)" : "") << "</title>";
+            out << "<rect x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(cell) << "\" height=\""
+                << px(cell) << "\" fill=\"" << fill << "\"/>";
+            const bool mark = kind == Kind::boolean && !c.masked;  // ✓ on a visible key of the mask
+            if ((numbers && !c.masked) || (mark && cell >= 12)) {
+                const bool white = kind == Kind::boolean || (!c.nan && dark(colour(sc.palette, c.position)));
+                out << "<text x=\"" << px(x + cell / 2) << "\" y=\"" << px(y + cell / 2)
+                    << "\" dy=\"0.35em\" text-anchor=\"middle\" stroke=\"none\" font-size=\""
+                    << px(mark ? std::min(cell * 0.5, 22.0) : number_font) << "\" fill=\""
+                    << (c.nan ? "#b00020" : white ? "#fff" : "#111") << "\">" << c.text << "</text>";
+            }
+            out << (hover ? "</g>\n" : "\n");
+        }
+    out << "</g>\n";
+
+    // 5) Legend: the palette with numbers (or the mask's two kinds of cell), then the hatch.
+    out << "<g font-size=\"" << px(tick_font) << "\" fill=\"#222\">\n";
+    double swatch_y = grid_y + bar_h + 24;
+    if (kind == Kind::boolean) {
+        out << "<rect x=\"" << px(legend_x) << "\" y=\"" << px(grid_y) << "\" width=\"" << px(bar_w)
+            << "\" height=\"" << px(bar_w) << "\" fill=\"" << kAllowed << "\" stroke=\"#999\"/>"
+            << "<text x=\"" << px(legend_x + bar_w + 8) << "\" y=\"" << px(grid_y + bar_w / 2)
+            << "\" dy=\"0.35em\">may attend</text>\n";
+        swatch_y = grid_y + bar_w + 12;
+    } else {
+        out << "<rect x=\"" << px(legend_x) << "\" y=\"" << px(grid_y) << "\" width=\"" << px(bar_w) << "\" height=\""
+            << px(bar_h) << "\" fill=\"url(#palette)\" stroke=\"#999\"/>\n";
+        for (double t : ticks) {
+            const double y = grid_y + bar_h * (1 - sc.position(t));
+            out << "<line x1=\"" << px(legend_x + bar_w) << "\" y1=\"" << px(y) << "\" x2=\""
+                << px(legend_x + bar_w + 5) << "\" y2=\"" << px(y) << "\" stroke=\"#555\"/>"
+                << "<text x=\"" << px(legend_x + bar_w + 8) << "\" y=\"" << px(y) << "\" dy=\"0.35em\">"
+                << tick_text(t) << "</text>\n";
+        }
+    }
+    if (swatch_masked)
+        out << "<rect x=\"" << px(legend_x) << "\" y=\"" << px(swatch_y) << "\" width=\"" << px(bar_w)
+            << "\" height=\"" << px(bar_w) << "\" fill=\"url(#masked)\" stroke=\"#999\"/>"
+            << "<text x=\"" << px(legend_x + bar_w + 8) << "\" y=\"" << px(swatch_y + bar_w / 2)
+            << "\" dy=\"0.35em\">masked</text>\n";
+    out << "</g>\n</svg>\n";
+}
+
 }  // namespace attnscope

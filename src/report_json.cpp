@@ -1,6 +1,7 @@
 // JSON output, streamed element by element (no document is built in memory).
 // Numbers use the shortest form that reads back to the same float32/float64 value;
 // non-finite numbers, which JSON cannot spell, are the strings "-inf", "inf", "nan".
+#include "attnscope/diagnostics.hpp"
 #include "attnscope/report.hpp"
 
 #include <charconv>
@@ -91,7 +92,8 @@ void put_tokens(std::ostream& out, const TokenLabels& t, bool batched) {
 
 }  // namespace
 
-void write_json(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages) {
+void write_json(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
+                const std::vector<RowDiagnostics>* diagnostics) {
     const Dims& d = v.dims;
     out << "{\"config\":{\"source\":";
     put_string(out, v.source);
@@ -119,7 +121,13 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
         if (k) out << ',';
         put_string(out, v.warnings[k]);
     }
-    out << "],\n\"stages\":{";
+    out << "],\n";
+    if (diagnostics) {
+        out << "\"diagnostics\":";
+        write_diagnostics_json(out, *diagnostics);
+        out << ",\n";
+    }
+    out << "\"stages\":{";
     bool first = true;
     for (const auto& name : stages) {
         const StageView& s = v.stage(name);

@@ -93,7 +93,9 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
         v.stages.push_back(std::move(s));
     };
     add("Q", "x · W_Q" + plus(p.b_Q, "b_Q") + ", split into heads", {"B", "H", "Tq", "Dk"}, tr.Q, dt);
-    add("K", src + " · W_K" + plus(p.b_K, "b_K") + ", split into heads", {"B", "H", "Tk", "Dk"}, tr.K, dt);
+    add("K", src + " · W_K" + plus(p.b_K, "b_K") + ", split into heads" +
+                 (p.spec.zero_key ? " (key " + std::to_string(*p.spec.zero_key) + " set to 0: --zero-key)" : ""),
+        {"B", "H", "Tk", "Dk"}, tr.K, dt);
     add("V", src + " · W_V" + plus(p.b_V, "b_V") + ", split into heads", {"B", "H", "Tk", "Dv"}, tr.V, dt);
     add("scores", "Q · Kᵀ · scale, scale = " + std::string(scale_buf) + " (" + p.scale_source + ")",
         {"B", "H", "Tq", "Tk"}, tr.scores, dt);

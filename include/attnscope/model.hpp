@@ -35,6 +35,9 @@ struct Spec {
     bool causal = false;
     CausalAlign causal_align = CausalAlign::top_left;  // bottom_right: query i sits at i + Tk - Tq
     Layout layout = Layout::math;
+    // Experiments
+    double temperature = 1;                 // default scale becomes 1/(sqrt(Dk) * temperature)
+    std::optional<std::size_t> zero_key;    // set key vector j (every head, every item) to 0
 };
 
 // Sizes, in the names of the shape legend (see attention.hpp).

@@ -83,6 +83,15 @@ void write_heatmaps(std::ostream& out, const TraceView& view, const StageView& s
 // For each chosen batch item and head: scores | masked_scores | weights side by side.
 void write_panels(std::ostream& out, const TraceView& view, const TextOptions& options);
 
+// One cell's arithmetic, for (batch, head, query i, key j): q_i · k_j term by term, the
+// sum, times the scale, the mask, the row max, exp, the row sum, the weight, and then
+// key j's value vector's share w_ij · v_j of context row i. Needs every stage from Q to
+// context in the view. UsageError for a cell that does not exist.
+struct CellRef {
+    std::size_t batch = 0, head = 0, query = 0, key = 0;
+};
+void write_cell(std::ostream& out, const TraceView& view, const CellRef& cell, int decimals);
+
 // Lines narrating how a stage was computed, with the actual shapes and numbers.
 std::vector<std::string> explain_stage(const TraceView& view, const StageView& stage);
 
@@ -96,7 +105,9 @@ void write_text(std::ostream& out, const TraceView& view, const TextOptions& opt
 // One JSON document (RFC 8259): config, dims, tokens, masked rows, and the chosen stages
 // as nested lists. -inf, inf and NaN are written as the strings "-inf", "inf", "nan",
 // which numpy.array(..., dtype=float) turns back into numbers. Streamed, never held whole.
-void write_json(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages);
+struct RowDiagnostics;
+void write_json(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages,
+                const std::vector<RowDiagnostics>* diagnostics = nullptr);
 
 // A self-contained HTML page (no network access, no external files): every chosen stage
 // and head as a table heatmap with token labels, the exact number of each cell on hover,

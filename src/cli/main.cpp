@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     attnscope::cli::RunOptions run_opts;
     CLI::App* run = attnscope::cli::setup_run(app, run_opts);
+    for (int k = 1; k < argc; ++k) run_opts.args.emplace_back(argv[k]);
 
     try {
         // Name an unknown command (CLI11 would only say that one is required).

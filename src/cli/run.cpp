@@ -2,6 +2,7 @@
 #include "run.hpp"
 
 #include "attnscope/attention.hpp"
+#include "attnscope/diagnostics.hpp"
 #include "attnscope/errors.hpp"
 #include "attnscope/io.hpp"
 #include "attnscope/model.hpp"
@@ -17,6 +18,8 @@
 #include <cstdlib>
 #include <cstdio>
 #include <iostream>
+#include <limits>
+#include <memory>
 
 namespace attnscope::cli {
 
@@ -132,6 +135,14 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     text.edgeitems = o.edgeitems;
     text.full = o.full;
     check_selection(text, problem.dims);  // before anything is written
+    CellRef cell;
+    if (!o.cell.empty()) {
+        const std::size_t n = o.cell.size(), want = problem.batched ? 4 : 3;
+        if (n != want)
+            throw UsageError("--cell: expected " + std::string(problem.batched ? "B,H,I,J" : "H,I,J (x is 2-D)") +
+                             ", found " + std::to_string(n) + " numbers");
+        cell = {problem.batched ? o.cell[0] : 0, o.cell[n - 3], o.cell[n - 2], o.cell[n - 1]};
+    }
     const double load_s = seconds_since(t0);
     const auto t1 = Clock::now();
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << w << '\n';
@@ -140,6 +151,8 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     how.keep = stage_set(stages);
     if (o.heatmap || o.panels) how.keep.set(kMask);  // heatmaps mark masked cells
     if (o.panels) how.keep.set(kScores).set(kMaskedScores).set(kWeights);
+    if (o.diagnose) how.keep.set(kScores).set(kMask).set(kWeights).set(kV);
+    if (!o.cell.empty()) how.keep |= stage_set({"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"});
     how.threads = o.threads;
     check_memory(bundle, problem, how, limit);
     Trace<T> trace = attend(problem, how);
@@ -167,15 +180,19 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
         write_svg(f, view, o.svg_stage, o.batches.empty() ? 0 : o.batches[0], o.heads_shown.empty() ? 0 : o.heads_shown[0]);
         f.commit();
     }
+    std::vector<RowDiagnostics> diagnostics;
+    if (o.diagnose) diagnostics = diagnose(view);
     if (o.json) {
-        write_json(std::cout, view, stages);
+        write_json(std::cout, view, stages, o.diagnose ? &diagnostics : nullptr);
     } else if (!o.quiet) {
         text.heatmap = o.heatmap;
         text.explain = o.explain;
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
-        if (!o.panels) write_text(std::cout, view, text);
-        else write_panels(std::cout, view, text);
+        if (o.panels) write_panels(std::cout, view, text);
+        else if (o.cell.empty() || !o.stages.empty()) write_text(std::cout, view, text);
+        if (o.diagnose) write_diagnostics_text(std::cout, view, diagnostics, text);
+        if (!o.cell.empty()) write_cell(std::cout, view, cell, o.decimals);
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
@@ -204,13 +221,12 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     run->add_option("--heads", o.heads, "Number of heads H (splits the projected widths)")
         ->capture_default_str()
         ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
-    run->add_flag("--causal", o.causal, "Causal mask: query i sees only keys j <= i");
+    run->add_flag("--causal,!--no-causal", o.causal, "Causal mask: query i sees only keys j <= i");
     run->add_option("--causal-align", o.causal_align,
                     "top-left (like torch.tril) or bottom-right (query i sits at i + Tk - Tq, the KV-cache view)")
         ->capture_default_str()
         ->check(CLI::IsMember({"top-left", "bottom-right"}));
-    run->add_option_function<double>(
-           "--scale", [&o](double s) { o.scale = s, o.scale_given = true; }, "Score scale (default 1/sqrt(Dk))");
+    run->add_option("--scale", o.scale_text, "Score scale: a number, or none (= 1); default 1/sqrt(Dk)");
     run->add_option("--dtype", o.dtype, "Arithmetic precision")
         ->capture_default_str()
         ->check(CLI::IsMember({"float32", "float64"}));
@@ -239,7 +255,17 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     run->add_option("--max-memory", o.max_memory,
                     "Refuse runs needing more memory than this (e.g. 8G, 512M; default 3/4 of physical memory)");
     run->add_flag("--force", o.force, "Replace existing outputs (--dump, --html, --svg)");
+    auto* experiments = run->add_option_group("Experiments");
+    experiments->add_option("--temperature", o.temperature, "Scale 1/(sqrt(Dk) * T): T > 1 flattens, T < 1 sharpens");
+    experiments->add_option_function<std::size_t>(
+        "--zero-key", [&o](std::size_t j) { o.zero_key = j; }, "Set key vector J to 0 in every head (its score column collapses)");
+    experiments->add_flag("--ignore-padding", o.ignore_padding, "Drop the key padding mask");
+    experiments->add_option("--compare", o.compare,
+                            "Compare with a second run that adds these options, e.g. --compare \"--scale none\"");
     auto* views = run->add_option_group("Views");
+    views->add_flag("--diagnose", o.diagnose,
+                    "Per head and query: entropy, effective keys, max weight, uniform/one-hot flags, ||w·v||");
+    views->add_option("--cell", o.cell, "One weight's arithmetic: B,H,I,J (H,I,J for a 2-D x)")->delimiter(',')->expected(3, 4);
     views->add_flag("--heatmap", o.heatmap, "Draw scores, mask, masked_scores and weights as heatmaps");
     views->add_flag("--panels", o.panels, "Per head: scores | masked_scores | weights side by side, as heatmaps");
     views->add_flag("--explain", o.explain, "Narrate each stage: formula, shapes with numbers, what the masks hide");
@@ -256,27 +282,156 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     return run;
 }
 
-int run_run(const RunOptions& o) {
-    const auto t0 = Clock::now();
+namespace {
+
+Spec spec_of(const RunOptions& o) {
     Spec spec;
     spec.heads = o.heads;
     spec.causal = o.causal;
     spec.causal_align = o.causal_align == "bottom-right" ? CausalAlign::bottom_right : CausalAlign::top_left;
-    if (o.scale_given) spec.scale = o.scale;
     spec.layout = o.layout == "torch" ? Layout::torch : Layout::math;
-    if (o.causal_align != "top-left" && !o.causal)
-        throw UsageError("--causal-align: has no effect without --causal");
+    spec.temperature = o.temperature;
+    spec.zero_key = o.zero_key;
+    if (o.scale_text == "none") {
+        spec.scale = 1.0;
+    } else if (!o.scale_text.empty()) {
+        std::size_t pos = 0;
+        try {
+            spec.scale = std::stod(o.scale_text, &pos);
+        } catch (const std::exception&) {
+            pos = 0;
+        }
+        if (pos != o.scale_text.size()) throw UsageError("--scale: expected a number or none, found '" + o.scale_text + "'");
+    }
+    if (spec.scale && o.temperature != 1) throw UsageError("--temperature: contradicts --scale; give one of them");
+    if (o.causal_align != "top-left" && !o.causal) throw UsageError("--causal-align: has no effect without --causal");
     if (o.bundle.empty() && o.array_files.empty())
         throw UsageError("run: expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ...");
+    return spec;
+}
 
-    check_outputs(o, parse_stage_list(o.stages));
-    const std::size_t limit = memory_limit(o);
-
+Bundle load_inputs(const RunOptions& o, std::size_t limit) {
     Bundle bundle;
     if (!o.bundle.empty()) bundle = load_bundle(o.bundle, limit);
     else bundle.source = "<options>";
     for (const auto& [name, file] : o.array_files) bundle.arrays[name] = load_array(file, name, limit);
+    if (o.ignore_padding) bundle.arrays.erase("key_padding_mask");
+    return bundle;
+}
 
+// A computed run with every stage, kept alive behind a type-erased handle.
+struct Held {
+    TraceView view;
+    std::shared_ptr<void> keep;
+};
+
+template <typename T>
+Held compute_all(const RunOptions& o, const Bundle& bundle, std::size_t limit) {
+    auto state = std::make_shared<std::pair<Problem<T>, Trace<T>>>();
+    state->first = make_problem<T>(bundle, spec_of(o));
+    Compute how;
+    how.threads = o.threads;
+    check_memory(bundle, state->first, how, limit);
+    state->second = attend(state->first, how);
+    return {view_of(bundle.source, state->first, state->second), state};
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+    std::vector<std::string> out;
+    std::string w;
+    for (char c : s) {
+        if (c == ' ' || c == '\t') {
+            if (!w.empty()) out.push_back(w), w.clear();
+        } else {
+            w += c;
+        }
+    }
+    if (!w.empty()) out.push_back(w);
+    return out;
+}
+
+// Prints, stage by stage, how run B differs from run A.
+int run_compare(const RunOptions& a) {
+    // B: the same command line without --compare, plus the words of --compare.
+    std::vector<std::string> args;
+    for (std::size_t k = 0; k < a.args.size(); ++k) {
+        if (a.args[k] == "--compare") { ++k; continue; }
+        if (a.args[k].rfind("--compare=", 0) == 0) continue;
+        args.push_back(a.args[k]);
+    }
+    const auto extra = split_words(a.compare);
+    args.insert(args.end(), extra.begin(), extra.end());
+    CLI::App app;
+    RunOptions b;
+    setup_run(app, b);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    try {
+        app.parse(reversed);
+    } catch (const CLI::ParseError& e) {
+        throw UsageError("--compare \"" + a.compare + "\": " + e.what());
+    }
+    if (!b.compare.empty()) throw UsageError("--compare: cannot be nested");
+
+    const std::size_t limit = memory_limit(a);
+    const Bundle ba = load_inputs(a, limit), bb = load_inputs(b, limit);
+    auto compute = [&](const RunOptions& o, const Bundle& bundle) {
+        return o.dtype == "float32" ? compute_all<float>(o, bundle, limit) : compute_all<double>(o, bundle, limit);
+    };
+    const Held A = compute(a, ba), B = compute(b, bb);
+
+    std::cout << "attnscope: compare  A = run " << (a.bundle.empty() ? "<options>" : a.bundle) << "  vs  B = A +";
+    for (const auto& w : extra) std::cout << ' ' << w;
+    std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale << " ("
+              << B.view.scale_source << ")\n\n";
+    std::vector<std::vector<std::string>> table = {{"stage", "shape A", "shape B", "max |A - B|", "at", "mean |A - B|"}};
+    for (auto name : kStageNames) {
+        const StageView &x = A.view.stage(std::string(name)), &y = B.view.stage(std::string(name));
+        std::vector<std::string> row = {std::string(name), shape_str(x.shape), shape_str(y.shape)};
+        if (x.shape != y.shape) {
+            row.insert(row.end(), {"(shapes differ)", "", ""});
+        } else {
+            double worst = 0, sum = 0;
+            std::size_t at = 0, n = 0;
+            for (std::size_t k = 0; k < x.size(); ++k) {
+                double p = x.at(k), q = y.at(k);
+                double diff = p == q ? 0.0 : std::fabs(p - q);
+                if (std::isnan(diff)) diff = std::numeric_limits<double>::infinity();  // -inf vs a number
+                if (diff > worst) worst = diff, at = k;
+                if (std::isfinite(diff)) sum += diff, ++n;
+            }
+            std::vector<std::size_t> idx(x.shape.size());
+            for (std::size_t i = x.shape.size(), rest = at; i-- > 0;) idx[i] = rest % x.shape[i], rest /= x.shape[i];
+            char w[32], m[32];
+            std::snprintf(w, sizeof w, "%.4g", worst);
+            std::snprintf(m, sizeof m, "%.4g", n ? sum / double(n) : 0.0);
+            row.insert(row.end(), {w, worst > 0 ? shape_str(idx) : "", m});
+        }
+        table.push_back(row);
+    }
+    std::vector<std::size_t> width(table[0].size(), 0);
+    for (const auto& r : table)
+        for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+    for (const auto& r : table) {
+        std::cout << "  ";
+        for (std::size_t c = 0; c < r.size(); ++c)
+            std::cout << r[c] << std::string(width[c] - r[c].size() + 2, ' ');
+        std::cout << '\n';
+    }
+    std::cout << "  (inf where one run has -inf and the other a number: a mask changed)\n";
+    std::cout.flush();
+    if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
+    return 0;
+}
+
+}  // namespace
+
+int run_run(const RunOptions& o) {
+    const auto t0 = Clock::now();
+    const Spec spec = spec_of(o);
+    if (!o.compare.empty()) return run_compare(o);
+    check_outputs(o, parse_stage_list(o.stages));
+    const std::size_t limit = memory_limit(o);
+    const Bundle bundle = load_inputs(o, limit);
     return o.dtype == "float32" ? run_typed<float>(o, bundle, spec, limit, t0)
                                 : run_typed<double>(o, bundle, spec, limit, t0);
 }

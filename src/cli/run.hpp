@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 
 #include <map>
+#include <optional>
+#include <vector>
 #include <string>
 
 namespace attnscope::cli {
@@ -14,8 +16,6 @@ struct RunOptions {
     std::size_t heads = 1;
     bool causal = false;
     std::string causal_align = "top-left";
-    double scale = 0;
-    bool scale_given = false;
     std::string dtype = "float64";
     std::string layout = "math";
     std::string dump;
@@ -36,6 +36,14 @@ struct RunOptions {
     bool heatmap = false, panels = false, explain = false;
     std::string color = "auto";
     std::size_t width = 0;    // 0: the terminal's, or $COLUMNS, or 80
+    bool diagnose = false;
+    std::vector<std::size_t> cell;  // batch,head,query,key (batch omitted for a 2-D x)
+    std::string scale_text;         // a number, or "none" (= 1)
+    double temperature = 1;
+    std::optional<std::size_t> zero_key;
+    bool ignore_padding = false;
+    std::string compare;            // options of a second run to compare with
+    std::vector<std::string> args;  // the command line after the program name (for --compare)
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

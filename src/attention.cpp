@@ -235,6 +235,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
         std::vector<char> visible;
     };
     std::vector<Scratch> scratch(std::min(threads, B * H * tiles));
+    if (how.progress_total) *how.progress_total = B * H * tiles;
     blas_threads(1);
     parallel_for(B * H * tiles, threads, [&](std::size_t item, std::size_t worker) {
         const std::size_t b = item / (H * tiles), h = item / tiles % H, i0 = item % tiles * rows;
@@ -254,6 +255,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
             T* M = keep[kMaskedScores] ? &tr.masked_scores(b, h, i0 + r, 0) : nullptr;
             kernels::masked_softmax_row(S + r * Tk, vis, M, W + r * Tk, Tk);
         }
+        if (how.progress_done) ++*how.progress_done;
         if (!need_context) return;
         T* C = merged.data() + (b * Tq + i0) * H * Dv + h * Dv;
         gemm<T>(false, false, n, Dv, Tk, T(1), W, Tk, vf.data() + b * Tk * H * Dv + kv_head(h) * Dv, H * Dv, T(0), C,

@@ -558,8 +558,7 @@ void write_header(std::ostream& out, const TraceView& v, const std::vector<std::
     row("mode", v.cross ? "cross-attention: queries from x, keys and values from memory"
                         : "self-attention: queries, keys and values from x");
     row("sizes", escape(dims_line(d)) + (v.batched ? "" : " (2-D x: no batch axis in the results)"));
-    row("scale", "<span title=\"" + shortest(v.scale) + "\">" + tick_text(v.scale) + "</span> = " +
-                     escape(v.scale_source));
+    row("scale", readable(v.scale, "%.6g") + " = " + escape(v.scale_source));
     row("masks", escape(masks_line(v)));
     row("dtype", escape(v.dtype));
     std::string rows;

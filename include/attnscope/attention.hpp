@@ -28,6 +28,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include <array>
+#include <atomic>
 #include <bitset>
 #include <string>
 #include <cstddef>
@@ -52,6 +53,10 @@ StageSet stage_set(const std::vector<std::string>& names);
 struct Compute {
     StageSet keep = all_stages();
     std::size_t threads = 0;  // 0: every core
+    // Optional progress counters, updated as tiles finish (a front end may poll them
+    // from another thread to show progress; the core itself never prints).
+    std::atomic<std::size_t>* progress_done = nullptr;
+    std::atomic<std::size_t>* progress_total = nullptr;
 };
 
 // A query row that can see no key at all (padding and/or causal mask): its weights are

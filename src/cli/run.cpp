@@ -13,7 +13,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -121,6 +125,43 @@ void check_memory(const Bundle& bundle, const Problem<T>& p, const Compute& how,
                                format_bytes(limit) + "; keep fewer stages with --stages, or raise --max-memory");
 }
 
+// A progress line on stderr for computations longer than a second, only when stderr is
+// a terminal; silent otherwise (pipes, files, CI logs).
+class Progress {
+public:
+    Progress(const std::atomic<std::size_t>& done, const std::atomic<std::size_t>& total) {
+        if (!::isatty(STDERR_FILENO)) return;
+        thread_ = std::thread([this, &done, &total] {
+            const auto start = Clock::now();
+            bool shown = false;
+            std::unique_lock<std::mutex> lock(m_);
+            while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
+                const double s = std::chrono::duration<double>(Clock::now() - start).count();
+                if (s < 1.0 || total == 0) continue;
+                std::fprintf(stderr, "\rattnscope: computing %3.0f%% (%.0f s)", 100.0 * double(done) / double(total), s);
+                shown = true;
+            }
+            if (shown) std::fprintf(stderr, "\r\033[K");
+        });
+    }
+    ~Progress() { stop(); }
+    void stop() {
+        if (!thread_.joinable()) return;
+        {
+            std::lock_guard<std::mutex> g(m_);
+            stop_ = true;
+        }
+        cv_.notify_one();
+        thread_.join();
+    }
+
+private:
+    std::thread thread_;
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+};
+
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 template <typename T>
@@ -155,7 +196,12 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     if (!o.cell.empty()) how.keep |= stage_set({"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"});
     how.threads = o.threads;
     check_memory(bundle, problem, how, limit);
+    std::atomic<std::size_t> done{0}, total{0};
+    how.progress_done = &done;
+    how.progress_total = &total;
+    Progress progress(done, total);
     Trace<T> trace = attend(problem, how);
+    progress.stop();
     const double compute_s = seconds_since(t1);
     const auto t2 = Clock::now();
     TraceView view = view_of(bundle.source, problem, trace);

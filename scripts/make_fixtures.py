@@ -144,6 +144,19 @@ def member_data_span(archive, name):
     return at + 30 + name_len + extra_len, info.compress_size
 
 
+def patch_central_size(archive, name, size):
+    """The archive with the central directory's uncompressed size of `name` replaced."""
+    with zipfile.ZipFile(io.BytesIO(archive)) as z:
+        start_dir = z.start_dir
+    at = start_dir
+    while True:
+        assert archive[at:at + 4] == b"PK\x01\x02"
+        name_len, extra_len, comment_len = struct.unpack("<HHH", archive[at + 28:at + 34])
+        if archive[at + 46:at + 46 + name_len] == name.encode():
+            return archive[:at + 24] + struct.pack("<I", size) + archive[at + 28:]
+        at += 46 + name_len + extra_len + comment_len
+
+
 def local_has_zip64_extra(archive, name):
     with zipfile.ZipFile(io.BytesIO(archive)) as z:
         at = z.getinfo(name).header_offset
@@ -181,9 +194,16 @@ def make_good_npy():
     save("good", "scalar_f8.npy", np.array(3.5))
     save("good", "scalar_i4.npy", np.array(-7, dtype="int32"))
     save("good", "empty_0x3_f4.npy", np.zeros((0, 3), dtype="float32"))
-    save("good", "fortran_empty_2x0_f8.npy", np.asfortranarray(np.zeros((2, 0))))
+    # An empty array is both C- and Fortran-contiguous, so np.save writes it in C
+    # order; the Fortran-order empty array is written by hand.
+    save("good", "empty_2x0_f8.npy", np.zeros((2, 0)))
+    write_bytes("good", "fortran_empty_2x0_f8.npy",
+                raw_npy("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 0), }", b""))
 
     # Text.
+    # 1000 int8 values: 1 KiB on disk, 8000 bytes once widened to double.
+    save("good", "int8_1000.npy", (np.arange(1000) % 256 - 128).astype("int8"))
+
     save("good", "tokens_U5.npy", TOKENS)
     save("good", "tokens_U5_2d.npy", TOKENS.reshape(2, 3))
     save("good", "tokens_be_U5.npy", TOKENS.astype(">U5"))
@@ -231,6 +251,15 @@ def make_good_npz():
     with open(path("good", "savez.npz"), "rb") as f:
         archive = f.read()
     assert all(local_has_zip64_extra(archive, n + ".npy") for n in members)
+    # The same stored archive with a zip comment after the end-of-directory record.
+    comment = b"written by make_fixtures.py"
+    assert archive[-2:] == b"\0\0"  # np.savez writes no comment
+    write_bytes("good", "savez_comment.npz", archive[:-2] + struct.pack("<H", len(comment)) + comment)
+    # Memory limits: 1 MB of zeros deflates to about 1 KiB; four int8 members whose
+    # decompressed sizes are small but whose values widened to double are 8 times more.
+    np.savez_compressed(path("good", "npz_zeros_1mb.npz"), zeros=np.zeros(125000))
+    np.savez(path("good", "npz_int8_members.npz"),
+             **{f"m{i}": (np.arange(1000) % 256 - 128).astype("int8") for i in range(4)})
     # zip64 in the central directory too, as write_npz writes it: member x has all
     # three values in its extra field, member y only the offset.
     write_bytes("good", "zip64.npz", zip64_bytes([
@@ -299,6 +328,13 @@ def make_bad():
     corrupt = bytearray(deflated)
     corrupt[start] = 0xFF
     write_bytes("bad", "npz_bad_deflate.npz", bytes(corrupt))
+    # Directory sizes that do not match the data: a deflated member claiming 2 GiB from
+    # about 100 bytes (more than deflate can expand), a deflated member claiming 10 bytes
+    # fewer than it inflates to, a stored member whose two sizes differ.
+    write_bytes("bad", "npz_bomb_claim.npz", patch_central_size(deflated, "x.npy", 0x7FFFFFFF))
+    write_bytes("bad", "npz_size_understated.npz", patch_central_size(deflated, "x.npy", len(good) - 10))
+    write_bytes("bad", "npz_stored_sizes.npz",
+                patch_central_size(zip_bytes([("x.npy", good)]), "x.npy", len(good) + 8))
     write_bytes("bad", "npz_not_npy_member.npz", zip_bytes([("x.npy", good), ("notes.txt", b"hello\n")]))
     write_bytes("bad", "npz_duplicate.npz", zip_bytes([("x.npy", good), ("x.npy", npy_bytes(A3))]))
     write_bytes("bad", "npz_member_not_npy.npz", zip_bytes([("x.npy", b"hello, not an array\n")]))
@@ -343,7 +379,10 @@ def describe(arr):
     else:
         entry["dtype"] = arr.dtype.name  # byte order is not part of the name
         flat = arr.ravel(order="C")
-        if arr.dtype.kind in "iu":  # integers as JSON integers: exact beyond 2^53
+        if flat.size > 1024:  # large arrays: their exact sum only (integers or zeros)
+            entry["sum"] = int(flat.astype(np.int64).sum())
+            assert np.array_equal(flat, flat.astype(np.int64))
+        elif arr.dtype.kind in "iu":  # integers as JSON integers: exact beyond 2^53
             entry["values"] = [int(v) for v in flat]
         else:
             entry["values"] = [json_value(v) for v in flat.astype("float64")]
@@ -352,7 +391,8 @@ def describe(arr):
 
 def write_expected():
     """good/expected.json: {"file.npy": entry, "file.npz": {"member": entry}} with
-    entry = {"shape", "dtype", "values" | "strings"}, all as numpy reads the files."""
+    entry = {"shape", "dtype", "values" | "strings" | "sum"}, all as numpy reads the files
+    ("sum" stands in for the values of arrays over 1024 elements, all integral)."""
     expected = {}
     for name in sorted(os.listdir(GOOD)):
         p = path("good", name)

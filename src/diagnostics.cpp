@@ -70,27 +70,33 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
         std::snprintf(buf, sizeof buf, f, x);
         return std::string(buf);
     };
-    out << "\n== diagnostics: entropy H = -sum w ln w (0 one-hot, ln n uniform), eff. keys = exp(H),\n"
-        << "   spread = max - min of the visible scores before -> after scaling, ||w·v|| = a key's share of the context\n";
+    const std::string legend =
+        "== diagnostics: H = entropy -sum w ln w (0: one-hot, ln keys: uniform); eff = exp(H), the effective "
+        "number of keys; max w and the key it sits on; top w·v = the key with the largest ||w_ij v_j||, its share "
+        "of the context; spread = max - min of the visible scores before -> after scaling; sum = the row sum; "
+        "flag: uniform when eff >= 90% of the visible keys, one-hot when max w >= 0.9";
+    const auto lines = wrap(legend, o.width > 10 ? o.width - 1 : 10);
+    out << '\n';
+    for (std::size_t k = 0; k < lines.size(); ++k) out << (k ? "   " : "") << lines[k] << '\n';
     for (std::size_t b : batches)
         for (std::size_t h : heads) {
             out << "\n  -- " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h << '\n';
             std::vector<std::vector<std::string>> table = {
-                {"query", "keys", "entropy", "eff.keys", "max w", "at key", "top ||w·v||", "spread", "row sum", "flags"}};
+                {"query", "keys", "H", "eff", "max w", "at", "top w·v", "spread", "sum", "flag"}};
             std::size_t uniform = 0, one_hot = 0, masked = 0, n = 0;
             for (const auto& r : rows) {
                 if (r.batch != b || r.head != h) continue;
                 ++n;
-                std::string flags = r.fully_masked ? "fully masked" : r.nearly_uniform ? "nearly uniform"
-                                                                  : r.nearly_one_hot   ? "nearly one-hot"
-                                                                                       : "";
+                std::string flags = r.fully_masked ? "masked" : r.nearly_uniform ? "uniform"
+                                                            : r.nearly_one_hot   ? "one-hot"
+                                                                                 : "";
                 uniform += r.nearly_uniform, one_hot += r.nearly_one_hot, masked += r.fully_masked;
-                table.push_back({clip_label(axis_label(v, "Tq", b, r.query), 10), std::to_string(r.visible_keys),
+                table.push_back({clip_label(axis_label(v, "Tq", b, r.query), 8), std::to_string(r.visible_keys),
                                  fmt(r.entropy), fmt(r.effective_keys, "%.2f"), fmt(r.max_weight),
-                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_key), 10),
-                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_contribution_key), 10),
-                                 r.fully_masked ? "-" : fmt(r.score_spread_raw, "%.3g") + " -> " + fmt(r.score_spread_scaled, "%.3g"),
-                                 fmt(r.row_sum, "%.6f"), flags});
+                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_key), 8),
+                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_contribution_key), 8),
+                                 r.fully_masked ? "-" : fmt(r.score_spread_raw, "%.3g") + "->" + fmt(r.score_spread_scaled, "%.3g"),
+                                 fmt(r.row_sum, "%.4f"), flags});
             }
             std::vector<std::size_t> w(table[0].size(), 0);
             for (const auto& row : table)

@@ -717,6 +717,7 @@ std::string px(double x) {
 
 constexpr std::size_t kSvgNumbers = 12;     // a matrix this small shows its numbers
 constexpr std::size_t kSvgHover = 64 * 64;  // a matrix this small has a hover title per cell
+constexpr std::size_t kSvgMaxAxis = 256;    // cells drawn along one axis (the ends of a longer one)
 
 }  // namespace
 
@@ -746,10 +747,12 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     const Kind kind = kind_of(*s);
     const ColourScale sc = scale_of(m, kind);
     const std::vector<char> seen = shows_mask(*s) ? visibility(v, batch) : std::vector<char>();
-    const std::size_t R = m.rows, C = m.cols;
-    const bool numbers = R <= kSvgNumbers && C <= kSvgNumbers, hover = R * C <= kSvgHover;
     const std::string& ra = m.row_axis();
     const std::string& ca = m.col_axis();
+    // The rows and columns drawn (a long axis keeps its ends around a gap), by position.
+    const auto ri = shown(m.rows, kSvgMaxAxis), ci = shown(m.cols, kSvgMaxAxis);
+    const std::size_t R = ri.size(), C = ci.size();
+    const bool numbers = R <= kSvgNumbers && C <= kSvgNumbers, hover = R * C <= kSvgHover;
 
     // Geometry (pixels). The grid is about 500 px on its long side (cells of 2 to 64 px);
     // labels and numbers scale with the cells, between sizes still readable on a slide,
@@ -757,46 +760,54 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     const double margin = 20, cell = std::clamp(std::floor(500.0 / double(std::max({R, C, std::size_t{1}}))), 2.0, 64.0);
     const double label_font = std::clamp(cell * 0.45, 11.0, 18.0);
     const std::size_t step = static_cast<std::size_t>(std::ceil(label_font * 1.15 / cell));  // every step-th label
-    std::vector<std::string> row_labels(R), col_labels(C);
+    const auto labels = [&](const std::vector<std::size_t>& idx, const std::string& axis, double& widest) {
+        std::vector<std::string> text(idx.size());
+        for (std::size_t p = 0; p < idx.size(); ++p) {
+            text[p] = idx[p] == kGap ? "…" : clip(axis_label(v, axis, batch, idx[p]));
+            if (p % step == 0) widest = std::max(widest, text_width(text[p], label_font));
+        }
+        return text;
+    };
     double row_w = 0, col_w = 0;
-    for (std::size_t i = 0; i < R; ++i) {
-        row_labels[i] = clip(axis_label(v, ra, batch, i));
-        if (i % step == 0) row_w = std::max(row_w, text_width(row_labels[i], label_font));
-    }
-    for (std::size_t j = 0; j < C; ++j) {
-        col_labels[j] = clip(axis_label(v, ca, batch, j));
-        if (j % step == 0) col_w = std::max(col_w, text_width(col_labels[j], label_font));
-    }
+    const std::vector<std::string> row_labels = labels(ri, ra, row_w), col_labels = labels(ci, ca, col_w);
     std::vector<Cell> cells(R * C);
     double widest = 0;  // the longest number, for the number font
     bool any_masked = false;
-    for (std::size_t i = 0; i < R; ++i)
-        for (std::size_t j = 0; j < C; ++j) {
-            Cell& c = cells[i * C + j] = cell_of(m, kind, sc, seen, i, j);
+    for (std::size_t p = 0; p < R; ++p)
+        for (std::size_t q = 0; q < C; ++q) {
+            if (ri[p] == kGap || ci[q] == kGap) continue;
+            Cell& c = cells[p * C + q] = cell_of(m, kind, sc, seen, ri[p], ci[q]);
             any_masked = any_masked || c.masked;
             if (numbers && !c.masked) widest = std::max(widest, text_width(c.text, 1.0));
         }
     const double number_font = std::min({18.0, cell * 0.32, widest > 0 ? cell * 0.86 / widest : 18.0});
 
     const std::string title = s->name + (matrix_title(v, m).empty() ? "" : " · " + matrix_title(v, m));
+    std::string note;  // what was elided, under the grid
+    if (R != m.rows) note += "rows " + std::to_string(kSvgMaxAxis / 2) + "–" + std::to_string(m.rows - kSvgMaxAxis / 2 - 1);
+    if (C != m.cols)
+        note += (note.empty() ? "" : ", ") + std::string("columns ") + std::to_string(kSvgMaxAxis / 2) + "–" +
+                std::to_string(m.cols - kSvgMaxAxis / 2 - 1);
+    if (!note.empty()) note = "not drawn: " + note + " (of " + std::to_string(m.rows) + " × " + std::to_string(m.cols) + ")";
     const double title_font = 24, sub_font = 15, axis_font = 16, tick_font = 15;
     const double diag = 0.7071;  // column labels are turned 45°
     const double grid_x = margin + axis_font * 1.6 + row_w + 10;
     const double grid_y = margin + title_font + sub_font + 26 + axis_font * 1.6 + col_w * diag + label_font + 8;
     const double grid_w = cell * double(C), grid_h = cell * double(R);
+    const double grid_bottom = grid_y + grid_h + (note.empty() ? 0 : 12 + tick_font);
     const double legend_x = grid_x + grid_w + 36, bar_w = 20, bar_h = std::max(grid_h, 180.0);
     double tick_w = 0;
     const std::vector<double> ticks = sc.ticks();
     for (double t : ticks) tick_w = std::max(tick_w, text_width(tick_text(t), tick_font));
-    const bool swatch_masked = any_masked;
     const double legend_w = kind == Kind::boolean ? bar_w + 8 + text_width("may attend", tick_font)
                                                   : bar_w + 10 + std::max(tick_w, text_width("masked", tick_font) - 10);
     const double width = std::ceil(std::max({legend_x + legend_w + margin,
                                              grid_x + grid_w - cell / 2 + col_w * diag + label_font + margin,
                                              margin * 2 + text_width(title, title_font) * 0.95,
-                                             margin * 2 + text_width(s->formula, sub_font)}));
-    const double legend_bottom = grid_y + (kind == Kind::boolean ? 60 : bar_h + (swatch_masked ? 44 : 0));
-    const double height = std::ceil(std::max(grid_y + grid_h, legend_bottom) + margin);
+                                             margin * 2 + text_width(s->formula, sub_font),
+                                             grid_x + text_width(note, tick_font) + margin}));
+    const double legend_bottom = grid_y + (kind == Kind::boolean ? 60 : bar_h + (any_masked ? 44 : 0));
+    const double height = std::ceil(std::max(grid_bottom, legend_bottom) + margin);
 
     out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
         << "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" << px(width) << "\" height=\""
@@ -826,30 +837,32 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
 
     // 3) Token labels: rows right-aligned at the left, columns turned 45° above.
     out << "<g font-size=\"" << px(label_font) << "\" fill=\"#222\">\n";
-    for (std::size_t i = 0; i < R; i += step)
-        out << "<text x=\"" << px(grid_x - 8) << "\" y=\"" << px(grid_y + cell * (double(i) + 0.5))
-            << "\" dy=\"0.35em\" text-anchor=\"end\">" << escape(row_labels[i]) << "</text>\n";
-    for (std::size_t j = 0; j < C; j += step)
-        out << "<text transform=\"translate(" << px(grid_x + cell * (double(j) + 0.5)) << "," << px(grid_y - 8)
-            << ") rotate(-45)\" dy=\"0.35em\">" << escape(col_labels[j]) << "</text>\n";
+    for (std::size_t p = 0; p < R; p += step)
+        out << "<text x=\"" << px(grid_x - 8) << "\" y=\"" << px(grid_y + cell * (double(p) + 0.5))
+            << "\" dy=\"0.35em\" text-anchor=\"end\">" << escape(row_labels[p]) << "</text>\n";
+    for (std::size_t q = 0; q < C; q += step)
+        out << "<text transform=\"translate(" << px(grid_x + cell * (double(q) + 0.5)) << "," << px(grid_y - 8)
+            << ") rotate(-45)\" dy=\"0.35em\">" << escape(col_labels[q]) << "</text>\n";
     out << "</g>\n";
 
     // 4) The cells: colour, hatch when masked, the rounded number when small, the exact
-    // number on hover.
+    // number on hover. An elided row or column stays blank.
     const bool gridlines = cell >= 12;
     // Small cells: no grid lines, and crisp edges so that no seams show between them.
     out << "<g" << (gridlines ? " stroke=\"#fff\" stroke-width=\"1\"" : " shape-rendering=\"crispEdges\"") << ">\n";
-    for (std::size_t i = 0; i < R; ++i)
-        for (std::size_t j = 0; j < C; ++j) {
-            const Cell& c = cells[i * C + j];
+    for (std::size_t p = 0; p < R; ++p)
+        for (std::size_t q = 0; q < C; ++q) {
+            if (ri[p] == kGap || ci[q] == kGap) continue;
+            const std::size_t i = ri[p], j = ci[q];
+            const Cell& c = cells[p * C + q];
             const std::string fill = c.masked                ? "url(#masked)"
                                      : kind == Kind::boolean ? std::string(kAllowed)
                                      : c.nan                 ? "#fff"
                                                              : hex(colour(sc.palette, c.position));
-            const double x = grid_x + cell * double(j), y = grid_y + cell * double(i);
+            const double x = grid_x + cell * double(q), y = grid_y + cell * double(p);
             if (hover)
                 out << "<g class=\"cell" << (c.masked ? " masked" : "") << "\" data-value=\"" << m.exact(i, j)
-                    << "\"><title>" << escape(row_labels[i]) << " → " << escape(col_labels[j]) << ": "
+                    << "\"><title>" << escape(row_labels[p]) << " → " << escape(col_labels[q]) << ": "
                     << m.exact(i, j) << (c.masked ? " (masked)" : "") << "</title>";
             out << "<rect x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(cell) << "\" height=\""
                 << px(cell) << "\" fill=\"" << fill << "\"/>";
@@ -864,6 +877,9 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
             out << (hover ? "</g>\n" : "\n");
         }
     out << "</g>\n";
+    if (!note.empty())
+        out << "<text x=\"" << px(grid_x) << "\" y=\"" << px(grid_y + grid_h + 8 + tick_font) << "\" font-size=\""
+            << px(tick_font) << "\" fill=\"#555\">" << escape(note) << "</text>\n";
 
     // 5) Legend: the palette with numbers (or the mask's two kinds of cell), then the hatch.
     out << "<g font-size=\"" << px(tick_font) << "\" fill=\"#222\">\n";
@@ -885,7 +901,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
                 << tick_text(t) << "</text>\n";
         }
     }
-    if (swatch_masked)
+    if (any_masked)
         out << "<rect x=\"" << px(legend_x) << "\" y=\"" << px(swatch_y) << "\" width=\"" << px(bar_w)
             << "\" height=\"" << px(bar_w) << "\" fill=\"url(#masked)\" stroke=\"#999\"/>"
             << "<text x=\"" << px(legend_x + bar_w + 8) << "\" y=\"" << px(swatch_y + bar_w / 2)

@@ -97,7 +97,8 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
     // Header: what ran, on which sizes, with which scale and masks.
     out << "attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H
         << (d.H == 1 ? " head" : " heads") << ", " << v.dtype << ", " << v.source << '\n';
-    out << "  sizes   " << dims_line(d) << (v.batched ? "" : "  (2-D x: no batch axis in the results)") << '\n';
+    out << "  sizes   " << dims_line(d) << '\n';
+    if (!v.batched) out << "          (x is 2-D: the results have no batch axis)\n";
     char scale[32];
     std::snprintf(scale, sizeof scale, "%.6g", v.scale);
     out << "  scale   " << scale << " = " << v.scale_source << '\n';
@@ -125,7 +126,9 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
             axes += (k ? ", " : "") + s.axes[k];
             sizes += (k ? ", " : "") + std::to_string(s.shape[k]);
         }
-        out << "\n== " << s.name << " = " << s.formula << '\n';
+        out << '\n';
+        const auto heading = wrap("== " + s.name + " = " + s.formula, o.width > 10 ? o.width - 1 : 10);
+        for (std::size_t k = 0; k < heading.size(); ++k) out << (k ? "   " : "") << heading[k] << '\n';
         out << "   shape (" << axes << ") = (" << sizes << ")\n";
         if (o.explain)
             for (const auto& para : explain_stage(v, s))

@@ -25,6 +25,7 @@ const StageView& TraceView::stage(const std::string& name) const {
 
 std::vector<std::string> parse_stage_list(const std::string& list) {
     std::vector<std::string> out;
+    if (list == "none") return out;
     if (list.empty() || list == "all") {
         for (auto n : kStageNames) out.emplace_back(n);
         return out;
@@ -101,7 +102,7 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
         {"B", "H", "Tq", "Tk"}, tr.scores, dt);
     add("mask", mask_words, {"B", "Tq", "Tk"}, tr.mask, DType::boolean);
     add("masked_scores", "scores, -inf where mask is false", {"B", "H", "Tq", "Tk"}, tr.masked_scores, dt);
-    add("weights", "softmax(masked_scores) over keys: each row sums to 1 (0 if every key is masked)",
+    add("weights", "softmax(masked_scores) over keys; each row sums to 1 (0 if all keys are masked)",
         {"B", "H", "Tq", "Tk"}, tr.weights, dt);
     add("context", "weights · V: each row a weighted sum of value vectors", {"B", "H", "Tq", "Dv"}, tr.context, dt);
     add("output",

@@ -54,7 +54,7 @@ extern template TraceView view_of<float>(const std::string&, const Problem<float
 extern template TraceView view_of<double>(const std::string&, const Problem<double>&, const Trace<double>&);
 
 // Checks a comma-separated stage list against the stage names (UsageError otherwise);
-// empty means every stage.
+// "" or "all" means every stage, "none" no stage (e.g. only --diagnose or --cell).
 std::vector<std::string> parse_stage_list(const std::string& list);
 
 // How a terminal shows colour: none (plain text, e.g. not a terminal, NO_COLOR),

@@ -283,7 +283,7 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
         ->check(CLI::IsMember({"math", "torch"}));
 
     run->add_option("--stages", o.stages, "Comma-separated stages to show/dump (default all): "
-                                          "Q,K,V,scores,mask,masked_scores,weights,context,output");
+                                          "Q,K,V,scores,mask,masked_scores,weights,context,output, or none");
     run->add_option("--batch", o.batches, "Batch items to print (default all)")->delimiter(',');
     run->add_option("--head", o.heads_shown, "Heads to print (default all)")->delimiter(',');
     run->add_option("--decimals", o.decimals, "Decimals in the printed report")

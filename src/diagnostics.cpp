@@ -75,7 +75,7 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
         "number of keys; max w and the key it sits on; top w·v = the key with the largest ||w_ij v_j||, its share "
         "of the context; spread = max - min of the visible scores before -> after scaling; sum = the row sum; "
         "flag: uniform when eff >= 90% of the visible keys, one-hot when max w >= 0.9";
-    const auto lines = wrap(legend, o.width > 10 ? o.width - 1 : 10);
+    const auto lines = wrap(legend, o.width > 14 ? o.width - 4 : 10);
     out << '\n';
     for (std::size_t k = 0; k < lines.size(); ++k) out << (k ? "   " : "") << lines[k] << '\n';
     for (std::size_t b : batches)

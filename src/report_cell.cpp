@@ -85,8 +85,7 @@ void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int dec
     }
     // 5) the value's share of the context row
     const std::size_t vo = matrix_offset(V, b, h) + j * d.Dv, co = matrix_offset(C, b, h) + i * d.Dv;
-    out << "  5) v_j (key " << j << "'s value), its share w_ij · v_j, and context row " << i
-        << " (all shares summed):\n";
+    out << "  5) value v_j, key " << j << "'s share w_ij · v_j, and context row " << i << " (all shares):\n";
     out << "       " << pad_right("", 4) << pad_left("v_j", 10) << "  " << pad_left("w·v_j", 10) << "  "
         << pad_left("context", 10) << '\n';
     for (std::size_t k = 0; k < d.Dv; ++k)

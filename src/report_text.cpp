@@ -127,7 +127,7 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
             sizes += (k ? ", " : "") + std::to_string(s.shape[k]);
         }
         out << '\n';
-        const auto heading = wrap("== " + s.name + " = " + s.formula, o.width > 10 ? o.width - 1 : 10);
+        const auto heading = wrap("== " + s.name + " = " + s.formula, o.width > 14 ? o.width - 4 : 10);
         for (std::size_t k = 0; k < heading.size(); ++k) out << (k ? "   " : "") << heading[k] << '\n';
         out << "   shape (" << axes << ") = (" << sizes << ")\n";
         if (o.explain)

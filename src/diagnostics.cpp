@@ -16,20 +16,23 @@ namespace attnscope {
 using namespace text;
 
 std::vector<RowDiagnostics> diagnose(const TraceView& v) {
-    for (const char* n : {"scores", "mask", "weights", "V"})
+    for (const char* n : {"Q", "K", "scores", "mask", "weights", "V"})
         if (std::none_of(v.stages.begin(), v.stages.end(), [&](const StageView& s) { return s.name == n; }))
             throw UsageError(std::string("--diagnose: needs the stage ") + n);
     const Dims& d = v.dims;
-    const StageView &S = v.stage("scores"), &M = v.stage("mask"), &W = v.stage("weights"), &V = v.stage("V");
+    const StageView &S = v.stage("scores"), &M = v.stage("mask"), &W = v.stage("weights"), &V = v.stage("V"),
+                    &Q = v.stage("Q"), &K = v.stage("K");
     std::vector<RowDiagnostics> out;
     for (std::size_t b = 0; b < d.B; ++b)
         for (std::size_t h = 0; h < d.H; ++h) {
-            const std::size_t so = matrix_offset(S, b, h), mo = matrix_offset(M, b, 0), vo = matrix_offset(V, b, h);
+            const std::size_t so = matrix_offset(S, b, h), mo = matrix_offset(M, b, 0), vo = matrix_offset(V, b, h),
+                              qo = matrix_offset(Q, b, h), ko = matrix_offset(K, b, h);
             for (std::size_t i = 0; i < d.Tq; ++i) {
                 RowDiagnostics r;
                 r.batch = b, r.head = h, r.query = i;
                 r.contribution.assign(d.Tk, 0.0);
                 double lo = std::numeric_limits<double>::infinity(), hi = -lo, best_c = -1;
+                double raw_lo = lo, raw_hi = hi;  // q_i · k_j before scaling, from Q and K themselves
                 for (std::size_t j = 0; j < d.Tk; ++j) {
                     const double w = W.at(so + i * d.Tk + j);
                     r.row_sum += w;
@@ -43,13 +46,16 @@ std::vector<RowDiagnostics> diagnose(const TraceView& v) {
                         ++r.visible_keys;
                         const double s = S.at(so + i * d.Tk + j);
                         lo = std::min(lo, s), hi = std::max(hi, s);
+                        double dot = 0;
+                        for (std::size_t k = 0; k < d.Dk; ++k) dot += Q.at(qo + i * d.Dk + k) * K.at(ko + j * d.Dk + k);
+                        raw_lo = std::min(raw_lo, dot), raw_hi = std::max(raw_hi, dot);
                     }
                 }
                 r.fully_masked = r.visible_keys == 0;
                 r.effective_keys = r.fully_masked ? 0 : std::exp(r.entropy);
                 if (!r.fully_masked) {
                     r.score_spread_scaled = hi - lo;
-                    r.score_spread_raw = v.scale != 0 ? (hi - lo) / std::fabs(v.scale) : 0;
+                    r.score_spread_raw = raw_hi - raw_lo;
                 }
                 if (r.visible_keys >= 2) {
                     r.nearly_uniform = r.effective_keys >= kUniformFraction * double(r.visible_keys);

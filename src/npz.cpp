@@ -180,12 +180,21 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
                                    " decompressed, over the memory limit of " + format_bytes(max_bytes) +
                                    " (--max-memory)");
     }
+    std::size_t held = 0;  // bytes of the arrays read so far: the limit covers them together
     for (const Member& m : members) {
         std::string name = m.name;
         if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
         else throw InputError(source + ": member '" + m.name + "' is not a .npy array");
         if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
-        bundle.arrays[name] = parse_npy(zip.extract(m), source + ": " + name, max_bytes);
+        try {
+            bundle.arrays[name] = parse_npy(zip.extract(m), source + ": " + name, max_bytes - held);
+        } catch (const MemoryLimitError&) {
+            if (held == 0) throw;  // this array alone is too large: its own message says so
+            throw MemoryLimitError(source + ": its arrays together need more than the memory limit of " +
+                                   format_bytes(max_bytes) + " (--max-memory), '" + name + "' onwards");
+        }
+        const Array& a = bundle.arrays[name];
+        held += a.values.size() * sizeof(double) + a.strings.size() * sizeof(std::string);
     }
     return bundle;
 }

@@ -65,9 +65,13 @@ std::vector<std::string> explain_stage(const TraceView& v, const StageView& s) {
                     " -> " + shape({d.H, d.Tq, d.Tk}) + ": one row per query, one column per key.");
         L.push_back("Queries and keys share one width, Dk = " + std::to_string(d.Dk) + ", so each score is a dot product q_i · k_j.");
         auto [lo, hi] = finite_range(s);
+        std::string before = "unknown (the scale is 0)";
+        if (v.scale != 0) {
+            const double a = lo / v.scale, b = hi / v.scale;  // a negative scale swaps the ends
+            before = "[" + num(std::min(a, b)) + ", " + num(std::max(a, b)) + "]";
+        }
         L.push_back("Scaled by " + num(v.scale) + " = " + v.scale_source + " (dividing by sqrt(Dk) keeps scores from growing " +
-                    "with width). Range before scaling [" + num(lo / v.scale) + ", " + num(hi / v.scale) + "], after [" +
-                    num(lo) + ", " + num(hi) + "].");
+                    "with width). Range before scaling " + before + ", after [" + num(lo) + ", " + num(hi) + "].");
     } else if (s.name == "mask") {
         std::size_t visible = 0;
         for (std::size_t k = 0; k < s.size(); ++k) visible += s.at(k) != 0;

@@ -126,9 +126,7 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
             axes += (k ? ", " : "") + s.axes[k];
             sizes += (k ? ", " : "") + std::to_string(s.shape[k]);
         }
-        out << '\n';
-        const auto heading = wrap("== " + s.name + " = " + s.formula, o.width > 14 ? o.width - 4 : 10);
-        for (std::size_t k = 0; k < heading.size(); ++k) out << (k ? "   " : "") << heading[k] << '\n';
+        out << "\n== " << s.name << " = " << s.formula << '\n';
         out << "   shape (" << axes << ") = (" << sizes << ")\n";
         if (o.explain)
             for (const auto& para : explain_stage(v, s))

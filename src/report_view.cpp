@@ -70,13 +70,12 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     char scale_buf[64];
     std::snprintf(scale_buf, sizeof scale_buf, "%.6g", double(tr.scale));
     std::string mask_words = "true where query i may see key j";
-    if (v.has_padding && p.spec.causal) mask_words += ": key j is not PAD and j is not in i's future";
-    else if (v.has_padding) mask_words += ": key j is not PAD";
-    else if (p.spec.causal) mask_words += ": j is not in i's future";
+    const std::string causal_rule =
+        p.spec.causal_align == CausalAlign::top_left ? "j <= i" : "j <= i + Tk - Tq";
+    if (v.has_padding && p.spec.causal) mask_words += " (not PAD, and " + causal_rule + ")";
+    else if (v.has_padding) mask_words += " (key j is not PAD)";
+    else if (p.spec.causal) mask_words += " (causal: " + causal_rule + ")";
     else mask_words += " (no mask given: all true)";
-    if (p.spec.causal)
-        mask_words += p.spec.causal_align == CausalAlign::top_left ? " (causal, top-left: j <= i)"
-                                                                   : " (causal, bottom-right: j <= i + Tk - Tq)";
 
     auto add = [&](const char* name, std::string formula, std::vector<std::string> axes, const auto& t, DType dtype) {
         if (!tr.kept[stage_index(name)]) return;
@@ -102,7 +101,7 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
         {"B", "H", "Tq", "Tk"}, tr.scores, dt);
     add("mask", mask_words, {"B", "Tq", "Tk"}, tr.mask, DType::boolean);
     add("masked_scores", "scores, -inf where mask is false", {"B", "H", "Tq", "Tk"}, tr.masked_scores, dt);
-    add("weights", "softmax(masked_scores) over keys; each row sums to 1 (0 if all keys are masked)",
+    add("weights", "softmax over keys of masked_scores; each row sums to 1",
         {"B", "H", "Tq", "Tk"}, tr.weights, dt);
     add("context", "weights · V: each row a weighted sum of value vectors", {"B", "H", "Tq", "Dv"}, tr.context, dt);
     add("output",

@@ -24,7 +24,7 @@ struct RowDiagnostics {
     double max_weight = 0;
     std::size_t max_key = 0;
     double row_sum = 0;         // 1, or 0 for a fully masked row
-    double score_spread_raw = 0;     // max - min of the visible scores before scaling
+    double score_spread_raw = 0;     // max - min of the visible q_i · k_j before scaling
     double score_spread_scaled = 0;  // ... and after
     std::vector<double> contribution;  // ||w_ij · v_j|| per key j
     std::size_t max_contribution_key = 0;
@@ -35,7 +35,7 @@ struct RowDiagnostics {
 // visible keys; nearly one-hot when one weight is at least 0.9 (rows with 2+ keys).
 inline constexpr double kUniformFraction = 0.9, kOneHotWeight = 0.9;
 
-// Needs the stages scores, mask, weights and V in the view.
+// Needs the stages Q, K, scores, mask, weights and V in the view.
 std::vector<RowDiagnostics> diagnose(const TraceView& view);
 
 // A table per batch item and head, and a one-line summary per head.

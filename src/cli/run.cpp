@@ -192,7 +192,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     how.keep = stage_set(stages);
     if (o.heatmap || o.panels) how.keep.set(kMask);  // heatmaps mark masked cells
     if (o.panels) how.keep.set(kScores).set(kMaskedScores).set(kWeights);
-    if (o.diagnose) how.keep.set(kScores).set(kMask).set(kWeights).set(kV);
+    if (o.diagnose) how.keep.set(kQ).set(kK).set(kScores).set(kMask).set(kWeights).set(kV);
     if (!o.cell.empty()) how.keep |= stage_set({"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"});
     how.threads = o.threads;
     check_memory(bundle, problem, how, limit);

@@ -190,8 +190,8 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
             bundle.arrays[name] = parse_npy(zip.extract(m), source + ": " + name, max_bytes - held);
         } catch (const MemoryLimitError&) {
             if (held == 0) throw;  // this array alone is too large: its own message says so
-            throw MemoryLimitError(source + ": its arrays together need more than the memory limit of " +
-                                   format_bytes(max_bytes) + " (--max-memory), '" + name + "' onwards");
+            throw MemoryLimitError(source + ": its arrays together (reaching '" + name + "') are over the memory limit of " +
+                                   format_bytes(max_bytes) + " (--max-memory)");
         }
         const Array& a = bundle.arrays[name];
         held += a.values.size() * sizeof(double) + a.strings.size() * sizeof(std::string);

@@ -28,8 +28,8 @@ void check_shape(const E& t, const std::array<std::size_t, N>& expected, const c
 
 // Y (rows, n) = X (rows, in) · W (in, n) (+ b): one matrix product over all batch rows.
 template <typename T>
-void project(const T* X, std::size_t rows, std::size_t in, const xt::xtensor<T, 2>& W,
-             const std::optional<xt::xtensor<T, 1>>& b, T* Y) {
+void project(const T* X, std::size_t rows, std::size_t in, const Tensor<T, 2>& W,
+             const std::optional<Tensor<T, 1>>& b, T* Y) {
     std::size_t n = W.shape(1);
     if (b)
         for (std::size_t r = 0; r < rows; ++r) std::copy(b->begin(), b->end(), Y + r * n);
@@ -38,7 +38,7 @@ void project(const T* X, std::size_t rows, std::size_t in, const xt::xtensor<T, 
 
 // (B, T, H*D) -> (B, H, T, D): feature h*D + j belongs to head h.
 template <typename T>
-Tensor<T, 4> split_heads(const std::vector<T>& flat, std::size_t B, std::size_t T_, std::size_t H, std::size_t D) {
+Tensor<T, 4> split_heads(const Buffer<T>& flat, std::size_t B, std::size_t T_, std::size_t H, std::size_t D) {
     Tensor<T, 4> out = Tensor<T, 4>::from_shape({B, H, T_, D});
     for (std::size_t b = 0; b < B; ++b)
         for (std::size_t t = 0; t < T_; ++t)
@@ -176,7 +176,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     tr.batched = p.batched;
     tr.scale = p.scale;
     tr.kept = keep;
-    const xt::xtensor<T, 3>& src = p.src();
+    const Tensor<T, 3>& src = p.src();
     const xt::xtensor<bool, 2>* pad = p.key_padding_mask ? &*p.key_padding_mask : nullptr;
 
     // What must be computed: everything up to the last stage asked for.
@@ -189,7 +189,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     // 1) Projections, BLAS on every thread: (B*Tq, Dm) x (Dm, H*Dk) -> (B*Tq, H*Dk), and
     //    likewise K, V from src. The flat (B, T, H*D) layout is kept; heads are column blocks.
     blas_threads(threads);
-    std::vector<T> qf, kf, vf;
+    Buffer<T> qf, kf, vf;
     if (need_q) qf.resize(B * Tq * H * Dk), project(p.x.data(), B * Tq, d.Dm, p.W_Q, p.b_Q, qf.data());
     if (need_k) kf.resize(B * Tk * H * Dk), project(src.data(), B * Tk, d.Dkv, p.W_K, p.b_K, kf.data());
     if (need_v) vf.resize(B * Tk * H * Dv), project(src.data(), B * Tk, d.Dkv, p.W_V, p.b_V, vf.data());
@@ -221,7 +221,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     tr.masked_scores = alloc4(kMaskedScores, Tk);
     tr.weights = alloc4(kWeights, Tk);
     tr.context = alloc4(kContext, Dv);
-    std::vector<T> merged(need_context ? B * Tq * H * Dv : 0);  // (B, Tq, H*Dv)
+    Buffer<T> merged(need_context ? B * Tq * H * Dv : 0);  // (B, Tq, H*Dv)
 
     // 3) Per (batch, head, tile of query rows), on our threads with single-threaded BLAS:
     //    scores   (rows, Dk) x (Dk, Tk) -> (rows, Tk), times scale

@@ -77,9 +77,9 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
         return std::string(buf);
     };
     const std::string legend =
-        "== diagnostics: H = entropy -sum w ln w (0: one-hot, ln keys: uniform); eff = exp(H), the effective "
+        "== diagnostics: n = visible keys; H = entropy -sum w ln w (0: one-hot, ln keys: uniform); eff = exp(H), the effective "
         "number of keys; max w and the key it sits on; top w·v = the key with the largest ||w_ij v_j||, its share "
-        "of the context; spread = max - min of the visible scores before -> after scaling; sum = the row sum; "
+        "of the context; spread = max - min of the visible scores before → after scaling; sum = the row sum; "
         "flag: uniform when eff >= 90% of the visible keys, one-hot when max w >= 0.9";
     const auto lines = wrap(legend, o.width > 14 ? o.width - 4 : 10);
     out << '\n';
@@ -88,7 +88,7 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
         for (std::size_t h : heads) {
             out << "\n  -- " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h << '\n';
             std::vector<std::vector<std::string>> table = {
-                {"query", "keys", "H", "eff", "max w", "at", "top w·v", "spread", "sum", "flag"}};
+                {"query", "n", "H", "eff", "max w", "at", "top w·v", "spread", "sum", "flag"}};
             std::size_t uniform = 0, one_hot = 0, masked = 0, n = 0;
             for (const auto& r : rows) {
                 if (r.batch != b || r.head != h) continue;
@@ -97,22 +97,22 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
                                                             : r.nearly_one_hot   ? "one-hot"
                                                                                  : "";
                 uniform += r.nearly_uniform, one_hot += r.nearly_one_hot, masked += r.fully_masked;
-                table.push_back({clip_label(axis_label(v, "Tq", b, r.query), 8), std::to_string(r.visible_keys),
+                table.push_back({clip_label(axis_label(v, "Tq", b, r.query), 6), std::to_string(r.visible_keys),
                                  fmt(r.entropy), fmt(r.effective_keys, "%.2f"), fmt(r.max_weight),
-                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_key), 8),
-                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_contribution_key), 8),
-                                 r.fully_masked ? "-" : fmt(r.score_spread_raw, "%.3g") + "->" + fmt(r.score_spread_scaled, "%.3g"),
-                                 fmt(r.row_sum, "%.4f"), flags});
+                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_key), 6),
+                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_contribution_key), 6),
+                                 r.fully_masked ? "-" : fmt(r.score_spread_raw, "%.3g") + "→" + fmt(r.score_spread_scaled, "%.3g"),
+                                 fmt(r.row_sum, "%.3f"), flags});
             }
             std::vector<std::size_t> w(table[0].size(), 0);
             for (const auto& row : table)
                 for (std::size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], display_width(row[c]));
             for (const auto& row : table) {
-                out << "    ";
+                std::string line = "    ";
                 for (std::size_t c = 0; c < row.size(); ++c)
-                    out << (c == 0 || c == 5 || c == 6 || c == 9 ? pad_right(row[c], w[c]) : pad_left(row[c], w[c]))
-                        << (c + 1 < row.size() ? "  " : "");
-                out << '\n';
+                    line += (c == 0 || c == 5 || c == 6 || c == 9 ? pad_right(row[c], w[c]) : pad_left(row[c], w[c])) +
+                            (c + 1 < row.size() ? "  " : "");
+                out << line.substr(0, line.find_last_not_of(' ') + 1) << '\n';
             }
             out << "    " << n << " rows: " << uniform << " nearly uniform, " << one_hot << " nearly one-hot, " << masked
                 << " fully masked\n";

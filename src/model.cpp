@@ -116,14 +116,14 @@ public:
 };
 
 template <typename T, std::size_t N>
-xt::xtensor<T, N> to_tensor(const std::vector<double>& v, const std::array<std::size_t, N>& shape) {
-    xt::xtensor<T, N> t = xt::xtensor<T, N>::from_shape(shape);
+Tensor<T, N> to_tensor(const std::vector<double>& v, const std::array<std::size_t, N>& shape) {
+    Tensor<T, N> t = Tensor<T, N>::from_shape(shape);
     std::transform(v.begin(), v.end(), t.begin(), [](double d) { return static_cast<T>(d); });
     return t;
 }
 
 template <typename T>
-xt::xtensor<T, 2> to_tensor(const Mat& m) {
+Tensor<T, 2> to_tensor(const Mat& m) {
     return to_tensor<T, 2>(m.v, {m.rows, m.cols});
 }
 
@@ -313,7 +313,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     p.W_K = to_tensor<T>(wk);
     p.W_V = to_tensor<T>(wv);
     if (wo) p.W_O = to_tensor<T>(*wo);
-    auto vec = [](const std::optional<std::vector<double>>& v) -> std::optional<xt::xtensor<T, 1>> {
+    auto vec = [](const std::optional<std::vector<double>>& v) -> std::optional<Tensor<T, 1>> {
         if (!v) return std::nullopt;
         return to_tensor<T, 1>(*v, {v->size()});
     };

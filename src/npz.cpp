@@ -99,19 +99,21 @@ public:
         return out;
     }
 
-    // The member's bytes, decompressed and checked against its CRC-32.
-    std::string extract(const Member& m) const {
+    // The member's bytes, checked against its CRC-32: a view into the archive for a
+    // stored member (no copy), else inflated into `storage`.
+    std::string_view extract(const Member& m, std::string& storage) const {
         std::uint64_t at = m.local_offset;
         if (u(at, 4) != kLocalSig) fail("bad local header for member '" + m.name + "'");
         std::uint64_t data = at + 30 + u(at + 26, 2) + u(at + 28, 2);
         need(data, m.comp_size);
         std::string_view comp = b_.substr(std::size_t(data), std::size_t(m.comp_size));
-        std::string out;
+        std::string_view out;
         if (m.method == 0) {
             if (m.comp_size != m.size) fail("stored member '" + m.name + "' has inconsistent sizes");
-            out.assign(comp);
+            out = comp;
         } else if (m.method == 8) {
-            out = inflate_member(comp, m);
+            storage = inflate_member(comp, m);
+            out = storage;
         } else {
             fail("member '" + m.name + "' uses compression method " + std::to_string(m.method) +
                  " (expected 0 stored or 8 deflate)");
@@ -187,7 +189,8 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
         else throw InputError(source + ": member '" + m.name + "' is not a .npy array");
         if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
         try {
-            bundle.arrays[name] = parse_npy(zip.extract(m), source + ": " + name, max_bytes - held);
+            std::string inflated;
+            bundle.arrays[name] = parse_npy(zip.extract(m, inflated), source + ": " + name, max_bytes - held);
         } catch (const MemoryLimitError&) {
             if (held == 0) throw;  // this array alone is too large: its own message says so
             throw MemoryLimitError(source + ": its arrays together (reaching '" + name + "') are over the memory limit of " +

@@ -13,11 +13,7 @@ namespace attnscope {
 
 using namespace text;
 
-void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int decimals) {
-    const Dims& d = v.dims;
-    for (const char* n : {"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"})
-        if (std::none_of(v.stages.begin(), v.stages.end(), [&](const StageView& s) { return s.name == n; }))
-            throw UsageError(std::string("--cell: needs the stage ") + n);
+void check_cell(const CellRef& c, const Dims& d) {
     auto check = [](std::size_t i, std::size_t n, const char* what) {
         if (i >= n)
             throw UsageError("--cell: " + std::string(what) + " " + std::to_string(i) + " does not exist (expected 0.." +
@@ -27,6 +23,14 @@ void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int dec
     check(c.head, d.H, "head");
     check(c.query, d.Tq, "query");
     check(c.key, d.Tk, "key");
+}
+
+void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int decimals) {
+    const Dims& d = v.dims;
+    for (const char* n : {"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"})
+        if (std::none_of(v.stages.begin(), v.stages.end(), [&](const StageView& s) { return s.name == n; }))
+            throw UsageError(std::string("--cell: needs the stage ") + n);
+    check_cell(c, d);
     const std::size_t b = c.batch, h = c.head, i = c.query, j = c.key;
     const StageView &Q = v.stage("Q"), &K = v.stage("K"), &V = v.stage("V"), &S = v.stage("scores"),
                     &M = v.stage("mask"), &MS = v.stage("masked_scores"), &W = v.stage("weights"),
@@ -44,7 +48,7 @@ void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int dec
     for (std::size_t k = 0; k < d.Dk; ++k) {
         const double a = Q.at(qo + k), e = K.at(ko + k);
         dot += a * e;
-        out << "       d" << k << ":  " << pad_left(f(a), 10) << " × " << pad_left(f(e), 10) << " = " << pad_left(f(a * e), 10)
+        out << "       " << pad_right("d" + std::to_string(k) + ":", 5) << pad_left(f(a), 10) << " × " << pad_left(f(e), 10) << " = " << pad_left(f(a * e), 10)
             << '\n';
     }
     out << "     sum = " << f(dot) << '\n';
@@ -52,13 +56,13 @@ void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int dec
     const double score = S.at(so + j);
     char scale[32];
     std::snprintf(scale, sizeof scale, "%.6g", v.scale);
-    out << "  2) × scale " << scale << " (" << v.scale_source << ") = " << f(dot * v.scale)
-        << "    [scores" << (v.batched ? "[" + std::to_string(b) + "]" : "") << "[" << h << "][" << i << "][" << j
-        << "] = " << f(score) << "]\n";
+    out << "  2) × scale " << scale << " (" << v.scale_source << ") = " << f(dot * v.scale) << '\n';
+    out << "     stored: scores" << (v.batched ? "[" + std::to_string(b) + "]" : "") << "[" << h << "][" << i << "]["
+        << j << "] = " << f(score) << '\n';
     // 3) mask
     const bool visible = M.at(mo + j) != 0;
-    out << "  3) mask: key " << j << " is " << (visible ? "visible to" : "hidden from") << " query " << i
-        << (visible ? ", the masked score stays " + f(score) : ": the masked score is -inf, so the weight is exactly 0")
+    out << "  3) mask: key " << j << " is " << (visible ? "visible to" : "hidden from") << " query " << i << '\n';
+    out << "     " << (visible ? "the masked score stays " + f(score) : "the masked score is -inf: the weight is exactly 0")
         << '\n';
     // 4) row max, exp, row sum, weight
     double row_max = -std::numeric_limits<double>::infinity(), row_sum = 0;
@@ -78,7 +82,7 @@ void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int dec
         const double e = visible ? std::exp(score - row_max) : 0.0;
         out << "  4) row max over the visible keys = " << f(row_max) << " (key " << arg << " '"
             << axis_label(v, "Tk", b, arg) << "')\n";
-        out << "     exp(" << (visible ? f(score) : "-inf") << " - " << f(row_max) << ") = " << f(e) << '\n';
+        out << "     exp(" << (visible ? f(score) : "-inf") << " - (" << f(row_max) << ")) = " << f(e) << '\n';
         out << "     row sum of exp(m - max) over the " << d.Tk << " keys = " << f(row_sum) << '\n';
         out << "     weight = " << f(e) << " / " << f(row_sum) << " = " << f(e / row_sum) << "    [weights = " << f(w)
             << "]\n";

@@ -155,7 +155,9 @@ Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t 
         std::string line = pad_right(row_labels[i], label_w) + " ";
         for (std::size_t j = 0; j < shown_cols; ++j) {
             double x = s.at(off + i * cols + j);
-            bool hidden = s.name == "mask" ? x == 0
+            // scores keep their real values where the mask hides them; the other stages mark them
+            bool hidden = s.name == "scores" ? false
+                          : s.name == "mask" ? x == 0
                           : mask ? mask->at(matrix_offset(*mask, b, 0) + i * cols + j) == 0
                                  : (s.name == "masked_scores" && x == -std::numeric_limits<double>::infinity());
             if (hidden) line += masked_cell(cw, o.color);

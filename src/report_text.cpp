@@ -42,12 +42,31 @@ void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std
     // Column widths from the labels and every shown cell.
     std::size_t label_w = 0;
     for (std::size_t i : ri) label_w = std::max(label_w, i == std::string::npos ? 1 : display_width(axis_label(v, row_axis, b, i)));
-    std::vector<std::size_t> w(ci.size(), 1);
-    for (std::size_t c = 0; c < ci.size(); ++c) {
-        if (ci[c] == std::string::npos) continue;
-        w[c] = display_width(axis_label(v, col_axis, b, ci[c]));
-        for (std::size_t i : ri)
-            if (i != std::string::npos) w[c] = std::max(w[c], cell(i, ci[c]).size());
+    std::vector<std::size_t> w;
+    auto measure = [&] {
+        w.assign(ci.size(), 1);
+        std::size_t total = 4 + label_w;
+        for (std::size_t c = 0; c < ci.size(); ++c) {
+            if (ci[c] != std::string::npos) {
+                w[c] = display_width(axis_label(v, col_axis, b, ci[c]));
+                for (std::size_t i : ri)
+                    if (i != std::string::npos) w[c] = std::max(w[c], cell(i, ci[c]).size());
+            }
+            total += 2 + w[c];
+        }
+        return total;
+    };
+    // Fewer columns around "…" until the matrix fits the terminal width (unless --full).
+    for (std::size_t edge = o.edgeitems; measure() > o.width && !o.full && edge > 1;) {
+        TextOptions narrower = o;
+        narrower.edgeitems = --edge;
+        ci = shown(cols, narrower);
+        if (cols <= 2 * edge + 2) {  // shown() keeps short axes whole: summarise by hand
+            ci.clear();
+            for (std::size_t k = 0; k < edge; ++k) ci.push_back(k);
+            ci.push_back(std::string::npos);
+            for (std::size_t k = cols - edge; k < cols; ++k) ci.push_back(k);
+        }
     }
     out << "    " << std::string(label_w, ' ');
     for (std::size_t c = 0; c < ci.size(); ++c)

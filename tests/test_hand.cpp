@@ -116,7 +116,7 @@ TEST_CASE("hand: causal alignment with Tq != Tk") {
     }
 }
 
-TEST_CASE("hand: padding zeroes a key's column; all-PAD rows are zero, not NaN") {
+TEST_CASE("hand: padding zeroes a key's column, and all-PAD rows are zero, not NaN") {
     Array x = arr({2, 2, 1}, {1, 2, 3, 4});
     Array one = arr({1, 1}, {1});
     Bundle b = bundle({{"x", x}, {"W_Q", one}, {"W_K", one}, {"W_V", one},

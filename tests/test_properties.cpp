@@ -206,7 +206,7 @@ TEST_CASE("property: zeroing one key vector collapses its score column to 0") {
     }
 }
 
-TEST_CASE("property: the scale multiplies the scores; float32 tracks float64") {
+TEST_CASE("property: the scale multiplies the scores, and float32 tracks float64") {
     for (unsigned seed = 0; seed < 60; ++seed) {
         CAPTURE(seed);
         RandomCase c = random_case(seed);

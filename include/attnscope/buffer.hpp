@@ -12,6 +12,9 @@
 #include <cstddef>
 #include <cstdlib>
 #include <new>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace attnscope {
 
@@ -26,13 +29,26 @@ struct HugePageAllocator {
     HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
     T* allocate(std::size_t n) { return static_cast<T*>(allocate_large(n * sizeof(T))); }
     void deallocate(T* p, std::size_t) noexcept { release_large(p); }
+    // Default-initialise (no zero fill): a buffer costs only the pages later written.
+    template <typename U>
+    void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+        ::new (static_cast<void*>(p)) U;
+    }
+    template <typename U, typename... Args>
+    void construct(U* p, Args&&... args) {
+        ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
     template <typename U>
     bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
     template <typename U>
     bool operator!=(const HugePageAllocator<U>&) const noexcept { return false; }
 };
 
-// The tensors of a Trace: fixed rank, row-major, huge-page backed when large.
+// A flat working buffer, huge-page backed when large.
+template <typename T>
+using Buffer = std::vector<T, HugePageAllocator<T>>;
+
+// The tensors of a Problem and a Trace: fixed rank, row-major, huge-page backed when large.
 template <typename T, std::size_t N>
 using Tensor = xt::xtensor<T, N, xt::layout_type::row_major, HugePageAllocator<T>>;
 

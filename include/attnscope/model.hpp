@@ -14,6 +14,7 @@
 // key_padding_mask follows PyTorch: 1/true = PAD = this key is ignored.
 #pragma once
 
+#include "attnscope/buffer.hpp"
 #include "attnscope/io.hpp"
 
 #include <xtensor/xtensor.hpp>
@@ -57,17 +58,17 @@ struct Problem {
     T scale = T(1);
     std::string scale_source;  // how the scale was chosen, for reports: "1/sqrt(Dk) = 1/sqrt(4)"
 
-    xt::xtensor<T, 3> x;                    // (B, Tq, Dm)
-    std::optional<xt::xtensor<T, 3>> memory; // (B, Tk, Dkv), cross-attention only
-    xt::xtensor<T, 2> W_Q, W_K, W_V;        // (Dm, H*Dk), (Dkv, H*Dk), (Dkv, H*Dv)
-    std::optional<xt::xtensor<T, 2>> W_O;   // (H*Dv, Dout)
-    std::optional<xt::xtensor<T, 1>> b_Q, b_K, b_V, b_O;  // (H*Dk), (H*Dk), (H*Dv), (Dout)
+    Tensor<T, 3> x;                    // (B, Tq, Dm)
+    std::optional<Tensor<T, 3>> memory; // (B, Tk, Dkv), cross-attention only
+    Tensor<T, 2> W_Q, W_K, W_V;        // (Dm, H*Dk), (Dkv, H*Dk), (Dkv, H*Dv)
+    std::optional<Tensor<T, 2>> W_O;   // (H*Dv, Dout)
+    std::optional<Tensor<T, 1>> b_Q, b_K, b_V, b_O;  // (H*Dk), (H*Dk), (H*Dv), (Dout)
     std::optional<xt::xtensor<bool, 2>> key_padding_mask; // (B, Tk), true = PAD
 
     TokenLabels query_tokens, key_tokens;  // (B, Tq) and (B, Tk), empty when not given
     std::vector<std::string> warnings;     // e.g. non-finite input values
 
-    const xt::xtensor<T, 3>& src() const { return memory ? *memory : x; }
+    const Tensor<T, 3>& src() const { return memory ? *memory : x; }
 };
 
 // The array names a bundle may hold (math layout, and PyTorch's names for --layout torch).

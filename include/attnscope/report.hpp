@@ -91,6 +91,7 @@ struct CellRef {
     std::size_t batch = 0, head = 0, query = 0, key = 0;
 };
 void write_cell(std::ostream& out, const TraceView& view, const CellRef& cell, int decimals);
+void check_cell(const CellRef& cell, const Dims& dims);  // UsageError for a cell that does not exist
 
 // Lines narrating how a stage was computed, with the actual shapes and numbers.
 std::vector<std::string> explain_stage(const TraceView& view, const StageView& stage);

@@ -183,6 +183,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
             throw UsageError("--cell: expected " + std::string(problem.batched ? "B,H,I,J" : "H,I,J (x is 2-D)") +
                              ", found " + std::to_string(n) + " numbers");
         cell = {problem.batched ? o.cell[0] : 0, o.cell[n - 3], o.cell[n - 2], o.cell[n - 1]};
+        check_cell(cell, problem.dims);
     }
     const double load_s = seconds_since(t0);
     const auto t1 = Clock::now();

@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""numpy reference for scripts/bench: the attnscope pipeline written the way a numpy user would.
+
+    ref_numpy.py IN.npz --heads H [--causal] [--stages output|all|LIST] [--dump DIR] [--threads N]
+
+Reads a self-attention bundle (x (B, T, Dm); W_Q, W_K, W_V, W_O (Dm, Dm) in the math
+layout, Q = x . W_Q), computes the nine stages in the arrays' own dtype
+
+    Q, K, V (B, H, T, Dk) · scores, masked_scores, weights (B, H, T, T) · mask (B, T, T)
+    context (B, H, T, Dv) · output (B, T, Dm) = heads concatenated . W_O
+
+with vectorised numpy (matmul, where, exp), and with --dump saves each kept stage as
+DIR/NAME.npy with np.save. On stderr it prints
+
+    timings: load=S compute=S output=S
+
+in seconds, measured from the first line after the imports (import time is not in any phase).
+With --stages output the intermediate stages are still computed (a numpy user has no other way)
+but released as soon as the next stage no longer needs them.
+
+--threads only documents the intent: numpy's OpenBLAS reads OPENBLAS_NUM_THREADS when it is
+loaded, so scripts/bench sets that variable for this process. A mismatch is reported.
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+T0 = time.perf_counter()
+
+STAGES = ("Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context", "output")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("bundle", help=".npz with x, W_Q, W_K, W_V, W_O")
+    p.add_argument("--heads", type=int, required=True)
+    p.add_argument("--causal", action="store_true", help="query i sees keys j <= i")
+    p.add_argument("--stages", default="all", help="output, all, or a comma-separated list")
+    p.add_argument("--dump", default=None, help="directory for NAME.npy files")
+    p.add_argument("--threads", type=int, default=None, help="expected BLAS threads")
+    a = p.parse_args(argv)
+    if a.stages == "all":
+        a.keep = set(STAGES)
+    else:
+        a.keep = {s.strip() for s in a.stages.split(",") if s.strip()}
+        unknown = a.keep - set(STAGES)
+        if unknown or not a.keep:
+            p.error(f"--stages: expected output, all or names from {','.join(STAGES)}; "
+                    f"found {a.stages!r}")
+    if a.heads <= 0:
+        p.error(f"--heads: expected a positive integer, found {a.heads}")
+    return a
+
+
+def attention(x, W_Q, W_K, W_V, W_O, H, causal, keep):
+    """Every stage of multi-head self-attention; returns {name: array} for the kept names."""
+    B, T, Dm = x.shape
+    Dk = W_Q.shape[1] // H
+    Dv = W_V.shape[1] // H
+    kept = {}
+
+    def split(t, D):                       # (B, T, H*D) -> (B, H, T, D), a view
+        return t.reshape(B, T, H, D).transpose(0, 2, 1, 3)
+
+    Q = split(x @ W_Q, Dk)
+    K = split(x @ W_K, Dk)
+    V = split(x @ W_V, Dv)
+
+    scores = Q @ K.transpose(0, 1, 3, 2)                    # (B, H, T, T)
+    scores *= x.dtype.type(1.0 / math.sqrt(Dk))
+    for name, t in (("Q", Q), ("K", K)):
+        if name in keep:
+            kept[name] = t
+    del Q, K
+
+    mask = np.ones((B, T, T), dtype=bool)                   # True = may attend
+    if causal:
+        mask &= np.tri(T, T, dtype=bool)[None]              # keys j <= i
+    masked_scores = np.where(mask[:, None], scores, x.dtype.type(-np.inf))
+    if "scores" in keep:
+        kept["scores"] = scores
+    del scores
+
+    row_max = masked_scores.max(axis=-1, keepdims=True)
+    weights = masked_scores - row_max
+    np.exp(weights, out=weights)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    visible = mask.any(axis=-1)                             # (B, T): rows with a key
+    if not visible.all():                                   # all-zero rows, never NaN
+        weights[~np.broadcast_to(visible[:, None, :], (B, H, T))] = 0
+    for name, t in (("mask", mask), ("masked_scores", masked_scores)):
+        if name in keep:
+            kept[name] = t
+    del mask, masked_scores, row_max
+
+    context = weights @ V                                   # (B, H, T, Dv)
+    if "weights" in keep:
+        kept["weights"] = weights
+    if "V" in keep:
+        kept["V"] = V
+    del weights, V
+
+    output = context.transpose(0, 2, 1, 3).reshape(B, T, H * Dv) @ W_O
+    if "context" in keep:
+        kept["context"] = context
+    del context
+    if "output" in keep:
+        kept["output"] = output
+    return kept
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    with np.load(a.bundle, allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in ("x", "W_Q", "W_K", "W_V", "W_O")}
+    t1 = time.perf_counter()
+
+    stages = attention(arrays["x"], arrays["W_Q"], arrays["W_K"], arrays["W_V"], arrays["W_O"],
+                       a.heads, a.causal, a.keep)
+    t2 = time.perf_counter()
+
+    if a.dump:
+        os.makedirs(a.dump, exist_ok=True)
+        for name in STAGES:
+            if name in stages:
+                np.save(os.path.join(a.dump, name + ".npy"), stages[name])
+    t3 = time.perf_counter()
+
+    env_threads = os.environ.get("OPENBLAS_NUM_THREADS")
+    if a.threads is not None and env_threads != str(a.threads):
+        print(f"ref_numpy: warning: --threads {a.threads} but OPENBLAS_NUM_THREADS="
+              f"{env_threads}", file=sys.stderr)
+    print(f"timings: load={t1 - T0:.6f} compute={t2 - t1:.6f} output={t3 - t2:.6f}",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,7 +6,8 @@
 // so they open offline. Colours are colour-blind safe: viridis (sequential) for
 // scores, masked_scores and weights; ColorBrewer's RdBu (diverging, white at 0) for
 // Q, K, V, context and output. A masked cell (the query may not see that key) is
-// hatched grey with no number, never a dark "small weight" colour.
+// hatched grey, never a dark "small weight" colour; it reads "−∞" (masked_scores) or
+// "0" (weights) in HTML and carries no number in SVG.
 //
 // Numbers: the exact value of a cell (title and data-value in HTML, a <title> in SVG)
 // is the shortest text that reads back to the same float32/float64 value; the number
@@ -716,7 +717,7 @@ std::string px(double x) {
 }
 
 constexpr std::size_t kSvgNumbers = 12;     // a matrix this small shows its numbers
-constexpr std::size_t kSvgHover = 64 * 64;  // a matrix this small has a hover title per cell
+constexpr std::size_t kSvgHover = 4096;     // a matrix this small has a hover title per cell
 constexpr std::size_t kSvgMaxAxis = 256;    // cells drawn along one axis (the ends of a longer one)
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <iterator>
@@ -41,8 +42,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 class JsonReader {
 public:
-    JsonReader(std::string_view text, const std::string& source)
-        : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source) {}
+    JsonReader(std::string_view text, const std::string& source, std::size_t max_bytes)
+        : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), max_bytes_(max_bytes) {}
 
     [[noreturn]] void syntax(const std::string& what) const {
         throw InputError(source_ + ": invalid JSON at byte " + std::to_string(p_ - begin_) + ": " + what);
@@ -143,13 +144,14 @@ public:
         double v = 0;
         auto r = std::from_chars(s, p_, v);
         if (r.ec == std::errc::result_out_of_range) {
-            // from_chars reports underflow too: a number too small for a double is (signed)
-            // zero, as numpy reads it; one too large is not a finite number.
-            const char* e = std::find_if(s, p_, [](char ch) { return ch == 'e' || ch == 'E'; });
-            const bool below_one = text.substr(text[0] == '-' ? 1 : 0, 2) == "0.";
-            if ((e != p_ && e[1] == '-') || (e == p_ && below_one)) return text[0] == '-' ? -0.0 : 0.0;
+            // from_chars reports underflow and overflow alike; strtod tells them apart. A
+            // number too small for a double is (signed) zero, as numpy reads it; one too
+            // large is not a finite number and is refused.
+            const std::string token(text);
+            const double d = std::strtod(token.c_str(), nullptr);
+            if (std::fabs(d) < 1.0) return d;
             p_ = s;
-            syntax("number " + std::string(text) + " is out of range");
+            syntax("number " + token + " is out of range");
         }
         if (r.ec != std::errc() || r.ptr != p_) syntax("invalid number");
         return v;
@@ -177,6 +179,8 @@ public:
             v.leaf = 0;
             scalar(v);
         }
+        account(v);
+        held_ += a.values.size() * sizeof(double) + a.strings.size() * sizeof(std::string);
         return std::move(a);
     }
 
@@ -335,6 +339,7 @@ private:
         }
         ++p_;  // ']'
         v.index.pop_back();
+        account(v);
         if (count == 0 && v.leaf == Value::kNoLeaf) v.leaf = d + 1;
         if (!v.known[d]) {
             v.shape[d] = count;
@@ -345,10 +350,20 @@ private:
         }
     }
 
+    // Values are held as doubles (text: about a string each): all arrays together within the limit.
+    void account(const Value& v) {
+        const std::size_t now = v.a.values.size() * sizeof(double) + v.a.strings.size() * sizeof(std::string);
+        if (held_ + now > max_bytes_)
+            throw MemoryLimitError(v.origin + ": the values read so far need " + format_bytes(held_ + now) +
+                                   ", over the memory limit of " + format_bytes(max_bytes_) + " (--max-memory)");
+    }
+
     const char* begin_;
     const char* p_;
     const char* end_;
     const std::string& source_;
+    std::size_t max_bytes_;
+    std::size_t held_ = 0;
 };
 
 std::string read_stdin() {
@@ -359,8 +374,8 @@ std::string read_stdin() {
 
 }  // namespace
 
-Bundle parse_json_bundle(std::string_view text, const std::string& source) {
-    JsonReader r(text, source);
+Bundle parse_json_bundle(std::string_view text, const std::string& source, std::size_t max_bytes) {
+    JsonReader r(text, source, max_bytes);
     if (r.peek() != '{')
         throw InputError(source + ": expected a JSON object of named arrays ({\"x\": [[...]], \"W_Q\": ...}), found " +
                          (r.at_end() ? std::string("nothing") : r.describe_top()));
@@ -376,8 +391,8 @@ Bundle parse_json_bundle(std::string_view text, const std::string& source) {
     return b;
 }
 
-Array parse_json_array(std::string_view text, const std::string& origin) {
-    JsonReader r(text, origin);
+Array parse_json_array(std::string_view text, const std::string& origin, std::size_t max_bytes) {
+    JsonReader r(text, origin, max_bytes);
     if (r.at_end()) r.syntax("empty input");
     if (r.peek() == '{') {
         r.object_begin();
@@ -401,13 +416,13 @@ Array parse_json_array(std::string_view text, const std::string& origin) {
 }
 
 Bundle load_bundle(const std::string& path, std::size_t max_bytes) {
-    if (path == "-") return parse_json_bundle(read_stdin(), "<stdin>");
+    if (path == "-") return parse_json_bundle(read_stdin(), "<stdin>", max_bytes);
     std::string bytes = read_file(path, max_bytes);
     if (ends_with(path, ".npy"))
         throw InputError(path + ": a .npy file holds one array, not a bundle; pass it with its own option (e.g. --x " +
                          path + ")");
     if (ends_with(path, ".npz") || bytes.compare(0, 2, "PK") == 0) return parse_npz(bytes, path, max_bytes);
-    return parse_json_bundle(bytes, path);
+    return parse_json_bundle(bytes, path, max_bytes);
 }
 
 Array load_array(const std::string& path, const std::string& name, std::size_t max_bytes) {
@@ -416,7 +431,7 @@ Array load_array(const std::string& path, const std::string& name, std::size_t m
     if (ends_with(path, ".npy") || bytes.compare(0, 6, "\x93NUMPY") == 0) return parse_npy(bytes, origin, max_bytes);
     if (ends_with(path, ".npz"))
         throw InputError(path + ": an .npz archive is a bundle; pass it as the bundle, or give " + name + " as .npy or .json");
-    return parse_json_array(bytes, origin);
+    return parse_json_array(bytes, origin, max_bytes);
 }
 
 }  // namespace attnscope

@@ -16,7 +16,8 @@ typedef float v8f __attribute__((vector_size(32)));
 typedef int v8i __attribute__((vector_size(32)));
 
 // exp(x) for x <= 0, 8 lanes: exactly 0 for -inf and below exp's float range, NaN for NaN.
-inline v8f exp_nonpositive(v8f x) {
+// (Vectors travel by reference: clang refuses 32-byte vector arguments in the SSE clone.)
+inline void exp_nonpositive(v8f& x) {
     const v8f lo = v8f{} - 87.33654f;  // ln(2^-126): below it the result is not a normal float
     v8i in_range = x > lo;
     v8f xc = in_range ? x : lo;
@@ -36,14 +37,13 @@ inline v8f exp_nonpositive(v8f x) {
     std::memcpy(&scale, &e, sizeof scale);
     y = y * scale;
     y = in_range ? y : v8f{};
-    return x == x ? y : x;  // NaN stays NaN
+    x = x == x ? y : x;  // NaN stays NaN
 }
 
 // Loads up to 8 floats from p (n < 8: the rest is `fill`).
-inline v8f load8(const float* p, std::size_t n, float fill) {
-    v8f x = v8f{} + fill;
+inline void load8(v8f& x, const float* p, std::size_t n, float fill) {
+    x = v8f{} + fill;
     std::memcpy(&x, p, std::min<std::size_t>(n, 8) * sizeof(float));
-    return x;
 }
 
 // Clones by CPU feature (not by CPU model, which "arch=" would test): an AVX2 version
@@ -77,7 +77,8 @@ bool softmax_f32(const float* s, const bool* visible, float* masked, float* w, s
         mx8 = x > mx8 ? x : mx8;
     }
     if (full < n) {
-        v8f x = load8(w + full, n - full, neg_inf);
+        v8f x;
+        load8(x, w + full, n - full, neg_inf);
         mx8 = x > mx8 ? x : mx8;
     }
     float mx = neg_inf;
@@ -87,12 +88,16 @@ bool softmax_f32(const float* s, const bool* visible, float* masked, float* w, s
     for (std::size_t j = 0; j < full; j += 8) {
         v8f x;
         std::memcpy(&x, w + j, sizeof x);
-        x = exp_nonpositive(x - mx);
+        x -= mx;
+        exp_nonpositive(x);
         std::memcpy(w + j, &x, sizeof x);
         acc += x;
     }
     if (full < n) {
-        v8f x = exp_nonpositive(load8(w + full, n - full, neg_inf) - mx);
+        v8f x;
+        load8(x, w + full, n - full, neg_inf);
+        x -= mx;
+        exp_nonpositive(x);
         std::memcpy(w + full, &x, (n - full) * sizeof(float));
         acc += x;
     }

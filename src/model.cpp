@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <set>
 
@@ -128,11 +129,13 @@ Tensor<T, 2> to_tensor(const Mat& m) {
 }
 
 // Reports the first non-finite value of an input, so a NaN is traced to its source.
+// `largest` is the largest finite value of the arithmetic type: a float64 input beyond
+// float32's range becomes infinite in a float32 run, and is reported the same way.
 void note_nonfinite(const std::string& origin, const std::vector<std::size_t>& shape, const std::vector<double>& v,
-                    std::vector<std::string>& warnings) {
+                    double largest, std::vector<std::string>& warnings) {
     std::size_t count = 0, first = 0;
     for (std::size_t k = 0; k < v.size(); ++k)
-        if (!std::isfinite(v[k]) && count++ == 0) first = k;
+        if (!(std::fabs(v[k]) <= largest) && count++ == 0) first = k;
     if (count == 0) return;
     std::vector<std::size_t> idx(shape.size());
     for (std::size_t i = shape.size(), rest = first; i-- > 0;) {
@@ -144,7 +147,8 @@ void note_nonfinite(const std::string& origin, const std::vector<std::size_t>& s
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", v[first]);
     warnings.push_back(origin + ": " + std::to_string(count) + " non-finite value" + (count > 1 ? "s" : "") +
-                       ", the first " + buf + " at " + where + "; every stage it reaches will carry it");
+                       (std::isfinite(v[first]) ? " in this precision" : "") + ", the first " + buf + " at " + where +
+                       "; every stage it reaches will carry it");
 }
 
 TokenLabels tokens(const Builder& bld, const std::string& name, std::size_t B, std::size_t T, bool batched,
@@ -190,7 +194,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     d.Dm = x->shape[x->ndim() - 1];
     if (d.B == 0 || d.Tq == 0 || d.Dm == 0) bld.fail(*x, "expected a non-empty array, found shape " + shape_str(x->shape));
     p.x = to_tensor<T, 3>(x->values, {d.B, d.Tq, d.Dm});
-    note_nonfinite(x->origin, x->shape, x->values, p.warnings);
+    note_nonfinite(x->origin, x->shape, x->values, double(std::numeric_limits<T>::max()), p.warnings);
 
     const Array* mem = bld.find("memory");
     p.cross = mem != nullptr;
@@ -205,7 +209,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         d.Dkv = mem->shape[mem->ndim() - 1];
         if (d.Tk == 0 || d.Dkv == 0) bld.fail(*mem, "expected a non-empty array, found shape " + shape_str(mem->shape));
         p.memory = to_tensor<T, 3>(mem->values, {d.B, d.Tk, d.Dkv});
-        note_nonfinite(mem->origin, mem->shape, mem->values, p.warnings);
+        note_nonfinite(mem->origin, mem->shape, mem->values, double(std::numeric_limits<T>::max()), p.warnings);
     } else {
         d.Tk = d.Tq;
         d.Dkv = d.Dm;
@@ -244,6 +248,9 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
             wq = bld.weight(*q_proj, d.Dm, "Dm", "x");
             wk = bld.weight(*k_proj, d.Dkv, "Dkv", src_desc, wq.cols);
             wv = bld.weight(*v_proj, d.Dkv, "Dkv", src_desc);
+            if (wv.cols != wq.cols)  // nn.MultiheadAttention projects q, k and v to embed_dim alike
+                bld.fail(*v_proj, "expected E = " + std::to_string(wq.cols) + " outputs like q_proj_weight (E = embed_dim), found shape " +
+                                      shape_str(v_proj->shape));
         }
         if (const Array* b = bld.find("in_proj_bias")) {
             std::size_t E = wq.cols;
@@ -253,6 +260,8 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
             bv = std::vector<double>(v.begin() + long(2 * E), v.end());
         }
         if (const Array* a = bld.find("out_proj.weight")) wo = bld.matrix(*a).transposed();
+        else if (const Array* b = bld.find("out_proj.bias"))
+            bld.fail(*b, "an output bias needs out_proj.weight beside it");
     } else {
         for (const char* n : {"W_Q", "W_K", "W_V"})
             if (!bld.find(n))
@@ -323,7 +332,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     p.b_O = vec(bo);
     for (const auto& [name, arr] : bundle.arrays)
         if (!arr.is_text() && name != "x" && name != "memory" && name != "key_padding_mask")
-            note_nonfinite(arr.origin, arr.shape, arr.values, p.warnings);
+            note_nonfinite(arr.origin, arr.shape, arr.values, double(std::numeric_limits<T>::max()), p.warnings);
 
     // 5. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD.
     if (const Array* m = bld.find("key_padding_mask")) {

@@ -342,7 +342,7 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
             for (std::size_t c = 0; c < chars; ++c) {
                 auto cp = load_raw<std::uint32_t>(data.data() + k * t.size + c * 4, t.swap);
                 if (cp == 0) break;
-                if (cp > 0x10FFFF) throw InputError(origin + ": text element " + std::to_string(k) + " is not valid Unicode");
+                if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) throw InputError(origin + ": text element " + std::to_string(k) + " is not valid Unicode");
                 append_utf8(s, cp);
             }
             a.strings[next_c_position(k)] = std::move(s);
@@ -351,7 +351,7 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
     }
     a.values.resize(count);
     if (t.kind == 'f' && t.size == 8 && !t.swap && !h.fortran_order) {
-        std::memcpy(a.values.data(), data.data(), nbytes);
+        if (nbytes > 0) std::memcpy(a.values.data(), data.data(), nbytes);
     } else {
         for (std::size_t k = 0; k < count; ++k) a.values[next_c_position(k)] = load_number(data.data() + k * t.size, t);
     }

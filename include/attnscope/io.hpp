@@ -58,8 +58,8 @@ Array load_array(const std::string& path, const std::string& name, std::size_t m
 // Parsers on bytes already in memory; `origin` prefixes every message.
 Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes = kNoLimit);
 Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes = kNoLimit);
-Bundle parse_json_bundle(std::string_view text, const std::string& source);
-Array parse_json_array(std::string_view text, const std::string& origin);
+Bundle parse_json_bundle(std::string_view text, const std::string& source, std::size_t max_bytes = kNoLimit);
+Array parse_json_array(std::string_view text, const std::string& origin, std::size_t max_bytes = kNoLimit);
 
 // Whole file into memory; InputError naming the file when it cannot be read.
 std::string read_file(const std::string& path, std::size_t max_bytes = kNoLimit);

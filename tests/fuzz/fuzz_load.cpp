@@ -1,0 +1,282 @@
+// libFuzzer target: the whole load-and-validate path, and the attention core on what
+// it accepts.
+//
+// Input layout: byte 0 chooses the Spec and how to compute; the rest is a bundle, read
+// as .npz when it starts with "PK" and as a JSON object otherwise (as load_bundle does).
+// .npz bundles are mutated with valid CRCs (npz_mutator.hpp).
+//
+//   bit 0-1  heads - 1 (1..4)          bit 4  layout: 0 math, 1 torch
+//   bit 2    causal                    bit 5  scale: 0 default 1/sqrt(Dk), 1 explicit 0.5
+//   bit 3    align: 0 top-left,        bit 6-7 a second run of attend() keeping fewer
+//            1 bottom-right                    stages and/or on 2 threads (see kVariants)
+//
+// make_problem<double> and make_problem<float> each run on the bundle. When one accepts
+// it and the sizes are small, attend() runs with every stage kept, then again as the
+// variant says. Oracles, besides the sanitizers:
+//  - the Problem's tensors have the shapes its Dims describe; without a warning, every
+//    input tensor is finite in T;
+//  - mask is "not PAD and, when causal, not in the future", recomputed here from the
+//    spec; fully_masked lists exactly the rows with no visible key;
+//  - masked_scores is scores where visible and -inf elsewhere;
+//  - a fully masked row has all-zero weights; a row whose visible scores are finite has
+//    finite weights in [0, 1] summing to 1, and exactly 0 on masked keys;
+//  - no NaN in weights unless an input had non-finite values (problem.warnings), or the
+//    scores themselves overflowed from finite inputs (see below);
+//  - the variant run gives bit-identical values on the stages it keeps.
+//
+// Scores can overflow to infinity from finite inputs (x entries of 1e200 in float64,
+// 1e20 in float32); softmax then gives NaN with no warning. That is arithmetic, not a
+// broken reader, so those rows are exempt by default; set ATTNSCOPE_FUZZ_STRICT_NAN=1 to
+// treat any NaN in weights without a warning as a crash.
+#include "fuzz_common.hpp"
+#include "npz_mutator.hpp"
+
+#include "attnscope/attention.hpp"
+#include "attnscope/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using namespace attnscope;
+
+namespace {
+
+const bool kStrictNaN = [] {
+    const char* s = std::getenv("ATTNSCOPE_FUZZ_STRICT_NAN");
+    return s && *s && std::strcmp(s, "0") != 0;
+}();
+
+struct Variant {
+    std::vector<std::string> keep;  // empty: no second run
+    std::size_t threads;
+};
+const Variant kVariants[4] = {
+    {{}, 1},
+    {{"weights", "output"}, 1},                                  // scores streamed, weights kept
+    {{"output"}, 2},                                             // fully streamed, on 2 threads
+    {{"scores", "mask", "masked_scores", "weights", "context"}, 2},
+};
+
+Spec spec_from(std::uint8_t b) {
+    Spec s;
+    s.heads = 1 + (b & 3u);
+    s.causal = (b & 4u) != 0;
+    s.causal_align = (b & 8u) ? CausalAlign::bottom_right : CausalAlign::top_left;
+    s.layout = (b & 16u) ? Layout::torch : Layout::math;
+    if (b & 32u) s.scale = 0.5;
+    return s;
+}
+
+template <typename E>
+bool shape_is(const E& t, std::initializer_list<std::size_t> want) {
+    return t.shape().size() == want.size() && std::equal(want.begin(), want.end(), t.shape().begin());
+}
+
+template <typename E>
+bool all_finite(const E& t) {
+    for (auto v : t)
+        if (!std::isfinite(v)) return false;
+    return true;
+}
+
+template <typename T>
+void check_problem(const Problem<T>& p, const Spec& spec) {
+    const Dims& d = p.dims;
+    ATTNSCOPE_FUZZ_CHECK(d.B && d.Tq && d.Tk && d.Dm && d.Dkv && d.Dk && d.Dv);  // Dout may be 0
+    ATTNSCOPE_FUZZ_CHECK(d.H == spec.heads);
+    ATTNSCOPE_FUZZ_CHECK(shape_is(p.x, {d.B, d.Tq, d.Dm}));
+    ATTNSCOPE_FUZZ_CHECK(p.cross == p.memory.has_value());
+    if (p.memory) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.memory, {d.B, d.Tk, d.Dkv}));
+    else ATTNSCOPE_FUZZ_CHECK(d.Tk == d.Tq && d.Dkv == d.Dm);
+    ATTNSCOPE_FUZZ_CHECK(shape_is(p.W_Q, {d.Dm, d.H * d.Dk}));
+    ATTNSCOPE_FUZZ_CHECK(shape_is(p.W_K, {d.Dkv, d.H * d.Dk}));
+    ATTNSCOPE_FUZZ_CHECK(shape_is(p.W_V, {d.Dkv, d.H * d.Dv}));
+    if (p.W_O) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.W_O, {d.H * d.Dv, d.Dout}));
+    else ATTNSCOPE_FUZZ_CHECK(d.Dout == d.H * d.Dv && !p.b_O);
+    if (p.b_Q) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_Q, {d.H * d.Dk}));
+    if (p.b_K) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_K, {d.H * d.Dk}));
+    if (p.b_V) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_V, {d.H * d.Dv}));
+    if (p.b_O) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_O, {d.Dout}));
+    if (p.key_padding_mask) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.key_padding_mask, {d.B, d.Tk}));
+    for (const TokenLabels* labels : {&p.query_tokens, &p.key_tokens}) {
+        if (labels->empty()) continue;
+        ATTNSCOPE_FUZZ_CHECK(labels->size() == d.B);
+        const std::size_t want = labels == &p.query_tokens ? d.Tq : d.Tk;
+        for (const auto& row : *labels) ATTNSCOPE_FUZZ_CHECK(row.size() == want);
+    }
+    ATTNSCOPE_FUZZ_CHECK(p.spec.scale ? p.scale == static_cast<T>(*spec.scale) : p.scale > T(0));
+
+    // Without a warning every input is finite as the core gets it, in T (a finite double
+    // can still become infinite in float).
+    if (p.warnings.empty()) {
+        ATTNSCOPE_FUZZ_CHECK(all_finite(p.x));
+        if (p.memory) ATTNSCOPE_FUZZ_CHECK(all_finite(*p.memory));
+        ATTNSCOPE_FUZZ_CHECK(all_finite(p.W_Q) && all_finite(p.W_K) && all_finite(p.W_V));
+        if (p.W_O) ATTNSCOPE_FUZZ_CHECK(all_finite(*p.W_O));
+        for (const auto* b : {&p.b_Q, &p.b_K, &p.b_V, &p.b_O})
+            if (*b) ATTNSCOPE_FUZZ_CHECK(all_finite(**b));
+    }
+}
+
+// Multiply-adds of one run, a little generously; attend() runs only when this is small.
+double work(const Dims& d) {
+    const double B = double(d.B), H = double(d.H), Tq = double(d.Tq), Tk = double(d.Tk);
+    return B * Tq * double(d.Dm) * H * double(d.Dk) + B * Tk * double(d.Dkv) * H * double(d.Dk + d.Dv) +
+           B * H * Tq * Tk * double(d.Dk + d.Dv + 4) + B * Tq * H * double(d.Dv) * double(d.Dout);
+}
+
+// Bit-identical, NaN equal to NaN.
+template <typename A, typename B>
+bool same(const A& a, const B& b) {
+    if (a.shape().size() != b.shape().size() || !std::equal(a.shape().begin(), a.shape().end(), b.shape().begin()))
+        return false;
+    auto i = a.begin();
+    for (auto j = b.begin(); j != b.end(); ++i, ++j) {
+        using V = std::decay_t<decltype(*j)>;
+        if constexpr (std::is_floating_point_v<V>) {
+            if (std::isnan(*i) && std::isnan(*j)) continue;
+            if (std::memcmp(&*i, &*j, sizeof(V)) != 0) return false;
+        } else if (*i != *j) {
+            return false;
+        }
+    }
+    return true;
+}
+
+template <typename T>
+void check_trace(const Problem<T>& p, const Trace<T>& tr) {
+    const Dims& d = p.dims;
+    const std::size_t B = d.B, H = d.H, Tq = d.Tq, Tk = d.Tk;
+    ATTNSCOPE_FUZZ_CHECK(shape_is(tr.Q, {B, H, Tq, d.Dk}) && shape_is(tr.K, {B, H, Tk, d.Dk}) &&
+                         shape_is(tr.V, {B, H, Tk, d.Dv}) && shape_is(tr.scores, {B, H, Tq, Tk}) &&
+                         shape_is(tr.mask, {B, Tq, Tk}) && shape_is(tr.masked_scores, {B, H, Tq, Tk}) &&
+                         shape_is(tr.weights, {B, H, Tq, Tk}) && shape_is(tr.context, {B, H, Tq, d.Dv}) &&
+                         shape_is(tr.output, {B, Tq, d.Dout}));
+
+    // The mask, recomputed from the spec; the fully masked rows.
+    std::size_t listed = 0;
+    for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t i = 0; i < Tq; ++i) {
+            bool any = false;
+            for (std::size_t j = 0; j < Tk; ++j) {
+                bool pad = p.key_padding_mask && (*p.key_padding_mask)(b, j);
+                bool future = p.spec.causal &&
+                              (p.spec.causal_align == CausalAlign::top_left ? j > i : j + Tq > i + Tk);
+                bool visible = !pad && !future;
+                ATTNSCOPE_FUZZ_CHECK(tr.mask(b, i, j) == visible);
+                any |= visible;
+            }
+            if (!any) {
+                ATTNSCOPE_FUZZ_CHECK(listed < tr.fully_masked.size() && tr.fully_masked[listed].batch == b &&
+                                     tr.fully_masked[listed].query == i);
+                ++listed;
+            }
+        }
+    ATTNSCOPE_FUZZ_CHECK(listed == tr.fully_masked.size());
+
+    // Per row: masked scores, weights.
+    const T inf = std::numeric_limits<T>::infinity();
+    const double tol = std::is_same_v<T, float> ? 1e-5 + 1e-6 * double(Tk) : 1e-12 * double(Tk + 1);
+    for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t i = 0; i < Tq; ++i) {
+                bool any = false, finite = true, nan_weight = false;
+                for (std::size_t j = 0; j < Tk; ++j) {
+                    const T s = tr.scores(b, h, i, j), m = tr.masked_scores(b, h, i, j);
+                    if (tr.mask(b, i, j)) {
+                        any = true;
+                        finite &= std::isfinite(s);
+                        ATTNSCOPE_FUZZ_CHECK(std::isnan(s) ? std::isnan(m) : m == s);
+                    } else {
+                        ATTNSCOPE_FUZZ_CHECK(m == -inf);
+                    }
+                    nan_weight |= std::isnan(tr.weights(b, h, i, j));
+                }
+                if (!any) {
+                    for (std::size_t j = 0; j < Tk; ++j) ATTNSCOPE_FUZZ_CHECK(tr.weights(b, h, i, j) == T(0));
+                    continue;
+                }
+                if (nan_weight) {
+                    // A NaN needs a non-finite score to come from: from a non-finite input
+                    // (warned about) or, outside strict mode, from overflow.
+                    ATTNSCOPE_FUZZ_CHECK(!finite);
+                    ATTNSCOPE_FUZZ_CHECK(!p.warnings.empty() || !kStrictNaN);
+                }
+                if (!finite) continue;
+                double sum = 0;
+                for (std::size_t j = 0; j < Tk; ++j) {
+                    const T w = tr.weights(b, h, i, j);
+                    ATTNSCOPE_FUZZ_CHECK(w >= T(0) && w <= T(1));
+                    if (!tr.mask(b, i, j)) ATTNSCOPE_FUZZ_CHECK(w == T(0));
+                    sum += double(w);
+                }
+                ATTNSCOPE_FUZZ_CHECK(std::fabs(sum - 1.0) <= tol);
+            }
+}
+
+template <typename T>
+void run(const Bundle& bundle, const Spec& spec, const Variant& variant) {
+    Problem<T> p;
+    if (!fuzz::accepts([&] { p = make_problem<T>(bundle, spec); })) return;
+    check_problem(p, spec);
+    if (work(p.dims) > 1e6) return;
+
+    Compute all;
+    all.threads = 1;
+    const Trace<T> tr = attend(p, all);
+    check_trace(p, tr);
+    if (variant.keep.empty()) return;
+
+    Compute some;
+    some.keep = stage_set(variant.keep);
+    some.threads = variant.threads;
+    const Trace<T> part = attend(p, some);
+    ATTNSCOPE_FUZZ_CHECK(part.fully_masked.size() == tr.fully_masked.size());
+    if (some.keep[kQ]) ATTNSCOPE_FUZZ_CHECK(same(part.Q, tr.Q));
+    if (some.keep[kK]) ATTNSCOPE_FUZZ_CHECK(same(part.K, tr.K));
+    if (some.keep[kV]) ATTNSCOPE_FUZZ_CHECK(same(part.V, tr.V));
+    if (some.keep[kScores]) ATTNSCOPE_FUZZ_CHECK(same(part.scores, tr.scores));
+    if (some.keep[kMask]) ATTNSCOPE_FUZZ_CHECK(same(part.mask, tr.mask));
+    if (some.keep[kMaskedScores]) ATTNSCOPE_FUZZ_CHECK(same(part.masked_scores, tr.masked_scores));
+    if (some.keep[kWeights]) ATTNSCOPE_FUZZ_CHECK(same(part.weights, tr.weights));
+    if (some.keep[kContext]) ATTNSCOPE_FUZZ_CHECK(same(part.context, tr.context));
+    if (some.keep[kOutput]) ATTNSCOPE_FUZZ_CHECK(same(part.output, tr.output));
+}
+
+}  // namespace
+
+// Byte 0 alone now and then; an .npz bundle through the structure-aware mutator; JSON
+// (and anything else) byte by byte, with the dictionary.
+extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t size, std::size_t max_size,
+                                               unsigned int seed) {
+    if (size > 1 && seed % 8 == 0) {
+        data[0] = std::uint8_t(seed >> 3);
+        return size;
+    }
+    if (size > 3 && max_size > 1 && data[1] == 'P' && data[2] == 'K')
+        return 1 + fuzz::mutate_npz(data + 1, size - 1, max_size - 1, seed);
+    return LLVMFuzzerMutate(data, size, max_size);
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    if (size < 1) return 0;
+    const Spec spec = spec_from(data[0]);
+    const Variant& variant = kVariants[data[0] >> 6];
+    const std::string_view bytes = fuzz::as_bytes(data + 1, size - 1);
+
+    Bundle bundle;
+    const bool npz = bytes.substr(0, 2) == "PK";
+    if (!fuzz::accepts([&] {
+            bundle = npz ? parse_npz(bytes, "fuzz.npz", fuzz::kMaxBytes) : parse_json_bundle(bytes, "fuzz.json");
+        }))
+        return 0;
+    run<double>(bundle, spec, variant);
+    run<float>(bundle, spec, variant);
+    return 0;
+}

@@ -16,6 +16,8 @@
 #include "attnscope/errors.hpp"
 #include "attnscope/report.hpp"
 
+#include "text_util.hpp"
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -439,21 +441,6 @@ Cell cell_of(const Matrix& m, Kind kind, const ColourScale& sc, const std::vecto
 // The page header (HTML) and the words shared with the text report
 // ---------------------------------------------------------------------------
 
-std::string dims_line(const Dims& d) {
-    return "B=" + std::to_string(d.B) + " Tq=" + std::to_string(d.Tq) + " Tk=" + std::to_string(d.Tk) +
-           " Dm=" + std::to_string(d.Dm) + " Dkv=" + std::to_string(d.Dkv) + " H=" + std::to_string(d.H) +
-           " Dk=" + std::to_string(d.Dk) + " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
-}
-
-std::string masks_line(const TraceView& v) {
-    std::string masks;
-    if (v.has_padding) masks += "key padding (key_padding_mask, 1 = PAD)";
-    if (v.spec.causal)
-        masks += std::string(masks.empty() ? "" : " + ") + "causal, " +
-                 (v.spec.causal_align == CausalAlign::top_left ? "top-left (query i sees keys j ≤ i)"
-                                                               : "bottom-right (query i sees keys j ≤ i + Tk − Tq)");
-    return masks.empty() ? "none" : masks;
-}
 
 // "batch 0 · head 1", "batch 0", "head 1" or "" for a matrix.
 std::string matrix_title(const TraceView& v, const Matrix& m) {
@@ -558,9 +545,9 @@ void write_header(std::ostream& out, const TraceView& v, const std::vector<std::
     row("source", escape(v.source));
     row("mode", v.cross ? "cross-attention: queries from x, keys and values from memory"
                         : "self-attention: queries, keys and values from x");
-    row("sizes", escape(dims_line(d)) + (v.batched ? "" : " (2-D x: no batch axis in the results)"));
+    row("sizes", escape(text::dims_line(d)) + (v.batched ? "" : " (2-D x: no batch axis in the results)"));
     row("scale", readable(v.scale, "%.6g") + " = " + escape(v.scale_source));
-    row("masks", escape(masks_line(v)));
+    row("masks", escape(text::masks_line(v)));
     row("dtype", escape(v.dtype));
     std::string rows;
     for (const auto& r : v.fully_masked) {

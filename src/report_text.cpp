@@ -82,11 +82,6 @@ void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std
     }
 }
 
-std::string dims_line(const Dims& d) {
-    return "B=" + std::to_string(d.B) + " Tq=" + std::to_string(d.Tq) + " Tk=" + std::to_string(d.Tk) +
-           " Dm=" + std::to_string(d.Dm) + " Dkv=" + std::to_string(d.Dkv) + " H=" + std::to_string(d.H) +
-           " Dk=" + std::to_string(d.Dk) + " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
-}
 
 void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const char* option, const char* what) {
     for (std::size_t i : chosen)
@@ -121,13 +116,7 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
     char scale[32];
     std::snprintf(scale, sizeof scale, "%.6g", v.scale);
     out << "  scale   " << scale << " = " << v.scale_source << '\n';
-    std::string masks;
-    if (v.has_padding) masks += "key padding (key_padding_mask, 1 = PAD)";
-    if (v.spec.causal)
-        masks += std::string(masks.empty() ? "" : " + ") + "causal, " +
-                 (v.spec.causal_align == CausalAlign::top_left ? "top-left (query i sees keys j <= i)"
-                                                               : "bottom-right (query i sees keys j <= i + Tk - Tq)");
-    out << "  masks   " << (masks.empty() ? "none" : masks) << '\n';
+    out << "  masks   " << masks_line(v) << '\n';
     if (!v.fully_masked.empty()) {
         out << "  rows with every key masked (weights all 0):";
         for (const auto& r : v.fully_masked) {

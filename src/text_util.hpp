@@ -71,6 +71,24 @@ inline std::vector<std::string> wrap(const std::string& text, std::size_t width)
     return lines;
 }
 
+// "B=2 Tq=6 Tk=6 ...": every size of the shape legend.
+inline std::string dims_line(const Dims& d) {
+    return "B=" + std::to_string(d.B) + " Tq=" + std::to_string(d.Tq) + " Tk=" + std::to_string(d.Tk) +
+           " Dm=" + std::to_string(d.Dm) + " Dkv=" + std::to_string(d.Dkv) + " H=" + std::to_string(d.H) +
+           " Dk=" + std::to_string(d.Dk) + " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
+}
+
+// Which masks applied, in words ("none" when none did).
+inline std::string masks_line(const TraceView& v) {
+    std::string masks;
+    if (v.has_padding) masks += "key padding (key_padding_mask, 1 = PAD)";
+    if (v.spec.causal)
+        masks += std::string(masks.empty() ? "" : " + ") + "causal, " +
+                 (v.spec.causal_align == CausalAlign::top_left ? "top-left (query i sees keys j <= i)"
+                                                               : "bottom-right (query i sees keys j <= i + Tk - Tq)");
+    return masks.empty() ? "none" : masks;
+}
+
 // Batch items or heads chosen by the user, or all of them.
 inline std::vector<std::size_t> chosen_or_all(const std::vector<std::size_t>& chosen, std::size_t n) {
     if (!chosen.empty()) return chosen;

@@ -57,16 +57,41 @@ std::string format_bytes(std::size_t bytes) {
 }
 
 std::string read_file(const std::string& path, std::size_t max_bytes) {
+    // One open, one fstat, reads straight into a string of the file's size (a special
+    // file whose size is unknown, e.g. a pipe, is read until its end).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw InputError(path + ": cannot open file: " + std::strerror(errno));
+    struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+    } closer{fd};
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-        throw InputError(path + ": is a directory, expected a file");
-    if (::stat(path.c_str(), &st) == 0 && std::size_t(st.st_size) > max_bytes)
+    if (::fstat(fd, &st) != 0) throw InputError(path + ": cannot read file: " + std::strerror(errno));
+    if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory, expected a file");
+    const bool sized = S_ISREG(st.st_mode);
+    if (sized && std::size_t(st.st_size) > max_bytes)
         throw MemoryLimitError(path + ": the file holds " + format_bytes(std::size_t(st.st_size)) +
                                ", over the memory limit of " + format_bytes(max_bytes) + " (--max-memory)");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError(path + ": cannot open file: " + std::strerror(errno));
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw InputError(path + ": cannot read file: " + std::strerror(errno));
+    std::string bytes;
+    std::size_t have = 0;
+    bytes.resize(sized ? std::size_t(st.st_size) : std::size_t{1} << 16);
+    for (;;) {
+        if (have == bytes.size()) {
+            if (sized) break;
+            if (bytes.size() > max_bytes)
+                throw MemoryLimitError(path + ": the file holds more than the memory limit of " +
+                                       format_bytes(max_bytes) + " (--max-memory)");
+            bytes.resize(bytes.size() * 2);
+        }
+        const ssize_t n = ::read(fd, bytes.data() + have, bytes.size() - have);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw InputError(path + ": cannot read file: " + std::strerror(errno));
+        }
+        if (n == 0) break;
+        have += std::size_t(n);
+    }
+    bytes.resize(have);
     return bytes;
 }
 

@@ -16,9 +16,7 @@ namespace attnscope {
 using namespace text;
 
 std::vector<RowDiagnostics> diagnose(const TraceView& v) {
-    for (const char* n : {"Q", "K", "scores", "mask", "weights", "V"})
-        if (std::none_of(v.stages.begin(), v.stages.end(), [&](const StageView& s) { return s.name == n; }))
-            throw UsageError(std::string("--diagnose: needs the stage ") + n);
+    v.require({"Q", "K", "scores", "mask", "weights", "V"}, "--diagnose");
     const Dims& d = v.dims;
     const StageView &S = v.stage("scores"), &M = v.stage("mask"), &W = v.stage("weights"), &V = v.stage("V"),
                     &Q = v.stage("Q"), &K = v.stage("K");
@@ -120,13 +118,7 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
 }
 
 void write_diagnostics_json(std::ostream& out, const std::vector<RowDiagnostics>& rows) {
-    auto num = [&](double x) {
-        if (std::isnan(x)) { out << "\"nan\""; return; }
-        if (std::isinf(x)) { out << (x < 0 ? "\"-inf\"" : "\"inf\""); return; }
-        char buf[32];
-        auto r = std::to_chars(buf, buf + sizeof buf, x);
-        out.write(buf, r.ptr - buf);
-    };
+    auto num = [&](double x) { put_json_number(out, x); };
     out << '[';
     for (std::size_t k = 0; k < rows.size(); ++k) {
         const auto& r = rows[k];

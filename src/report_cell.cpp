@@ -27,9 +27,7 @@ void check_cell(const CellRef& c, const Dims& d) {
 
 void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int decimals) {
     const Dims& d = v.dims;
-    for (const char* n : {"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"})
-        if (std::none_of(v.stages.begin(), v.stages.end(), [&](const StageView& s) { return s.name == n; }))
-            throw UsageError(std::string("--cell: needs the stage ") + n);
+    v.require({"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"}, "--cell");
     check_cell(c, d);
     const std::size_t b = c.batch, h = c.head, i = c.query, j = c.key;
     const StageView &Q = v.stage("Q"), &K = v.stage("K"), &V = v.stage("V"), &S = v.stage("scores"),

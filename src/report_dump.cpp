@@ -22,9 +22,13 @@ std::vector<OutArray> arrays_of(const TraceView& v, const std::vector<std::strin
 
 }  // namespace
 
+bool dump_is_npz(const std::string& path) {
+    return path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0;
+}
+
 void write_dump(const std::string& path, const TraceView& v, const std::vector<std::string>& stages) {
     auto arrays = arrays_of(v, stages);
-    if (path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0) {
+    if (dump_is_npz(path)) {
         AtomicFile f(path);
         write_npz(f, arrays);
         f.commit();

@@ -117,8 +117,7 @@ Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t 
              const TextOptions& o, std::size_t max_cols_width) {
     const std::size_t nd = s.shape.size(), rows = s.shape[nd - 2], cols = s.shape[nd - 1];
     const std::size_t off = matrix_offset(s, b, h);
-    const bool has_mask = std::any_of(v.stages.begin(), v.stages.end(), [](const StageView& x) { return x.name == "mask"; });
-    const StageView* mask = has_mask ? &v.stage("mask") : nullptr;
+    const StageView* mask = v.find("mask");
     // Labels: queries on rows, keys on columns (vertical, up to 6 characters).
     std::size_t label_w = 1;
     std::vector<std::string> row_labels(rows);
@@ -237,9 +236,7 @@ void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, c
 
 void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
     const char* names[] = {"scores", "masked_scores", "weights"};
-    for (const char* n : names)
-        if (std::none_of(v.stages.begin(), v.stages.end(), [&](const StageView& x) { return x.name == n; }))
-            throw UsageError(std::string("--panels: needs the stage ") + n);
+    v.require({"scores", "masked_scores", "weights"}, "--panels");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = chosen_or_all(o.heads, v.dims.H);
     for (std::size_t b : batches)

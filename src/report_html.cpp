@@ -294,12 +294,6 @@ Matrix matrix_of(const StageView& s, std::size_t b, std::size_t h) {
     return m;
 }
 
-const StageView* find_stage(const TraceView& v, const std::string& name) {
-    for (const auto& s : v.stages)
-        if (s.name == name) return &s;
-    return nullptr;
-}
-
 // How a stage is coloured.
 enum class Kind {
     weights,     // viridis over 0..1
@@ -377,12 +371,12 @@ bool shows_mask(const StageView& s) { return s.name == "mask" || s.name == "mask
 std::vector<char> visibility(const TraceView& v, std::size_t b) {
     const std::size_t Tq = v.dims.Tq, Tk = v.dims.Tk;
     std::vector<char> seen;
-    if (const StageView* mask = find_stage(v, "mask")) {
+    if (const StageView* mask = v.find("mask")) {
         const Matrix m = matrix_of(*mask, b, 0);
         seen.resize(Tq * Tk);
         for (std::size_t i = 0; i < Tq; ++i)
             for (std::size_t j = 0; j < Tk; ++j) seen[i * Tk + j] = m.at(i, j) != 0;
-    } else if (const StageView* ms = find_stage(v, "masked_scores")) {
+    } else if (const StageView* ms = v.find("masked_scores")) {
         seen.assign(Tq * Tk, 0);
         for (std::size_t h = 0; h < v.dims.H; ++h) {
             const Matrix m = matrix_of(*ms, b, h);
@@ -711,14 +705,14 @@ constexpr std::size_t kSvgMaxAxis = 256;    // cells drawn along one axis (the e
 
 void write_html(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages) {
     for (const auto& name : stages)
-        if (!find_stage(v, name)) throw UsageError("--html: stage " + name + " was not computed (see --stages)");
+        if (!v.find(name)) throw UsageError("--html: stage " + name + " was not computed (see --stages)");
     out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
         << "<title>attnscope: " << escape(v.source) << "</title>\n<style>\n"
         << style_sheet() << "</style>\n</head>\n<body>\n";
     write_header(out, v, stages);
     const std::size_t budget = kPageCells / std::max<std::size_t>(stages.size(), 1);
-    for (const auto& name : stages) write_stage(out, v, *find_stage(v, name), budget);
+    for (const auto& name : stages) write_stage(out, v, *v.find(name), budget);
     out << "</body>\n</html>\n";
 }
 
@@ -728,7 +722,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     chosen.batches = {batch};
     chosen.heads = {head};
     check_selection(chosen, v.dims);
-    const StageView* s = find_stage(v, stage);
+    const StageView* s = v.find(stage);
     if (!s) throw UsageError("--svg-stage " + stage + ": stage was not computed (add it to --stages)");
 
     const Matrix m = matrix_of(*s, batch, head);

@@ -4,6 +4,8 @@
 #include "attnscope/diagnostics.hpp"
 #include "attnscope/report.hpp"
 
+#include "text_util.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <ostream>
@@ -33,15 +35,6 @@ void put_string(std::ostream& out, const std::string& s) {
     out << '"';
 }
 
-template <typename T>
-void put_number(std::ostream& out, T v) {
-    if (std::isnan(v)) { out << "\"nan\""; return; }
-    if (std::isinf(v)) { out << (v < 0 ? "\"-inf\"" : "\"inf\""); return; }
-    char buf[40];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);
-    out.write(buf, r.ptr - buf);
-}
-
 void put_stage_data(std::ostream& out, const StageView& s) {
     // Nested lists in C order: open a bracket whenever an index along an axis restarts.
     const std::size_t nd = s.shape.size(), n = s.size();
@@ -58,8 +51,8 @@ void put_stage_data(std::ostream& out, const StageView& s) {
         if (k > 0 && opens < nd) out << ',';
         for (std::size_t a = 0; a < opens; ++a) out << '[';
         switch (s.dtype) {
-            case DType::float32: put_number(out, static_cast<const float*>(s.data)[k]); break;
-            case DType::float64: put_number(out, static_cast<const double*>(s.data)[k]); break;
+            case DType::float32: text::put_json_number(out, static_cast<const float*>(s.data)[k]); break;
+            case DType::float64: text::put_json_number(out, static_cast<const double*>(s.data)[k]); break;
             case DType::boolean: out << (static_cast<const bool*>(s.data)[k] ? "true" : "false"); break;
         }
         // Advance, closing a bracket for every axis that wraps.
@@ -99,7 +92,7 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
     put_string(out, v.source);
     out << ",\"mode\":\"" << (v.cross ? "cross" : "self") << "\",\"dtype\":\"" << v.dtype << "\",\"heads\":" << d.H
         << ",\"scale\":";
-    put_number(out, v.scale);
+    text::put_json_number(out, v.scale);
     out << ",\"scale_source\":";
     put_string(out, v.scale_source);
     out << ",\"causal\":" << (v.spec.causal ? "true" : "false") << ",\"causal_align\":\""

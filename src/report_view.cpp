@@ -17,10 +17,20 @@ double StageView::at(std::size_t k) const {
     return 0;
 }
 
-const StageView& TraceView::stage(const std::string& name) const {
+const StageView* TraceView::find(const std::string& name) const {
     for (const auto& s : stages)
-        if (s.name == name) return s;
+        if (s.name == name) return &s;
+    return nullptr;
+}
+
+const StageView& TraceView::stage(const std::string& name) const {
+    if (const StageView* s = find(name)) return *s;
     throw std::logic_error("no stage " + name);
+}
+
+void TraceView::require(std::initializer_list<const char*> names, const char* option) const {
+    for (const char* n : names)
+        if (!find(n)) throw UsageError(std::string(option) + ": needs the stage " + n);
 }
 
 std::vector<std::string> parse_stage_list(const std::string& list) {

@@ -5,6 +5,8 @@
 #include "attnscope/report.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <ostream>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -51,6 +53,17 @@ inline std::string axis_label(const TraceView& v, const std::string& axis, std::
     return "d" + std::to_string(i);
 }
 
+
+// A number for JSON: the shortest form that reads back to the same float/double, and
+// the strings "nan", "inf", "-inf" for what JSON cannot spell.
+template <typename T>
+void put_json_number(std::ostream& out, T v) {
+    if (std::isnan(v)) { out << "\"nan\""; return; }
+    if (std::isinf(v)) { out << (v < 0 ? "\"-inf\"" : "\"inf\""); return; }
+    char buf[40];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.write(buf, r.ptr - buf);
+}
 
 // Greedy word wrap to `width` display columns.
 inline std::vector<std::string> wrap(const std::string& text, std::size_t width) {

@@ -7,6 +7,7 @@
 #include "attnscope/model.hpp"
 
 #include <cstddef>
+#include <initializer_list>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -43,7 +44,10 @@ struct TraceView {
     std::vector<std::string> warnings;
     std::vector<StageView> stages;  // pipeline order
 
-    const StageView& stage(const std::string& name) const;
+    const StageView& stage(const std::string& name) const;  // std::logic_error when absent
+    const StageView* find(const std::string& name) const;   // nullptr when absent
+    // UsageError "OPTION: needs the stage NAME" for the first of `names` not in the view.
+    void require(std::initializer_list<const char*> names, const char* option) const;
 };
 
 // The view borrows from `trace`: keep the trace alive while the view is used.
@@ -124,5 +128,6 @@ void write_svg(std::ostream& out, const TraceView& view, const std::string& stag
 // .npz archive when `path` ends in ".npz". Every file is written under a temporary name
 // and renamed once all are complete.
 void write_dump(const std::string& path, const TraceView& view, const std::vector<std::string>& stages);
+bool dump_is_npz(const std::string& path);  // the archive form of write_dump
 
 }  // namespace attnscope

@@ -94,8 +94,7 @@ void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) 
         if (!f->empty() && ::stat(f->c_str(), &st) == 0)
             throw UsageError(*f + ": exists; pass --force to replace it");
     if (o.dump.empty()) return;
-    const bool npz = o.dump.size() > 4 && o.dump.compare(o.dump.size() - 4, 4, ".npz") == 0;
-    if (npz) {
+    if (dump_is_npz(o.dump)) {
         if (::stat(o.dump.c_str(), &st) == 0)
             throw UsageError("--dump " + o.dump + ": exists; pass --force to replace it");
         return;

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attn_reference as ref  # noqa: E402
+from make_data import json_value  # noqa: E402  (the same JSON layout as the hand-made examples)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "data")
@@ -293,15 +294,6 @@ def export_reverse(model, words):
 # --------------------------------------------------------------------------
 # Writing and checking
 # --------------------------------------------------------------------------
-
-def json_value(value, indent):
-    """Nested lists with one innermost row per line (as make_data.py writes)."""
-    if isinstance(value, list) and value and isinstance(value[0], list):
-        pad = " " * (indent + 2)
-        inner = ",\n".join(pad + json_value(v, indent + 2) for v in value)
-        return "[\n" + inner + "\n" + " " * indent + "]"
-    return json.dumps(value)
-
 
 def write_bundle(name, arrays):
     """data/NAME.json and data/NAME.npz with the same arrays.

@@ -198,13 +198,30 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
             std::fill_n(kf.data() + (b * Tk + *p.spec.zero_key) * H * Dk, H * Dk, T(0));
     // (Rotary position embeddings, when they come, rotate Q and K here, between the
     // projections and the scores, as a stage of their own.)
-    if (keep[kQ]) tr.Q = split_heads(qf, B, Tq, H, Dk), check_shape(tr.Q, std::array{B, H, Tq, Dk}, "Q");
-    if (keep[kK]) tr.K = split_heads(kf, B, Tk, H, Dk), check_shape(tr.K, std::array{B, H, Tk, Dk}, "K");
-    if (keep[kV]) tr.V = split_heads(vf, B, Tk, H, Dv), check_shape(tr.V, std::array{B, H, Tk, Dv}, "V");
+    // Where a kept stage of n elements of `size` bytes lives (Compute::place), in effect
+    // for the next allocation of that size on this thread.
+    auto place = [&](Stage s, std::size_t n, std::size_t size) {
+        return std::make_unique<PlaceNext>(how.place && n > 0 ? how.place(s, n * size) : nullptr);
+    };
+    if (keep[kQ]) {
+        auto at = place(kQ, B * H * Tq * Dk, sizeof(T));
+        tr.Q = split_heads(qf, B, Tq, H, Dk), check_shape(tr.Q, std::array{B, H, Tq, Dk}, "Q");
+    }
+    if (keep[kK]) {
+        auto at = place(kK, B * H * Tk * Dk, sizeof(T));
+        tr.K = split_heads(kf, B, Tk, H, Dk), check_shape(tr.K, std::array{B, H, Tk, Dk}, "K");
+    }
+    if (keep[kV]) {
+        auto at = place(kV, B * H * Tk * Dv, sizeof(T));
+        tr.V = split_heads(vf, B, Tk, H, Dv), check_shape(tr.V, std::array{B, H, Tk, Dv}, "V");
+    }
 
     // 2) Mask: padding AND causal -> (B, Tq, Tk), true = may attend. Rows with no key.
     const bool masking = pad || p.spec.causal;
-    if (keep[kMask]) tr.mask = attention_mask(d, pad, p.spec.causal, p.spec.causal_align);
+    if (keep[kMask]) {
+        auto at = place(kMask, B * Tq * Tk, sizeof(bool));
+        tr.mask = attention_mask(d, pad, p.spec.causal, p.spec.causal_align);
+    }
     {
         std::vector<char> row(Tk);
         for (std::size_t b = 0; b < B; ++b)
@@ -215,10 +232,18 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     if (!need_scores) return tr;
 
     auto alloc4 = [&](Stage s, std::size_t last) {
-        return keep[s] ? Tensor<T, 4>::from_shape({B, H, Tq, last}) : Tensor<T, 4>();
+        if (!keep[s]) return Tensor<T, 4>();
+        auto at = place(s, B * H * Tq * last, sizeof(T));
+        return Tensor<T, 4>::from_shape({B, H, Tq, last});
     };
     tr.scores = alloc4(kScores, Tk);
-    tr.masked_scores = alloc4(kMaskedScores, Tk);
+    // With nothing masked, masked_scores equals scores: when both are kept, hold one
+    // (unless masked_scores has a place of its own, e.g. its dump file).
+    if (keep[kMaskedScores]) {
+        auto at = place(kMaskedScores, B * H * Tq * Tk, sizeof(T));
+        tr.masked_is_scores = !masking && keep[kScores] && !at->placing();
+        if (!tr.masked_is_scores) tr.masked_scores = Tensor<T, 4>::from_shape({B, H, Tq, Tk});
+    }
     tr.weights = alloc4(kWeights, Tk);
     tr.context = alloc4(kContext, Dv);
     Buffer<T> merged(need_context ? B * Tq * H * Dv : 0);  // (B, Tq, H*Dv)
@@ -252,7 +277,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
                 visible_row(d, pad, p.spec.causal, p.spec.causal_align, b, i0 + r, reinterpret_cast<bool*>(sc.visible.data()));
                 vis = reinterpret_cast<const bool*>(sc.visible.data());
             }
-            T* M = keep[kMaskedScores] ? &tr.masked_scores(b, h, i0 + r, 0) : nullptr;
+            T* M = keep[kMaskedScores] && !tr.masked_is_scores ? &tr.masked_scores(b, h, i0 + r, 0) : nullptr;
             kernels::masked_softmax_row(S + r * Tk, vis, M, W + r * Tk, Tk);
         }
         if (how.progress_done) ++*how.progress_done;
@@ -271,7 +296,10 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
 
     // 4) Output: merged heads (B*Tq, H*Dv) x (H*Dv, Dout) (+ b_O) -> (B, Tq, Dout),
     //    or the merged heads themselves when there is no W_O.
-    tr.output = Tensor<T, 3>::from_shape({B, Tq, d.Dout});
+    {
+        auto at = place(kOutput, B * Tq * d.Dout, sizeof(T));
+        tr.output = Tensor<T, 3>::from_shape({B, Tq, d.Dout});
+    }
     if (p.W_O) project(merged.data(), B * Tq, H * Dv, *p.W_O, p.b_O, tr.output.data());
     else std::copy(merged.begin(), merged.end(), tr.output.begin());
     check_shape(tr.output, std::array{B, Tq, d.Dout}, "output");

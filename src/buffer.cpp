@@ -2,14 +2,45 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
+#include <map>
+#include <mutex>
+
 namespace attnscope {
 
 namespace {
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 constexpr std::size_t kLargeBuffer = std::size_t{4} << 20;
+
+// The placement the next allocation of its size on this thread takes (PlaceNext).
+thread_local std::shared_ptr<Placement> pending;
+
+// Placed memory handed out and not yet released, by address: release_large must give
+// these back to their owner rather than free() them.
+struct Placed {
+    std::mutex m;
+    std::map<void*, std::shared_ptr<Placement>> by_address;
+    std::atomic<std::size_t> count{0};
+};
+Placed& placed() {
+    static Placed p;
+    return p;
+}
 }  // namespace
 
+PlaceNext::PlaceNext(std::shared_ptr<Placement> where) { pending = std::move(where); }
+PlaceNext::~PlaceNext() { pending.reset(); }
+bool PlaceNext::placing() const { return pending != nullptr; }
+
 void* allocate_large(std::size_t bytes) {
+    if (pending && pending->bytes() == bytes && bytes > 0) {
+        void* p = pending->data();
+        Placed& pl = placed();
+        std::lock_guard<std::mutex> g(pl.m);
+        pl.by_address[p] = std::move(pending);
+        ++pl.count;
+        return p;
+    }
     if (bytes == 0) bytes = 1;
     void* p = nullptr;
     if (bytes >= kLargeBuffer) {
@@ -22,6 +53,22 @@ void* allocate_large(std::size_t bytes) {
     return p;
 }
 
-void release_large(void* p) noexcept { std::free(p); }
+void release_large(void* p) noexcept {
+    Placed& pl = placed();
+    if (p && pl.count.load() > 0) {
+        std::shared_ptr<Placement> owner;  // dropped outside the lock
+        {
+            std::lock_guard<std::mutex> g(pl.m);
+            auto it = pl.by_address.find(p);
+            if (it != pl.by_address.end()) {
+                owner = std::move(it->second);
+                pl.by_address.erase(it);
+                --pl.count;
+            }
+        }
+        if (owner) return;
+    }
+    std::free(p);
+}
 
 }  // namespace attnscope

@@ -110,7 +110,7 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     add("scores", "Q · Kᵀ · scale, scale = " + std::string(scale_buf) + " (" + p.scale_source + ")",
         {"B", "H", "Tq", "Tk"}, tr.scores, dt);
     add("mask", mask_words, {"B", "Tq", "Tk"}, tr.mask, DType::boolean);
-    add("masked_scores", "scores, -inf where mask is false", {"B", "H", "Tq", "Tk"}, tr.masked_scores, dt);
+    add("masked_scores", "scores, -inf where mask is false", {"B", "H", "Tq", "Tk"}, tr.masked(), dt);
     add("weights", "softmax over keys of masked_scores; each row sums to 1",
         {"B", "H", "Tq", "Tk"}, tr.weights, dt);
     add("context", "weights · V: each row a weighted sum of value vectors", {"B", "H", "Tq", "Dv"}, tr.context, dt);

@@ -71,7 +71,7 @@ TEST_CASE("hand: causal top-left on equal scores gives 1, 1/2, 1/3") {
             CHECK(tr.mask(0, i, j) == (j <= i));
             if (j > i) {
                 CHECK(tr.weights(0, 0, i, j) == 0.0);  // exactly zero, not tiny
-                CHECK(tr.masked_scores(0, 0, i, j) == -INFINITY);
+                CHECK(tr.masked()(0, 0, i, j) == -INFINITY);
                 CHECK(tr.scores(0, 0, i, j) == 1.0);  // scores keep the raw value
             }
         }
@@ -131,7 +131,7 @@ TEST_CASE("hand: padding zeroes a key's column, and all-PAD rows are zero, not N
     for (std::size_t i = 0; i < 2; ++i)
         for (std::size_t j = 0; j < 2; ++j) {
             CHECK(tr.weights(1, 0, i, j) == 0.0);
-            CHECK(tr.masked_scores(1, 0, i, j) == -INFINITY);
+            CHECK(tr.masked()(1, 0, i, j) == -INFINITY);
         }
     CHECK(tr.output(1, 0, 0) == 0.0);
     CHECK(!std::isnan(tr.output(1, 1, 0)));

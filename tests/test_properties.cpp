@@ -76,9 +76,9 @@ TEST_CASE("property: weight rows sum to 1, masked weights are exactly 0, masked-
                         REQUIRE(!std::isnan(w));
                         if (!tr.mask(b, i, j)) {
                             REQUIRE(w == 0.0);
-                            REQUIRE(tr.masked_scores(b, h, i, j) == -INFINITY);
+                            REQUIRE(tr.masked()(b, h, i, j) == -INFINITY);
                         } else {
-                            REQUIRE(tr.masked_scores(b, h, i, j) == tr.scores(b, h, i, j));
+                            REQUIRE(tr.masked()(b, h, i, j) == tr.scores(b, h, i, j));
                         }
                         sum += w;
                     }

@@ -430,14 +430,14 @@ void check_cell(const Computed& c, const CellRef& cell, int decimals) {
     CHECK(contains(line_with(text, "3) mask:"), visible ? "is visible to query" : "is hidden from query"));
     // 4) row max, exp, row sum, weight
     double row_max = -kInf;
-    for (std::size_t k = 0; k < d.Tk; ++k) row_max = std::max(row_max, tr.masked_scores(b, h, i, k));
+    for (std::size_t k = 0; k < d.Tk; ++k) row_max = std::max(row_max, tr.masked()(b, h, i, k));
     if (row_max == -kInf) {
         CHECK(contains(text, "every key of query " + std::to_string(i) + " is masked"));
         CHECK(!contains(text, "weight = "));
         CHECK(tr.weights(b, h, i, j) == 0.0);
     } else {
         double row_sum = 0;
-        for (std::size_t k = 0; k < d.Tk; ++k) row_sum += std::exp(tr.masked_scores(b, h, i, k) - row_max);
+        for (std::size_t k = 0; k < d.Tk; ++k) row_sum += std::exp(tr.masked()(b, h, i, k) - row_max);
         const double e = visible ? std::exp(tr.scores(b, h, i, j) - row_max) : 0.0;
         check_printed(number_after(line_with(text, "4) row max"), "keys = "), row_max, decimals, "row max");
         check_printed(number_after(line_with(text, "row sum of exp"), "keys = "), row_sum, decimals, "row sum");
@@ -885,7 +885,7 @@ TEST_CASE("views: zero_key sets key j to 0, so its score column is exactly 0 bef
                     CAPTURE(h);
                     CAPTURE(i);
                     CHECK(tr.scores(b, h, i, j) == 0.0);
-                    CHECK(tr.masked_scores(b, h, i, j) == (tr.mask(b, i, j) ? 0.0 : -kInf));
+                    CHECK(tr.masked()(b, h, i, j) == (tr.mask(b, i, j) ? 0.0 : -kInf));
                     for (std::size_t k = 0; k < d.Tk; ++k)
                         if (k != j) CHECK(tr.scores(b, h, i, k) == ref.scores(b, h, i, k));  // other keys untouched
                 }

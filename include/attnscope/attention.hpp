@@ -30,6 +30,8 @@
 #include <array>
 #include <atomic>
 #include <bitset>
+#include <functional>
+#include <memory>
 #include <string>
 #include <cstddef>
 #include <string_view>
@@ -57,6 +59,10 @@ struct Compute {
     // from another thread to show progress; the core itself never prints).
     std::atomic<std::size_t>* progress_done = nullptr;
     std::atomic<std::size_t>* progress_total = nullptr;
+    // Optional: where a kept stage of `bytes` bytes is to live (e.g. mapped into the
+    // file it will be dumped to), or null for ordinary memory. Called on the calling
+    // thread, once per kept stage, before that stage is computed.
+    std::function<std::shared_ptr<Placement>(Stage, std::size_t bytes)> place;
 };
 
 // A query row that can see no key at all (padding and/or causal mask): its weights are
@@ -77,11 +83,15 @@ struct Trace {
     Tensor<T, 4> V;              // (B, H, Tk, Dv)
     Tensor<T, 4> scores;         // (B, H, Tq, Tk)
     Tensor<bool, 3> mask;        // (B, Tq, Tk)
-    Tensor<T, 4> masked_scores;  // (B, H, Tq, Tk)
+    Tensor<T, 4> masked_scores;  // (B, H, Tq, Tk); empty when it would equal scores (use masked())
     Tensor<T, 4> weights;        // (B, H, Tq, Tk)
     Tensor<T, 4> context;        // (B, H, Tq, Dv)
     Tensor<T, 3> output;         // (B, Tq, Dout)
     std::vector<MaskedRow> fully_masked;
+    // The masked_scores stage. When nothing is masked it equals scores, and if both are
+    // kept only scores is held (a T² tensor less): this returns scores then.
+    const Tensor<T, 4>& masked() const { return masked_is_scores ? scores : masked_scores; }
+    bool masked_is_scores = false;
 };
 
 // The "may attend" matrix: not PAD and, when causal, not in the future.

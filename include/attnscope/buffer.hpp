@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -20,6 +21,30 @@ namespace attnscope {
 
 void* allocate_large(std::size_t bytes);  // throws std::bad_alloc
 void release_large(void* p) noexcept;
+
+// Memory a large tensor can live in instead of fresh anonymous pages: e.g. the data
+// region of the .npy file a stage is dumped to, mapped shared, so that computing the
+// stage writes the file (no second copy of it in memory, no write() afterwards).
+class Placement {
+public:
+    virtual ~Placement() = default;
+    virtual void* data() const = 0;
+    virtual std::size_t bytes() const = 0;
+};
+
+// While a PlaceNext lives, the next allocation on this thread of exactly
+// where->bytes() bytes by a HugePageAllocator (i.e. the next Tensor or Buffer of that
+// size) takes `where`'s memory instead of fresh pages; that container then shares
+// ownership of the placement until it frees its storage. Any other allocation is
+// unaffected. A null `where` places nothing.
+class PlaceNext {
+public:
+    explicit PlaceNext(std::shared_ptr<Placement> where);
+    ~PlaceNext();
+    bool placing() const;  // a placement is given and not yet taken
+    PlaceNext(const PlaceNext&) = delete;
+    PlaceNext& operator=(const PlaceNext&) = delete;
+};
 
 template <typename T>
 struct HugePageAllocator {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -129,5 +130,29 @@ void write_svg(std::ostream& out, const TraceView& view, const std::string& stag
 // and renamed once all are complete.
 void write_dump(const std::string& path, const TraceView& view, const std::vector<std::string>& stages);
 bool dump_is_npz(const std::string& path);  // the archive form of write_dump
+
+// write_dump, prepared before the computation so that large stages are computed straight
+// into their files. For a directory, place() creates NAME.npy under a temporary name,
+// reserves its size on disk (a full disk is reported here, before any work) and maps its
+// data region, which starts at byte 4096 (the header is padded to one page), for the
+// stage to live in: no second copy in memory and no write() afterwards. commit() writes
+// the headers and every stage not placed, then renames all files into place. Destroyed
+// uncommitted, it leaves nothing behind (nor the directory, if it created it). An .npz
+// dump places nothing.
+class Dump {
+public:
+    Dump(std::string path, std::vector<std::string> stages);
+    ~Dump();
+    Dump(const Dump&) = delete;
+    Dump& operator=(const Dump&) = delete;
+    // Memory for stage `name` of `bytes` bytes, or null (ordinary memory) when it is not
+    // dumped, small, an .npz member, or the file system cannot map it.
+    std::shared_ptr<Placement> place(const std::string& name, std::size_t bytes);
+    void commit(const TraceView& view);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace attnscope

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <cmath>
 #include <cstdlib>
@@ -196,6 +197,12 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     if (!o.cell.empty()) how.keep |= stage_set({"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"});
     how.threads = o.threads;
     check_memory(bundle, problem, how, limit);
+    // A directory dump is prepared first: large stages are computed in their files.
+    std::optional<Dump> dump;
+    if (!o.dump.empty()) {
+        dump.emplace(o.dump, stages);
+        how.place = [&dump](Stage s, std::size_t bytes) { return dump->place(std::string(kStageNames[s]), bytes); };
+    }
     std::atomic<std::size_t> done{0}, total{0};
     how.progress_done = &done;
     how.progress_total = &total;
@@ -215,7 +222,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
                   << " no key (every key masked); their weights are all 0: " << rows << '\n';
     }
 
-    if (!o.dump.empty()) write_dump(o.dump, view, stages);
+    if (dump) dump->commit(view);
     if (!o.html.empty()) {
         AtomicTextFile f(o.html);
         write_html(f, view, stages);

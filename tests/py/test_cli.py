@@ -305,6 +305,36 @@ class Dump(CliTestCase):
                                 arrays = {k: npz[k] for k in npz.files}
                         self.check_dump(arrays, expected, dtype, f"{name} {dtype} {target}")
 
+    def test_large_stages_computed_in_their_files_load_in_numpy_and_torch(self):
+        # (B, H, T, T) stages of 1 MiB and more are computed straight into their .npy
+        # files, whose data start at byte 4096; np.load and torch must read them alike.
+        rng = np.random.default_rng(5)
+        B, T, Dm, H = 2, 200, 24, 4
+        bundle = {"x": rng.standard_normal((B, T, Dm)),
+                  **{k: rng.standard_normal((Dm, Dm)) / 5 for k in ("W_Q", "W_K", "W_V", "W_O")},
+                  "key_padding_mask": np.arange(T)[None, :] >= np.array([[T], [T - 30]])}
+        src = self.save_npz("big.npz", **bundle)
+        for dtype, causal in (("float64", False), ("float32", True), ("float32", False)):
+            with self.subTest(dtype=dtype, causal=causal):
+                inputs = bundle if dtype == "float64" else common.as_float32_inputs(bundle)
+                expected = common.reference(inputs, heads=H, causal=causal)
+                out = self.path(f"dump-{dtype}-{causal}")
+                r = run("run", src, "--heads", str(H), "--dtype", dtype, "--dump", out, "-q",
+                        *(["--causal"] if causal else []))
+                self.assert_ok(r, stdout_empty=True)
+                self.assertEqual(sorted(os.listdir(out)), sorted(f"{s}.npy" for s in STAGES))
+                arrays = {s: np.load(out / f"{s}.npy") for s in STAGES}
+                self.check_dump(arrays, expected, dtype, f"big {dtype} causal={causal}")
+                with open(out / "weights.npy", "rb") as f:
+                    head = f.read(10)
+                self.assertEqual(10 + int.from_bytes(head[8:10], "little"), 4096)
+                mapped = np.load(out / "weights.npy", mmap_mode="r")
+                np.testing.assert_array_equal(mapped, arrays["weights"])
+                import torch
+                t = torch.from_numpy(np.load(out / "scores.npy"))
+                self.assertEqual(tuple(t.shape), (B, H, T, T))
+                self.assertTrue(torch.equal(t, torch.from_numpy(arrays["scores"])))
+
     def test_unbatched_shapes_drop_batch_axis(self):
         path = self.path("cross.npz")
         r = run("run", DATA / "cross.npz", "--heads", "2", "--dump", path, "-q")

@@ -1,0 +1,270 @@
+// Dumps whose large stages are computed straight into their .npy files (Dump::place),
+// and masked_scores held once when nothing is masked: the files and the stages must be
+// exactly what an ordinary computation gives, and a dump never committed leaves nothing.
+#include "attnscope/attention.hpp"
+#include "attnscope/errors.hpp"
+#include "attnscope/io.hpp"
+#include "attnscope/model.hpp"
+#include "attnscope/report.hpp"
+#include "test_util.hpp"
+
+#include <doctest/doctest.h>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace attnscope;
+using namespace testutil;
+
+namespace {
+
+// A fresh, empty directory removed (with its files) at the end of the test.
+struct TempDir {
+    std::string path;
+    TempDir() {
+        char name[] = "/tmp/attnscope-dump-XXXXXX";
+        REQUIRE(::mkdtemp(name) != nullptr);
+        path = name;
+    }
+    ~TempDir() {
+        for (const auto& f : files(path)) ::unlink((path + "/" + f).c_str());
+        ::rmdir(path.c_str());
+    }
+    static std::vector<std::string> files(const std::string& dir) {
+        std::vector<std::string> out;
+        if (DIR* d = ::opendir(dir.c_str())) {
+            while (dirent* e = ::readdir(d))
+                if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) out.push_back(e->d_name);
+            ::closedir(d);
+        }
+        std::sort(out.begin(), out.end());
+        return out;
+    }
+};
+
+bool exists(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0;
+}
+
+// Self-attention with T = 256 and 4 heads, so a (B, H, T, T) stage is 1 MiB in float32
+// and 2 MiB in float64 (placed), while Q, K, V, context and output stay small.
+Bundle problem_bundle(bool padded, unsigned seed = 7) {
+    std::mt19937 rng(seed);
+    const std::size_t B = 1, T = 256, Dm = 16, H = 4, D = 4;
+    Bundle b;
+    b.source = "test";
+    b.arrays["x"] = random_array(rng, {B, T, Dm});
+    b.arrays["W_Q"] = random_array(rng, {Dm, H * D}, 0.5);
+    b.arrays["W_K"] = random_array(rng, {Dm, H * D}, 0.5);
+    b.arrays["W_V"] = random_array(rng, {Dm, H * D}, 0.5);
+    b.arrays["W_O"] = random_array(rng, {H * D, Dm}, 0.5);
+    if (padded) {
+        std::vector<double> pad(B * T, 0.0);
+        for (std::size_t j = T - 40; j < T; ++j) pad[j] = 1.0;
+        b.arrays["key_padding_mask"] = arr({B, T}, pad);
+    }
+    return b;
+}
+
+Spec spec4() {
+    Spec s;
+    s.heads = 4;
+    return s;
+}
+
+// The data offset written in a .npy file's header.
+std::size_t data_offset(const std::string& bytes) {
+    REQUIRE(bytes.size() >= 10);
+    return 10 + (std::size_t(static_cast<unsigned char>(bytes[8])) | std::size_t(static_cast<unsigned char>(bytes[9])) << 8);
+}
+
+// The file holds exactly the tensor's bytes, under a header giving its shape; the data
+// start at byte 4096 for a stage placed in its file, else where np.save puts them (the
+// first multiple of 64 after the header).
+constexpr std::size_t kPlaced = 4096, kSaved = 64;
+template <typename T, typename Tensor>
+void check_file_equals(const std::string& path, const Tensor& expected, std::size_t align) {
+    CAPTURE(path);
+    const std::string bytes = read_file(path);
+    const std::size_t offset = data_offset(bytes);
+    CHECK(offset % align == 0);
+    CHECK(offset < align + 128);
+    const Array a = parse_npy(bytes, path);
+    CHECK(std::vector<std::size_t>(expected.shape().begin(), expected.shape().end()) == a.shape);
+    const std::size_t n = expected.size() * sizeof(*expected.data());
+    REQUIRE(bytes.size() == offset + n);
+    CHECK(std::memcmp(bytes.data() + offset, expected.data(), n) == 0);
+}
+
+template <typename T>
+void dump_and_compare(bool padded) {
+    const Bundle b = problem_bundle(padded);
+    const Problem<T> p = make_problem<T>(b, spec4());
+    const Trace<T> plain = attend(p);
+    TempDir dir;
+    const std::string out = dir.path + "/dump";
+    const auto stages = std::vector<std::string>(kStageNames.begin(), kStageNames.end());
+    {
+        Dump dump(out, stages);
+        Compute how;
+        std::vector<std::string> asked;
+        how.place = [&](Stage s, std::size_t bytes) {
+            asked.push_back(std::string(kStageNames[s]));
+            return dump.place(std::string(kStageNames[s]), bytes);
+        };
+        const Trace<T> placed = attend(p, how);
+        CHECK(asked.size() == stages.size());  // every kept stage is offered a place once
+        // In the files already, under temporary names, before the commit.
+        CHECK(TempDir::files(out).size() == 3);  // scores, masked_scores, weights (≥ 1 MiB), as temporaries
+        CHECK(!placed.masked_is_scores);          // masked_scores has its own file
+        CHECK(maxdiff(placed.scores, plain.scores) == 0.0);
+        CHECK(maxdiff(placed.weights, plain.weights) == 0.0);
+        CHECK(maxdiff(placed.output, plain.output) == 0.0);
+        dump.commit(view_of("test", p, placed));
+    }
+    CHECK(TempDir::files(out) == std::vector<std::string>{"K.npy", "Q.npy", "V.npy", "context.npy", "mask.npy",
+                                                          "masked_scores.npy", "output.npy", "scores.npy",
+                                                          "weights.npy"});
+    check_file_equals<T>(out + "/scores.npy", plain.scores, kPlaced);
+    check_file_equals<T>(out + "/masked_scores.npy", plain.masked(), kPlaced);
+    check_file_equals<T>(out + "/weights.npy", plain.weights, kPlaced);
+    check_file_equals<T>(out + "/Q.npy", plain.Q, kSaved);
+    check_file_equals<T>(out + "/output.npy", plain.output, kSaved);
+    for (const auto& f : TempDir::files(out)) ::unlink((out + "/" + f).c_str());
+    ::rmdir(out.c_str());
+}
+
+}  // namespace
+
+TEST_CASE("dump: large stages computed in their files equal an ordinary run, float32 and float64") {
+    for (bool padded : {false, true}) {
+        CAPTURE(padded);
+        SUBCASE("float32") { dump_and_compare<float>(padded); }
+        SUBCASE("float64") { dump_and_compare<double>(padded); }
+    }
+}
+
+TEST_CASE("dump: place() offers a file only to a large chosen stage, and once") {
+    // 256 x 256 booleans are 64 KiB: below the placement size, written at commit.
+    TempDir dir;
+    Dump dump(dir.path + "/d", {"mask", "scores"});
+    CHECK(dump.place("mask", 64 * 1024) == nullptr);
+    CHECK(dump.place("weights", 4 << 20) == nullptr);  // not a chosen stage
+    auto s = dump.place("scores", 1 << 20);
+    REQUIRE(s != nullptr);
+    CHECK(s->bytes() == std::size_t(1) << 20);
+    CHECK(dump.place("scores", 1 << 20) == nullptr);  // one place per stage
+}
+
+TEST_CASE("dump: with nothing masked, masked_scores is scores held once") {
+    const Bundle b = problem_bundle(false);
+    const Problem<double> p = make_problem<double>(b, spec4());
+    const Trace<double> tr = attend(p);
+    CHECK(tr.masked_is_scores);
+    CHECK(tr.masked_scores.size() == 0);
+    CHECK(&tr.masked() == &tr.scores);
+    const TraceView v = view_of("test", p, tr);
+    CHECK(v.stage("masked_scores").data == v.stage("scores").data);
+    // Kept alone, it is its own tensor.
+    Compute only;
+    only.keep = stage_set({"masked_scores"});
+    const Trace<double> alone = attend(p, only);
+    CHECK(!alone.masked_is_scores);
+    CHECK(maxdiff(alone.masked(), tr.scores) == 0.0);
+    // With a mask, it never is.
+    const Bundle padded = problem_bundle(true);
+    const Problem<double> pp = make_problem<double>(padded, spec4());
+    const Trace<double> masked = attend(pp);
+    CHECK(!masked.masked_is_scores);
+    CHECK(masked.masked_scores.size() == masked.scores.size());
+}
+
+TEST_CASE("dump: a stage computed elsewhere is copied into its placed file") {
+    const Bundle b = problem_bundle(true);
+    const Problem<float> p = make_problem<float>(b, spec4());
+    const Trace<float> tr = attend(p);  // in ordinary memory
+    TempDir dir;
+    const std::string out = dir.path + "/d";
+    {
+        Dump dump(out, {"weights"});
+        REQUIRE(dump.place("weights", tr.weights.size() * sizeof(float)) != nullptr);
+        dump.commit(view_of("test", p, tr));
+    }
+    check_file_equals<float>(out + "/weights.npy", tr.weights, kPlaced);
+    ::unlink((out + "/weights.npy").c_str());
+    ::rmdir(out.c_str());
+}
+
+TEST_CASE("dump: a dump never committed leaves nothing behind") {
+    TempDir dir;
+    SUBCASE("a directory it created is removed") {
+        const std::string out = dir.path + "/new";
+        {
+            Dump dump(out, {"scores", "weights"});
+            REQUIRE(dump.place("scores", 2 << 20) != nullptr);
+            CHECK(TempDir::files(out).size() == 1);  // the temporary
+        }
+        CHECK(!exists(out));
+    }
+    SUBCASE("an existing directory keeps exactly what it had") {
+        const std::string keep = dir.path + "/scores.npy";
+        {
+            AtomicFile f(keep);
+            f.write("old", 3);
+            f.commit();
+        }
+        {
+            Dump dump(dir.path, {"scores"});
+            REQUIRE(dump.place("scores", 2 << 20) != nullptr);
+        }
+        CHECK(TempDir::files(dir.path) == std::vector<std::string>{"scores.npy"});
+        CHECK(read_file(keep) == "old");
+    }
+    SUBCASE("a computation that fails midway") {
+        const std::string out = dir.path + "/failed";
+        Bundle b = problem_bundle(false);
+        const Problem<double> p = make_problem<double>(b, spec4());
+        try {
+            Dump dump(out, {"scores", "weights"});
+            Compute how;
+            how.place = [&](Stage s, std::size_t bytes) {
+                if (s == kWeights) throw RuntimeFailure("simulated failure");
+                return dump.place(std::string(kStageNames[s]), bytes);
+            };
+            (void)attend(p, how);
+            FAIL("expected the failure");
+        } catch (const RuntimeFailure& e) {
+            CHECK(std::string(e.what()) == "simulated failure");
+        }
+        CHECK(!exists(out));
+    }
+}
+
+TEST_CASE("dump: an .npz dump places nothing and a file in the way is refused first") {
+    TempDir dir;
+    Dump npz(dir.path + "/all.npz", {"scores"});
+    CHECK(npz.place("scores", 4 << 20) == nullptr);
+    CHECK(TempDir::files(dir.path).empty());
+    const std::string blocker = dir.path + "/blocked";
+    {
+        AtomicFile f(blocker);
+        f.commit();
+    }
+    CHECK_THROWS_AS(Dump(blocker, {"scores"}), UsageError);
+    REQUIRE(::mkdir((dir.path + "/d").c_str(), 0777) == 0);
+    REQUIRE(::mkdir((dir.path + "/d/scores.npy").c_str(), 0777) == 0);
+    CHECK_THROWS_AS(Dump(dir.path + "/d", {"scores"}), RuntimeFailure);
+    ::rmdir((dir.path + "/d/scores.npy").c_str());
+    ::rmdir((dir.path + "/d").c_str());
+}

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <cstdio>
+#include <map>
 #include <set>
 
 namespace attnscope {
@@ -32,21 +33,22 @@ std::string join(const std::vector<std::string>& v) {
     return s;
 }
 
-// A 2-D numeric array, still in double, with where it came from.
+// A 2-D numeric array as the model reads it: rows [row0, row0 + rows) of an input
+// array, or (transposed) the transpose of those rows. Only a description: the numbers
+// stay in the array until to_tensor() copies them out, once, into the typed tensor.
 struct Mat {
     std::size_t rows = 0, cols = 0;
-    std::vector<double> v;
-    std::string origin;
-    double at(std::size_t i, std::size_t j) const { return v[i * cols + j]; }
-    Mat transposed() const {
-        Mat t{cols, rows, std::vector<double>(v.size()), origin};
-        for (std::size_t i = 0; i < rows; ++i)
-            for (std::size_t j = 0; j < cols; ++j) t.v[j * rows + i] = at(i, j);
-        return t;
-    }
-    Mat row_block(std::size_t r0, std::size_t n) const {
-        return {n, cols, std::vector<double>(v.begin() + long(r0 * cols), v.begin() + long((r0 + n) * cols)), origin};
-    }
+    const Array* a = nullptr;
+    std::size_t row0 = 0;     // first row taken from `a` (before transposing)
+    bool transposed = false;
+    Mat transpose() const { return {cols, rows, a, row0, !transposed}; }
+    Mat row_block(std::size_t r0, std::size_t n) const { return {n, cols, a, row0 + r0, transposed}; }  // untransposed only
+};
+
+// A 1-D run of numbers: elements [begin, begin + n) of an input array.
+struct Vec {
+    const Array* a = nullptr;
+    std::size_t begin = 0, n = 0;
 };
 
 class Builder {
@@ -68,14 +70,14 @@ public:
     Mat matrix(const Array& a) const {
         numeric(a);
         if (a.ndim() != 2) fail(a, "expected a 2-D matrix, found shape " + shape_str(a.shape));
-        return {a.shape[0], a.shape[1], a.values, a.origin};
+        return {a.shape[0], a.shape[1], &a};
     }
 
-    std::vector<double> vector(const Array& a, std::size_t n, const std::string& expect) const {
+    Vec vector(const Array& a, std::size_t n, const std::string& expect) const {
         numeric(a);
         if (a.ndim() != 1 || a.shape[0] != n)
             fail(a, "expected shape (" + std::to_string(n) + ",) = (" + expect + ",), found " + shape_str(a.shape));
-        return a.values;
+        return {&a, 0, n};
     }
 
     // A weight in math layout (in, out) whose first axis must be `in`.
@@ -83,7 +85,7 @@ public:
     Mat weight(const Array& a, std::size_t in, const std::string& in_name, const std::string& source_desc,
                std::size_t out = 0) const {
         Mat m = matrix(a);
-        if (spec_.layout == Layout::torch) m = m.transposed();
+        if (spec_.layout == Layout::torch) m = m.transpose();
         check_in(m, a, in, in_name, source_desc, out);
         return m;
     }
@@ -116,39 +118,83 @@ public:
     const Spec& spec_;
 };
 
+// The non-finite numbers of each input array, found while it is copied out (every
+// numeric input is copied whole exactly once) or, for one never copied, by a scan.
+class NonFiniteLog {
+public:
+    void note(const Array& a, const NonFinite& nf) { found_.emplace(&a, nf); }
+    bool has(const Array& a) const { return found_.count(&a) != 0; }
+
+    // A warning naming the array and the first non-finite value, so a NaN is traced to
+    // its source. A float64 input beyond float32's range becomes infinite in a float32
+    // run, and is reported the same way ("in this precision").
+    template <typename T>
+    void warn(const Array& a, std::vector<std::string>& warnings) {
+        if (!has(a)) {
+            Buffer<T> scratch(a.count());
+            note(a, copy_numbers<T>(a, scratch.data()));
+        }
+        const NonFinite& nf = found_.at(&a);
+        if (nf.count == 0) return;
+        std::vector<std::size_t> idx(a.shape.size());
+        for (std::size_t i = a.shape.size(), rest = nf.first; i-- > 0;) {
+            idx[i] = rest % a.shape[i];
+            rest /= a.shape[i];
+        }
+        std::string where;
+        for (std::size_t i : idx) where += "[" + std::to_string(i) + "]";
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", nf.first_value);
+        warnings.push_back(a.origin + ": " + std::to_string(nf.count) + " non-finite value" + (nf.count > 1 ? "s" : "") +
+                           (std::isfinite(nf.first_value) ? " in this precision" : "") + ", the first " + buf + " at " +
+                           where + "; every stage it reaches will carry it");
+    }
+
+private:
+    std::map<const Array*, NonFinite> found_;
+};
+
+// Copies an input array whole into `out` (count() numbers as T), noting its non-finite ones.
+template <typename T>
+void copy_whole(const Array& a, T* out, NonFiniteLog& log) {
+    const NonFinite nf = copy_numbers<T>(a, out);
+    if (!log.has(a)) log.note(a, nf);
+}
+
 template <typename T, std::size_t N>
-Tensor<T, N> to_tensor(const std::vector<double>& v, const std::array<std::size_t, N>& shape) {
+Tensor<T, N> to_tensor(const Array& a, const std::array<std::size_t, N>& shape, NonFiniteLog& log) {
     Tensor<T, N> t = Tensor<T, N>::from_shape(shape);
-    std::transform(v.begin(), v.end(), t.begin(), [](double d) { return static_cast<T>(d); });
+    copy_whole(a, t.data(), log);
     return t;
 }
 
 template <typename T>
-Tensor<T, 2> to_tensor(const Mat& m) {
-    return to_tensor<T, 2>(m.v, {m.rows, m.cols});
+Tensor<T, 2> to_tensor(const Mat& m, NonFiniteLog& log) {
+    Tensor<T, 2> t = Tensor<T, 2>::from_shape({m.rows, m.cols});
+    const std::size_t cols = m.a->shape[1];  // of the input array
+    if (!m.transposed && m.row0 == 0 && m.rows == m.a->shape[0]) {
+        copy_whole(*m.a, t.data(), log);  // the common case: the array as it is
+        return t;
+    }
+    Buffer<T> all(m.a->count());
+    copy_whole(*m.a, all.data(), log);
+    for (std::size_t i = 0; i < m.rows; ++i)
+        for (std::size_t j = 0; j < m.cols; ++j)
+            t(i, j) = m.transposed ? all[(m.row0 + j) * cols + i] : all[(m.row0 + i) * cols + j];
+    return t;
 }
 
-// Reports the first non-finite value of an input, so a NaN is traced to its source.
-// `largest` is the largest finite value of the arithmetic type: a float64 input beyond
-// float32's range becomes infinite in a float32 run, and is reported the same way.
-void note_nonfinite(const std::string& origin, const std::vector<std::size_t>& shape, const std::vector<double>& v,
-                    double largest, std::vector<std::string>& warnings) {
-    std::size_t count = 0, first = 0;
-    for (std::size_t k = 0; k < v.size(); ++k)
-        if (!(std::fabs(v[k]) <= largest) && count++ == 0) first = k;
-    if (count == 0) return;
-    std::vector<std::size_t> idx(shape.size());
-    for (std::size_t i = shape.size(), rest = first; i-- > 0;) {
-        idx[i] = rest % shape[i];
-        rest /= shape[i];
+template <typename T>
+Tensor<T, 1> to_tensor(const Vec& v, NonFiniteLog& log) {
+    Tensor<T, 1> t = Tensor<T, 1>::from_shape({v.n});
+    if (v.begin == 0 && v.n == v.a->count()) {
+        copy_whole(*v.a, t.data(), log);
+        return t;
     }
-    std::string where;
-    for (std::size_t i : idx) where += "[" + std::to_string(i) + "]";
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v[first]);
-    warnings.push_back(origin + ": " + std::to_string(count) + " non-finite value" + (count > 1 ? "s" : "") +
-                       (std::isfinite(v[first]) ? " in this precision" : "") + ", the first " + buf + " at " + where +
-                       "; every stage it reaches will carry it");
+    Buffer<T> all(v.a->count());
+    copy_whole(*v.a, all.data(), log);
+    std::copy(all.begin() + long(v.begin), all.begin() + long(v.begin + v.n), t.begin());
+    return t;
 }
 
 TokenLabels tokens(const Builder& bld, const std::string& name, std::size_t B, std::size_t T, bool batched,
@@ -172,6 +218,7 @@ TokenLabels tokens(const Builder& bld, const std::string& name, std::size_t B, s
 template <typename T>
 Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     Builder bld(bundle, spec);
+    NonFiniteLog nonfinite;
     Problem<T> p;
     p.spec = spec;
     Dims& d = p.dims;
@@ -193,8 +240,8 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     d.Tq = x->shape[x->ndim() - 2];
     d.Dm = x->shape[x->ndim() - 1];
     if (d.B == 0 || d.Tq == 0 || d.Dm == 0) bld.fail(*x, "expected a non-empty array, found shape " + shape_str(x->shape));
-    p.x = to_tensor<T, 3>(x->values, {d.B, d.Tq, d.Dm});
-    note_nonfinite(x->origin, x->shape, x->values, double(std::numeric_limits<T>::max()), p.warnings);
+    p.x = to_tensor<T, 3>(*x, {d.B, d.Tq, d.Dm}, nonfinite);
+    nonfinite.warn<T>(*x, p.warnings);
 
     const Array* mem = bld.find("memory");
     p.cross = mem != nullptr;
@@ -208,8 +255,8 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         d.Tk = mem->shape[mem->ndim() - 2];
         d.Dkv = mem->shape[mem->ndim() - 1];
         if (d.Tk == 0 || d.Dkv == 0) bld.fail(*mem, "expected a non-empty array, found shape " + shape_str(mem->shape));
-        p.memory = to_tensor<T, 3>(mem->values, {d.B, d.Tk, d.Dkv});
-        note_nonfinite(mem->origin, mem->shape, mem->values, double(std::numeric_limits<T>::max()), p.warnings);
+        p.memory = to_tensor<T, 3>(*mem, {d.B, d.Tk, d.Dkv}, nonfinite);
+        nonfinite.warn<T>(*mem, p.warnings);
     } else {
         d.Tk = d.Tq;
         d.Dkv = d.Dm;
@@ -219,7 +266,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     // 2. Projection weights, in math layout (in, out).
     Mat wq, wk, wv;
     std::optional<Mat> wo;
-    std::optional<std::vector<double>> bq, bk, bv, bo;
+    std::optional<Vec> bq, bk, bv, bo;
     const Array* in_proj = bld.find("in_proj_weight");
     const Array* q_proj = bld.find("q_proj_weight");
     if (in_proj || q_proj) {
@@ -237,9 +284,9 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
                                        (p.cross ? " and memory's width " + std::to_string(d.Dkv) : std::string()) +
                                        "), found shape " + shape_str(in_proj->shape) +
                                        (p.cross ? "; for other widths nn.MultiheadAttention uses q/k/v_proj_weight" : ""));
-            wq = w.row_block(0, E).transposed();
-            wk = w.row_block(E, E).transposed();
-            wv = w.row_block(2 * E, E).transposed();
+            wq = w.row_block(0, E).transpose();
+            wk = w.row_block(E, E).transpose();
+            wv = w.row_block(2 * E, E).transpose();
         } else {
             const Array* k_proj = bld.find("k_proj_weight");
             const Array* v_proj = bld.find("v_proj_weight");
@@ -254,12 +301,12 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         }
         if (const Array* b = bld.find("in_proj_bias")) {
             std::size_t E = wq.cols;
-            auto v = bld.vector(*b, 3 * E, "3E");
-            bq = std::vector<double>(v.begin(), v.begin() + long(E));
-            bk = std::vector<double>(v.begin() + long(E), v.begin() + long(2 * E));
-            bv = std::vector<double>(v.begin() + long(2 * E), v.end());
+            const Vec v = bld.vector(*b, 3 * E, "3E");
+            bq = Vec{v.a, 0, E};
+            bk = Vec{v.a, E, E};
+            bv = Vec{v.a, 2 * E, E};
         }
-        if (const Array* a = bld.find("out_proj.weight")) wo = bld.matrix(*a).transposed();
+        if (const Array* a = bld.find("out_proj.weight")) wo = bld.matrix(*a).transpose();
         else if (const Array* b = bld.find("out_proj.bias"))
             bld.fail(*b, "an output bias needs out_proj.weight beside it");
     } else {
@@ -272,7 +319,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         wv = bld.weight(*bld.find("W_V"), d.Dkv, "Dkv", src_desc);
         if (const Array* a = bld.find("W_O")) {
             wo = bld.matrix(*a);
-            if (spec.layout == Layout::torch) *wo = wo->transposed();
+            if (spec.layout == Layout::torch) *wo = wo->transpose();
         }
     }
 
@@ -308,7 +355,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     }
 
     // 4. Biases.
-    auto bias = [&](const char* name, std::size_t n, const char* expect, std::optional<std::vector<double>>& out) {
+    auto bias = [&](const char* name, std::size_t n, const char* expect, std::optional<Vec>& out) {
         if (const Array* a = bld.find(name)) out = bld.vector(*a, n, expect);
     };
     bias("b_Q", d.H * d.Dk, "H*Dk", bq);
@@ -318,13 +365,13 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     bias("b_O", d.Dout, "Dout", bo);
     bias("out_proj.bias", d.Dout, "Dout", bo);
 
-    p.W_Q = to_tensor<T>(wq);
-    p.W_K = to_tensor<T>(wk);
-    p.W_V = to_tensor<T>(wv);
-    if (wo) p.W_O = to_tensor<T>(*wo);
-    auto vec = [](const std::optional<std::vector<double>>& v) -> std::optional<Tensor<T, 1>> {
+    p.W_Q = to_tensor<T>(wq, nonfinite);
+    p.W_K = to_tensor<T>(wk, nonfinite);
+    p.W_V = to_tensor<T>(wv, nonfinite);
+    if (wo) p.W_O = to_tensor<T>(*wo, nonfinite);
+    auto vec = [&](const std::optional<Vec>& v) -> std::optional<Tensor<T, 1>> {
         if (!v) return std::nullopt;
-        return to_tensor<T, 1>(*v, {v->size()});
+        return to_tensor<T>(*v, nonfinite);
     };
     p.b_Q = vec(bq);
     p.b_K = vec(bk);
@@ -332,7 +379,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     p.b_O = vec(bo);
     for (const auto& [name, arr] : bundle.arrays)
         if (!arr.is_text() && name != "x" && name != "memory" && name != "key_padding_mask")
-            note_nonfinite(arr.origin, arr.shape, arr.values, double(std::numeric_limits<T>::max()), p.warnings);
+            nonfinite.warn<T>(arr, p.warnings);
 
     // 5. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD.
     if (const Array* m = bld.find("key_padding_mask")) {
@@ -347,7 +394,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         for (std::size_t b = 0; b < d.B; ++b)
             for (std::size_t j = 0; j < d.Tk; ++j) {
                 std::size_t k = m->ndim() == 1 ? j : b * d.Tk + j;
-                double v = m->values[k];
+                double v = m->value(k);
                 if (v != 0.0 && v != 1.0)
                     bld.fail(*m, "expected 0/1 or true/false (1 = PAD), found " + std::to_string(v) + " at element " +
                                      std::to_string(k) + " (additive float masks are not supported)");

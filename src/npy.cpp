@@ -4,6 +4,7 @@
 #include "attnscope/io.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <type_traits>
 
 namespace attnscope {
 
@@ -56,22 +58,40 @@ std::string format_bytes(std::size_t bytes) {
     return buf;
 }
 
-std::string read_file(const std::string& path, std::size_t max_bytes) {
-    // One open, one fstat, reads straight into a string of the file's size (a special
-    // file whose size is unknown, e.g. a pipe, is read until its end).
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+struct Fd {
+    int fd;
+    ~Fd() { ::close(fd); }
+};
+
+// Opens `path` for reading and checks it: a file, not a directory; a regular file no
+// larger than the memory limit.
+struct stat open_checked(const std::string& path, std::size_t max_bytes, int& fd) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw InputError(path + ": cannot open file: " + std::strerror(errno));
-    struct Closer {
-        int fd;
-        ~Closer() { ::close(fd); }
-    } closer{fd};
     struct stat st {};
-    if (::fstat(fd, &st) != 0) throw InputError(path + ": cannot read file: " + std::strerror(errno));
-    if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory, expected a file");
-    const bool sized = S_ISREG(st.st_mode);
-    if (sized && std::size_t(st.st_size) > max_bytes)
+    if (::fstat(fd, &st) != 0) {
+        const int e = errno;
+        ::close(fd);
+        throw InputError(path + ": cannot read file: " + std::strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        ::close(fd);
+        throw InputError(path + ": is a directory, expected a file");
+    }
+    if (S_ISREG(st.st_mode) && std::size_t(st.st_size) > max_bytes) {
+        ::close(fd);
         throw MemoryLimitError(path + ": the file holds " + format_bytes(std::size_t(st.st_size)) +
                                ", over the memory limit of " + format_bytes(max_bytes) + " (--max-memory)");
+    }
+    return st;
+}
+
+// Reads an open file to its end: straight into a string of the file's size when it is a
+// regular file, else (a pipe, a device) in growing steps up to the memory limit.
+std::string read_all(int fd, const struct stat& st, const std::string& path, std::size_t max_bytes) {
+    const bool sized = S_ISREG(st.st_mode);
     std::string bytes;
     std::size_t have = 0;
     bytes.resize(sized ? std::size_t(st.st_size) : std::size_t{1} << 16);
@@ -94,6 +114,128 @@ std::string read_file(const std::string& path, std::size_t max_bytes) {
     bytes.resize(have);
     return bytes;
 }
+
+}  // namespace
+
+std::string read_file(const std::string& path, std::size_t max_bytes) {
+    // One open, one fstat, reads straight into a string of the file's size (a special
+    // file whose size is unknown, e.g. a pipe, is read until its end).
+    int fd = -1;
+    const struct stat st = open_checked(path, max_bytes, fd);
+    Fd closer{fd};
+    return read_all(fd, st, path, max_bytes);
+}
+
+FileBytes map_file(const std::string& path, std::size_t max_bytes) {
+    // Mapping hands the page cache's pages to the readers directly: no copy, and none of
+    // the fresh zero-filled pages a buffer of the file's size would fault in. Every page
+    // is mapped at once (MAP_POPULATE): the readers go through all of them anyway.
+    int fd = -1;
+    const struct stat st = open_checked(path, max_bytes, fd);
+    Fd closer{fd};
+    if (S_ISREG(st.st_mode) && st.st_size > 0) {
+        const std::size_t size = std::size_t(st.st_size);
+        void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        if (p != MAP_FAILED) {
+            std::shared_ptr<const void> keep(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+            return {std::string_view(static_cast<const char*>(p), size), std::move(keep)};
+        }
+    }
+    auto bytes = std::make_shared<const std::string>(read_all(fd, st, path, max_bytes));
+    return {std::string_view(*bytes), bytes};
+}
+
+// ---- numbers of an Array ----------------------------------------------------------------
+namespace {
+
+template <typename S>
+S load_at(const char* p, std::size_t k) {
+    S v;
+    std::memcpy(&v, p + k * sizeof(S), sizeof(S));
+    return v;
+}
+
+// Counts the numbers in src[0, m) that are NaN or beyond `largest` in magnitude; `base`
+// is the array index of src[0]. A vectorisable test first: most chunks hold none.
+template <typename S>
+void scan(const S* src, std::size_t m, std::size_t base, S largest, NonFinite& nf) {
+    unsigned any = 0;
+    for (std::size_t k = 0; k < m; ++k) any |= !(std::fabs(src[k]) <= largest);
+    if (!any) return;
+    for (std::size_t k = 0; k < m; ++k)
+        if (!(std::fabs(src[k]) <= largest) && nf.count++ == 0) {
+            nf.first = base + k;
+            nf.first_value = double(src[k]);
+        }
+}
+
+}  // namespace
+
+double Array::value(std::size_t k) const {
+    switch (held) {
+        case Held::float32: return double(load_at<float>(stored.data(), k));
+        case Held::float64: return load_at<double>(stored.data(), k);
+        default: return values[k];
+    }
+}
+
+std::vector<double> Array::doubles() const {
+    std::vector<double> out(count());
+    copy_numbers<double>(*this, out.data());
+    return out;
+}
+
+template <typename T>
+NonFinite copy_numbers(const Array& a, T* out) {
+    // Chunk by chunk, so each chunk is scanned while it is still in cache. Stored bytes
+    // need not be aligned (an .npz member starts anywhere): they are only memcpy'd.
+    constexpr std::size_t kChunk = 2048;
+    const std::size_t n = a.count();
+    const T largest = std::numeric_limits<T>::max();
+    NonFinite nf;
+    for (std::size_t b = 0; b < n; b += kChunk) {
+        const std::size_t m = std::min(kChunk, n - b);
+        switch (a.held) {
+            case Array::Held::doubles: {
+                const double* v = a.values.data() + b;
+                for (std::size_t k = 0; k < m; ++k) out[b + k] = static_cast<T>(v[k]);
+                scan(v, m, b, double(largest), nf);
+                break;
+            }
+            case Array::Held::float32: {
+                // A float within float's range is within T's: the test is float's own.
+                const char* p = a.stored.data() + b * sizeof(float);
+                if constexpr (std::is_same_v<T, float>) {
+                    std::memcpy(out + b, p, m * sizeof(float));
+                    scan(out + b, m, b, std::numeric_limits<float>::max(), nf);
+                } else {
+                    float buf[kChunk];
+                    std::memcpy(buf, p, m * sizeof(float));
+                    for (std::size_t k = 0; k < m; ++k) out[b + k] = static_cast<T>(buf[k]);
+                    scan(buf, m, b, std::numeric_limits<float>::max(), nf);
+                }
+                break;
+            }
+            case Array::Held::float64: {
+                const char* p = a.stored.data() + b * sizeof(double);
+                if constexpr (std::is_same_v<T, double>) {
+                    std::memcpy(out + b, p, m * sizeof(double));
+                    scan(out + b, m, b, std::numeric_limits<double>::max(), nf);
+                } else {
+                    double buf[kChunk];
+                    std::memcpy(buf, p, m * sizeof(double));
+                    for (std::size_t k = 0; k < m; ++k) out[b + k] = static_cast<T>(buf[k]);
+                    scan(buf, m, b, double(largest), nf);
+                }
+                break;
+            }
+        }
+    }
+    return nf;
+}
+
+template NonFinite copy_numbers<float>(const Array&, float*);
+template NonFinite copy_numbers<double>(const Array&, double*);
 
 // ---- .npy header ----------------------------------------------------------------------
 namespace {
@@ -295,7 +437,8 @@ std::string dtype_name(const ElementType& t) {
 
 }  // namespace
 
-Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes) {
+Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes,
+                std::shared_ptr<const void> keep) {
     static constexpr char kMagic[] = "\x93NUMPY";
     if (bytes.size() < 10 || bytes.substr(0, 6) != std::string_view(kMagic, 6))
         throw InputError(origin + ": not a .npy file (no \\x93NUMPY magic at the start)");
@@ -331,7 +474,8 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
                          std::to_string(nbytes) + " data bytes, file has " + std::to_string(data.size()) +
                          (data.size() < nbytes ? " (truncated)" : " (trailing bytes)"));
 
-    // Values are widened to double (text: about a string per element).
+    // Limit: the values as if widened to double (text: about a string per element), what a
+    // float64 run holds of them, whether or not they are kept as stored.
     std::size_t widened = 0;
     if (__builtin_mul_overflow(count, t.kind == 'U' ? sizeof(std::string) + t.size : sizeof(double), &widened) ||
         widened > max_bytes)
@@ -374,12 +518,21 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
         }
         return a;
     }
-    a.values.resize(count);
-    if (t.kind == 'f' && t.size == 8 && !t.swap && !h.fortran_order) {
-        if (nbytes > 0) std::memcpy(a.values.data(), data.data(), nbytes);
-    } else {
-        for (std::size_t k = 0; k < count; ++k) a.values[next_c_position(k)] = load_number(data.data() + k * t.size, t);
+    if (t.kind == 'f' && (t.size == 4 || t.size == 8) && !t.swap && !h.fortran_order) {
+        // Kept as stored: in place when the caller keeps the bytes alive, else one copy.
+        a.held = t.size == 4 ? Array::Held::float32 : Array::Held::float64;
+        if (keep) {
+            a.stored = data;
+            a.keep = std::move(keep);
+        } else {
+            auto copy = std::make_shared<const std::string>(data);
+            a.stored = *copy;
+            a.keep = std::move(copy);
+        }
+        return a;
     }
+    a.values.resize(count);
+    for (std::size_t k = 0; k < count; ++k) a.values[next_c_position(k)] = load_number(data.data() + k * t.size, t);
     return a;
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 namespace attnscope {
 namespace {
@@ -100,8 +101,8 @@ public:
     }
 
     // The member's bytes, checked against its CRC-32: a view into the archive for a
-    // stored member (no copy), else inflated into `storage`.
-    std::string_view extract(const Member& m, std::string& storage) const {
+    // stored member (no copy), else inflated into a buffer that `storage` then owns.
+    std::string_view extract(const Member& m, std::shared_ptr<const void>& storage) const {
         std::uint64_t at = m.local_offset;
         if (u(at, 4) != kLocalSig) fail("bad local header for member '" + m.name + "'");
         std::uint64_t data = at + 30 + u(at + 26, 2) + u(at + 28, 2);
@@ -112,8 +113,9 @@ public:
             if (m.comp_size != m.size) fail("stored member '" + m.name + "' has inconsistent sizes");
             out = comp;
         } else if (m.method == 8) {
-            storage = inflate_member(comp, m);
-            out = storage;
+            std::shared_ptr<char[]> inflated = inflate_member(comp, m);
+            out = std::string_view(inflated.get(), std::size_t(m.size));
+            storage = std::move(inflated);
         } else {
             fail("member '" + m.name + "' uses compression method " + std::to_string(m.method) +
                  " (expected 0 stored or 8 deflate)");
@@ -129,10 +131,13 @@ public:
     }
 
 private:
-    std::string inflate_member(std::string_view comp, const Member& m) const {
+    std::shared_ptr<char[]> inflate_member(std::string_view comp, const Member& m) const {
         // The declared size bounds the output: a member that inflates past it is refused
-        // (no decompression bomb can grow memory beyond what the directory states).
-        std::string out(std::size_t(m.size), '\0');
+        // (no decompression bomb can grow memory beyond what the directory states). The
+        // buffer is not zero-filled: inflate writes every byte of it, or the member is refused.
+        const std::size_t size = std::size_t(m.size);
+        std::shared_ptr<char[]> buffer = std::make_shared_for_overwrite<char[]>(size);
+        const std::string_view out(buffer.get(), size);
         z_stream z{};
         if (inflateInit2(&z, -MAX_WBITS) != Z_OK) fail("cannot start zlib");
         std::size_t in_done = 0, out_done = 0;
@@ -143,7 +148,7 @@ private:
             z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(comp.data() + in_done));
             z.avail_in = uInt(in_chunk);
             char spare;
-            z.next_out = reinterpret_cast<Bytef*>(out_chunk ? out.data() + out_done : &spare);
+            z.next_out = reinterpret_cast<Bytef*>(out_chunk ? buffer.get() + out_done : &spare);
             z.avail_out = out_chunk ? uInt(out_chunk) : 1u;
             rc = ::inflate(&z, Z_NO_FLUSH);
             in_done += in_chunk - z.avail_in;
@@ -154,7 +159,7 @@ private:
         ::inflateEnd(&z);
         if (rc != Z_STREAM_END || out_done != out.size())
             fail("member '" + m.name + "' has corrupt deflate data or a size that does not match its directory entry");
-        return out;
+        return buffer;
     }
 
     std::string_view b_;
@@ -163,7 +168,8 @@ private:
 
 }  // namespace
 
-Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes) {
+Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes,
+                 std::shared_ptr<const void> keep) {
     Bundle bundle;
     bundle.source = source;
     ZipReader zip(bytes, source);
@@ -189,15 +195,18 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
         else throw InputError(source + ": member '" + m.name + "' is not a .npy array");
         if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
         try {
-            std::string inflated;
-            bundle.arrays[name] = parse_npy(zip.extract(m, inflated), source + ": " + name, max_bytes - held);
+            // A stored member is parsed in place in the archive (kept alive by `keep`), a
+            // deflated one in its own inflated buffer.
+            std::shared_ptr<const void> inflated;
+            const std::string_view member = zip.extract(m, inflated);
+            bundle.arrays[name] = parse_npy(member, source + ": " + name, max_bytes - held, inflated ? inflated : keep);
         } catch (const MemoryLimitError&) {
             if (held == 0) throw;  // this array alone is too large: its own message says so
             throw MemoryLimitError(source + ": its arrays together (reaching '" + name + "') are over the memory limit of " +
                                    format_bytes(max_bytes) + " (--max-memory)");
         }
         const Array& a = bundle.arrays[name];
-        held += a.values.size() * sizeof(double) + a.strings.size() * sizeof(std::string);
+        held += a.count() * sizeof(double) + a.strings.size() * sizeof(std::string);
     }
     return bundle;
 }

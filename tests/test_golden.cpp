@@ -56,7 +56,7 @@ double check_case(const Case& c, const Bundle& inputs, const std::map<std::strin
         REQUIRE(s.shape == e.shape);
         double m = 0;
         for (std::size_t k = 0; k < s.size(); ++k) {
-            double x = s.at(k), y = e.values[k];
+            double x = s.at(k), y = e.value(k);
             if (x == y) continue;
             m = std::max(m, std::isfinite(x - y) ? std::fabs(x - y) : std::numeric_limits<double>::infinity());
         }
@@ -67,9 +67,9 @@ double check_case(const Case& c, const Bundle& inputs, const std::map<std::strin
     // Rows with no visible key are reported and are exactly zero.
     const Array& mask = expected.at("mask");
     std::size_t rows_without_keys = 0, Tk = mask.shape.back();
-    for (std::size_t r = 0; r < mask.values.size() / Tk; ++r) {
+    for (std::size_t r = 0; r < mask.count() / Tk; ++r) {
         bool any = false;
-        for (std::size_t j = 0; j < Tk; ++j) any |= mask.values[r * Tk + j] != 0;
+        for (std::size_t j = 0; j < Tk; ++j) any |= mask.value(r * Tk + j) != 0;
         rows_without_keys += !any;
     }
     CHECK(tr.fully_masked.size() == rows_without_keys);

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <streambuf>
 #include <string>
@@ -16,19 +17,53 @@
 
 namespace attnscope {
 
-// An array as read from a file: its shape and its values widened to double, in C order.
-// Widening is exact for every accepted dtype (integers beyond 2^53 excepted).
-// Arrays of text (numpy '<U' dtype, JSON lists of strings) keep `strings` instead.
+// An array as read from a file: its shape and its numbers, in C order.
+//
+// Numbers are held one of two ways. A .npy's little-endian, C-order float32 or float64
+// data is kept as stored, in place in the file's bytes (`stored`, kept alive by `keep`):
+// no widening, no copy, and a float32 input reaches a float32 run bit for bit. Every other
+// numeric array (JSON, integers, bool, float16, big-endian, Fortran order) is widened to
+// double in `values`; widening is exact for every accepted dtype (integers beyond 2^53
+// excepted). Read the numbers through count(), value(), doubles() or copy_numbers(),
+// which serve both ways alike. Arrays of text (numpy '<U' dtype, JSON lists of strings)
+// keep `strings` instead.
 struct Array {
+    enum class Held : unsigned char { doubles, float32, float64 };
+
     std::vector<std::size_t> shape;
-    std::vector<double> values;        // numeric arrays
+    std::vector<double> values;        // numeric arrays held as doubles
     std::vector<std::string> strings;  // text arrays (token labels)
     std::string dtype;                 // as found: "float32", "bool", "int64", "text", "json"…
     std::string origin;                // where it came from, for messages: "data/x.npz: W_Q"
+    Held held = Held::doubles;
+    std::string_view stored;           // held float32/float64: the raw little-endian bytes
+    std::shared_ptr<const void> keep;  // owns the bytes `stored` points into
 
     bool is_text() const { return dtype == "text"; }
     std::size_t ndim() const { return shape.size(); }
+    // How many numbers the array holds (0 for text).
+    std::size_t count() const {
+        return held == Held::doubles ? values.size() : stored.size() / (held == Held::float32 ? 4 : 8);
+    }
+    double value(std::size_t k) const;    // the k-th number (C order), as double
+    std::vector<double> doubles() const;  // every number, as double
 };
+
+// Numbers found non-finite while copying an array out: how many, and the first of them
+// (its C-order index and value as stored).
+struct NonFinite {
+    std::size_t count = 0, first = 0;
+    double first_value = 0;
+};
+
+// Copies every number of a numeric array into out[0, a.count()) as T (static_cast from
+// the number as held: bit for bit when T is the stored type). Returns the numbers that
+// are NaN or infinite, or beyond T's finite range (a float64 value too large for float32),
+// found in the same pass.
+template <typename T>
+NonFinite copy_numbers(const Array& a, T* out);
+extern template NonFinite copy_numbers<float>(const Array&, float*);
+extern template NonFinite copy_numbers<double>(const Array&, double*);
 
 // Named arrays from one source (an .npz archive, a JSON object, or single files).
 struct Bundle {
@@ -55,14 +90,28 @@ Bundle load_bundle(const std::string& path, std::size_t max_bytes = kNoLimit);
 // object with a single entry); `name` labels it in messages.
 Array load_array(const std::string& path, const std::string& name, std::size_t max_bytes = kNoLimit);
 
-// Parsers on bytes already in memory; `origin` prefixes every message.
-Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes = kNoLimit);
-Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes = kNoLimit);
+// Parsers on bytes already in memory; `origin` prefixes every message. `keep`, when
+// given, holds `bytes` alive: numbers kept as stored then point into `bytes` itself;
+// without it they are copied out of `bytes`, which may die after the call.
+Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes = kNoLimit,
+                std::shared_ptr<const void> keep = {});
+Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes = kNoLimit,
+                 std::shared_ptr<const void> keep = {});
 Bundle parse_json_bundle(std::string_view text, const std::string& source, std::size_t max_bytes = kNoLimit);
 Array parse_json_array(std::string_view text, const std::string& origin, std::size_t max_bytes = kNoLimit);
 
 // Whole file into memory; InputError naming the file when it cannot be read.
 std::string read_file(const std::string& path, std::size_t max_bytes = kNoLimit);
+
+// A file's bytes, alive as long as `keep`. A regular file is mapped read-only: its pages
+// are the page cache's, nothing is copied or zero-filled. Anything else (a pipe, a
+// device, a file that cannot be mapped) is read as read_file() does. The same errors and
+// memory limit as read_file(). A mapped file must not be truncated while it is read.
+struct FileBytes {
+    std::string_view bytes;
+    std::shared_ptr<const void> keep;
+};
+FileBytes map_file(const std::string& path, std::size_t max_bytes = kNoLimit);
 
 // ---- writers --------------------------------------------------------------------------
 

@@ -76,10 +76,13 @@ inline void check_array(const Array& a) {
     std::size_t n = 1;
     for (std::size_t d : a.shape) ATTNSCOPE_FUZZ_CHECK(!__builtin_mul_overflow(n, d, &n));
     if (a.is_text()) {
-        ATTNSCOPE_FUZZ_CHECK(a.strings.size() == n && a.values.empty());
+        ATTNSCOPE_FUZZ_CHECK(a.strings.size() == n && a.count() == 0);
         for (const std::string& s : a.strings) ATTNSCOPE_FUZZ_CHECK(valid_utf8(s));
     } else {
-        ATTNSCOPE_FUZZ_CHECK(a.values.size() == n && a.strings.empty());
+        ATTNSCOPE_FUZZ_CHECK(a.count() == n && a.strings.empty());
+        // Numbers kept as stored are whole elements of their dtype.
+        if (a.held != Array::Held::doubles)
+            ATTNSCOPE_FUZZ_CHECK(a.values.empty() && a.stored.size() == n * (a.held == Array::Held::float32 ? 4 : 8));
     }
 }
 

@@ -22,7 +22,7 @@ constexpr std::size_t kSmallLimit = 4096;
 // Bytes the arrays hold after reading: doubles, or at least a std::string per label.
 std::size_t held_bytes(const Bundle& b) {
     std::size_t n = 0;
-    for (const auto& [name, a] : b.arrays) n += a.values.size() * sizeof(double) + a.strings.size() * sizeof(std::string);
+    for (const auto& [name, a] : b.arrays) n += a.count() * sizeof(double) + a.strings.size() * sizeof(std::string);
     return n;
 }
 

@@ -536,16 +536,16 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
     return a;
 }
 
-std::string npy_header(const OutArray& a) {
+std::string npy_header(const OutArray& a, std::size_t align) {
     const char* descr = a.dtype == DType::float32 ? "<f4" : a.dtype == DType::float64 ? "<f8" : "|b1";
     std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " +
                        shape_str(a.shape) + ", }";
-    // Pad with spaces and a final newline so the data starts on a 64-byte boundary.
+    // Pad with spaces and a final newline so the data starts on an `align`-byte boundary.
     std::size_t pre = 10;
     std::size_t total = pre + dict.size() + 1;
     if (total > 65535 + pre) pre = 12;  // version 2.0: 4-byte header length
     total = pre + dict.size() + 1;
-    std::size_t pad = (64 - total % 64) % 64;
+    std::size_t pad = (align - total % align) % align;
     dict.append(pad, ' ');
     dict += '\n';
     std::string out("\x93NUMPY", 6);

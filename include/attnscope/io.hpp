@@ -129,7 +129,10 @@ std::size_t dtype_size(DType dtype);
 std::size_t element_count(const std::vector<std::size_t>& shape);
 
 // The complete .npy encoding (header + data) as numpy's np.save writes it.
-std::string npy_header(const OutArray& a);
+// `align` (a multiple of 64) is where the data starts: 64 as np.save does, or the page
+// size for a file whose data is mapped into memory and computed in place (numpy reads
+// headers of any length up to 10000 bytes).
+std::string npy_header(const OutArray& a, std::size_t align = 64);
 
 // A file written under a temporary name beside its target and renamed into place by
 // commit(); destroyed uncommitted, it removes the temporary. A failed run therefore
@@ -148,6 +151,7 @@ public:
     void close();   // flush and close; throws RuntimeFailure on a write error
     void commit();  // close, then rename over the target
     const std::string& target() const { return target_; }
+    int fd() const { return fd_; }  // the open temporary (-1 once closed), e.g. to map it
 
 private:
     std::string target_, temp_;

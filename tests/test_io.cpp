@@ -1345,6 +1345,38 @@ TEST_CASE("model: float32 inputs reach a float32 problem bit for bit, with each 
     CHECK(make_problem<double>(tb, torch).warnings.size() == 1);  // x's inf only
 }
 
+TEST_CASE("io: crc32_bytes is zip's CRC-32 for every length, offset and starting value") {
+    // The oracle: the CRC-32 of the zip format (reflected polynomial 0xEDB88320), bit by bit.
+    auto reference = [](std::uint32_t crc, const unsigned char* p, std::size_t n) {
+        crc = ~crc;
+        for (std::size_t i = 0; i < n; ++i) {
+            crc ^= p[i];
+            for (int b = 0; b < 8; ++b) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+        }
+        return ~crc;
+    };
+    CHECK(crc32_bytes(0, reinterpret_cast<const unsigned char*>("123456789"), 9) == 0xCBF43926u);  // the check value
+    std::vector<unsigned char> bytes(4096 + 64);
+    std::uint64_t state = 0x9E3779B97F4A7C15ull;
+    for (unsigned char& c : bytes) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        c = static_cast<unsigned char>(state >> 56);
+    }
+    std::size_t differ = 0, first_len = 0, first_offset = 0;
+    for (std::size_t offset = 0; offset < 17; ++offset)
+        for (std::size_t n = 0; n <= 700; ++n) {
+            const std::uint32_t start = n % 3 == 0 ? 0u : static_cast<std::uint32_t>(n * 2654435761u);
+            if (crc32_bytes(start, bytes.data() + offset, n) != reference(start, bytes.data() + offset, n) && differ++ == 0) {
+                first_len = n;
+                first_offset = offset;
+            }
+        }
+    CHECK_MESSAGE(differ == 0, differ << " differ; the first at length " << first_len << ", offset " << first_offset);
+    CHECK(crc32_bytes(0, bytes.data(), bytes.size()) == reference(0, bytes.data(), bytes.size()));
+    const std::uint32_t half = crc32_bytes(0, bytes.data(), 1000);
+    CHECK(crc32_bytes(half, bytes.data() + 1000, bytes.size() - 1000) == reference(0, bytes.data(), bytes.size()));
+}
+
 TEST_CASE("io: shape_str spells shapes as numpy does") {
     CHECK(shape_str({}) == "()");
     CHECK(shape_str({5}) == "(5,)");

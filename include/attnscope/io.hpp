@@ -100,6 +100,10 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
 Bundle parse_json_bundle(std::string_view text, const std::string& source, std::size_t max_bytes = kNoLimit);
 Array parse_json_array(std::string_view text, const std::string& origin, std::size_t max_bytes = kNoLimit);
 
+// The CRC-32 of n bytes continuing from `crc` (0 to start), as zip and zlib's crc32()
+// compute it; what an .npz member is checked against.
+std::uint32_t crc32_bytes(std::uint32_t crc, const unsigned char* p, std::size_t n);
+
 // Whole file into memory; InputError naming the file when it cannot be read.
 std::string read_file(const std::string& path, std::size_t max_bytes = kNoLimit);
 

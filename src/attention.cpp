@@ -26,16 +26,6 @@ void check_shape(const E& t, const std::array<std::size_t, N>& expected, const c
         throw std::logic_error(std::string("internal shape check failed for ") + name);
 }
 
-// Y (rows, n) = X (rows, in) · W (in, n) (+ b): one matrix product over all batch rows.
-template <typename T>
-void project(const T* X, std::size_t rows, std::size_t in, const Tensor<T, 2>& W,
-             const std::optional<Tensor<T, 1>>& b, T* Y) {
-    std::size_t n = W.shape(1);
-    if (b)
-        for (std::size_t r = 0; r < rows; ++r) std::copy(b->begin(), b->end(), Y + r * n);
-    gemm<T>(false, false, rows, n, in, T(1), X, in, W.data(), n, b ? T(1) : T(0), Y, n);
-}
-
 // (B, T, H*D) -> (B, H, T, D): feature h*D + j belongs to head h.
 template <typename T>
 Tensor<T, 4> split_heads(const Buffer<T>& flat, std::size_t B, std::size_t T_, std::size_t H, std::size_t D) {
@@ -124,6 +114,26 @@ StageSet stage_set(const std::vector<std::string>& names) {
     return s;
 }
 
+namespace {
+
+// Y (rows, n) = X (rows, in) · W (in, n) (+ b), over all batch rows: row blocks on our
+// threads, each a single-threaded BLAS product. (OpenBLAS's own threads would spin,
+// waiting for work, long after the product is done, taking cores from the heads.)
+template <typename T>
+void project(const T* X, std::size_t rows, std::size_t in, const Tensor<T, 2>& W,
+             const std::optional<Tensor<T, 1>>& b, T* Y, std::size_t threads) {
+    const std::size_t n = W.shape(1);
+    const std::size_t block = std::max<std::size_t>(64, (rows + 2 * threads - 1) / (2 * threads));
+    parallel_for((rows + block - 1) / block, threads, [&](std::size_t k, std::size_t) {
+        const std::size_t r0 = k * block, m = std::min(block, rows - r0);
+        if (b)
+            for (std::size_t r = r0; r < r0 + m; ++r) std::copy(b->begin(), b->end(), Y + r * n);
+        gemm<T>(false, false, m, n, in, T(1), X + r0 * in, in, W.data(), n, b ? T(1) : T(0), Y + r0 * n, n);
+    });
+}
+
+}  // namespace
+
 Tensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_padding_mask, bool causal,
                                CausalAlign align) {
     // Top-left: query i sees keys j <= i (torch.tril). Bottom-right: the queries are the
@@ -134,7 +144,7 @@ Tensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_pa
     return mask;
 }
 
-std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how) {
+std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, bool masking) {
     // Saturating arithmetic: a shape from a hostile header must not wrap around.
     auto mul = [](std::size_t a, std::size_t b) {
         std::size_t r;
@@ -156,7 +166,8 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how) {
     if (k[kK]) total = add(total, mul(vs, mul(mul(bh, d.Tk), d.Dk)));
     if (k[kV]) total = add(total, mul(vs, mul(mul(bh, d.Tk), d.Dv)));
     for (Stage s : {kScores, kMaskedScores, kWeights})
-        if (k[s]) total = add(total, mul(vs, scores));
+        if (k[s] && !(s == kMaskedScores && !masking && k[kScores]))  // else held as scores
+            total = add(total, mul(vs, scores));
     if (k[kMask]) total = add(total, mul(mul(d.B, d.Tq), d.Tk));
     if (k[kContext]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dv)));
     if (k[kOutput]) total = add(total, mul(vs, mul(mul(d.B, d.Tq), d.Dout)));
@@ -188,11 +199,11 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
 
     // 1) Projections, BLAS on every thread: (B*Tq, Dm) x (Dm, H*Dk) -> (B*Tq, H*Dk), and
     //    likewise K, V from src. The flat (B, T, H*D) layout is kept; heads are column blocks.
-    blas_threads(threads);
+    blas_threads(1);  // every product below runs on our threads, one BLAS call each
     Buffer<T> qf, kf, vf;
-    if (need_q) qf.resize(B * Tq * H * Dk), project(p.x.data(), B * Tq, d.Dm, p.W_Q, p.b_Q, qf.data());
-    if (need_k) kf.resize(B * Tk * H * Dk), project(src.data(), B * Tk, d.Dkv, p.W_K, p.b_K, kf.data());
-    if (need_v) vf.resize(B * Tk * H * Dv), project(src.data(), B * Tk, d.Dkv, p.W_V, p.b_V, vf.data());
+    if (need_q) qf.resize(B * Tq * H * Dk), project(p.x.data(), B * Tq, d.Dm, p.W_Q, p.b_Q, qf.data(), threads);
+    if (need_k) kf.resize(B * Tk * H * Dk), project(src.data(), B * Tk, d.Dkv, p.W_K, p.b_K, kf.data(), threads);
+    if (need_v) vf.resize(B * Tk * H * Dv), project(src.data(), B * Tk, d.Dkv, p.W_V, p.b_V, vf.data(), threads);
     if (p.spec.zero_key && need_k)  // experiment: key vector j := 0, so its score column is 0
         for (std::size_t b = 0; b < B; ++b)
             std::fill_n(kf.data() + (b * Tk + *p.spec.zero_key) * H * Dk, H * Dk, T(0));
@@ -261,7 +272,6 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     };
     std::vector<Scratch> scratch(std::min(threads, B * H * tiles));
     if (how.progress_total) *how.progress_total = B * H * tiles;
-    blas_threads(1);
     parallel_for(B * H * tiles, threads, [&](std::size_t item, std::size_t worker) {
         const std::size_t b = item / (H * tiles), h = item / tiles % H, i0 = item % tiles * rows;
         const std::size_t n = std::min(rows, Tq - i0);
@@ -288,7 +298,6 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
         if (keep[kContext])
             for (std::size_t r = 0; r < n; ++r) std::copy(C + r * H * Dv, C + r * H * Dv + Dv, &tr.context(b, h, i0 + r, 0));
     });
-    blas_threads(threads);
     if (keep[kScores]) check_shape(tr.scores, std::array{B, H, Tq, Tk}, "scores");
     if (keep[kWeights]) check_shape(tr.weights, std::array{B, H, Tq, Tk}, "weights");
     if (keep[kContext]) check_shape(tr.context, std::array{B, H, Tq, Dv}, "context");
@@ -300,7 +309,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
         auto at = place(kOutput, B * Tq * d.Dout, sizeof(T));
         tr.output = Tensor<T, 3>::from_shape({B, Tq, d.Dout});
     }
-    if (p.W_O) project(merged.data(), B * Tq, H * Dv, *p.W_O, p.b_O, tr.output.data());
+    if (p.W_O) project(merged.data(), B * Tq, H * Dv, *p.W_O, p.b_O, tr.output.data(), threads);
     else std::copy(merged.begin(), merged.end(), tr.output.begin());
     check_shape(tr.output, std::array{B, Tq, d.Dout}, "output");
     return tr;

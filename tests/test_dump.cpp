@@ -176,6 +176,10 @@ TEST_CASE("dump: with nothing masked, masked_scores is scores held once") {
     CHECK(&tr.masked() == &tr.scores);
     const TraceView v = view_of("test", p, tr);
     CHECK(v.stage("masked_scores").data == v.stage("scores").data);
+    // ...and the memory check counts it once.
+    const Dims& d = p.dims;
+    CHECK(planned_bytes(d, sizeof(double), Compute{}, true) - planned_bytes(d, sizeof(double), Compute{}, false) ==
+          d.B * d.H * d.Tq * d.Tk * sizeof(double));
     // Kept alone, it is its own tensor.
     Compute only;
     only.keep = stage_set({"masked_scores"});

@@ -100,8 +100,9 @@ Tensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_pa
                                CausalAlign align);
 
 // Bytes a run will allocate: the kept stages plus the working set (projections,
-// per-thread tiles). Used to refuse a run before it allocates anything.
-std::size_t planned_bytes(const Dims& d, std::size_t value_size, const Compute& how);
+// per-thread tiles). Used to refuse a run before it allocates anything. `masking`: some
+// key is masked (padding or causal); without, masked_scores kept with scores costs nothing.
+std::size_t planned_bytes(const Dims& d, std::size_t value_size, const Compute& how, bool masking = true);
 
 template <typename T>
 Trace<T> attend(const Problem<T>& p, const Compute& how = {});

@@ -113,7 +113,7 @@ template <typename T>
 void check_memory(const Bundle& bundle, const Problem<T>& p, const Compute& how, std::size_t limit) {
     const Dims& d = p.dims;
     std::size_t read = 0;
-    for (const auto& [name, a] : bundle.arrays) read += a.values.size() * sizeof(double);
+    for (const auto& [name, a] : bundle.arrays) read += a.values.size() * sizeof(double) + a.stored.size();
     std::size_t typed = sizeof(T) * (d.B * d.Tq * d.Dm + (p.cross ? d.B * d.Tk * d.Dkv : 0) + d.Dm * d.H * d.Dk +
                                      d.Dkv * d.H * (d.Dk + d.Dv) + (p.W_O ? d.H * d.Dv * d.Dout : 0));
     std::size_t run = planned_bytes(d, sizeof(T), how, p.key_padding_mask.has_value() || p.spec.causal);

@@ -155,7 +155,7 @@ void check_trace(const Problem<T>& p, const Trace<T>& tr) {
     const std::size_t B = d.B, H = d.H, Tq = d.Tq, Tk = d.Tk;
     ATTNSCOPE_FUZZ_CHECK(shape_is(tr.Q, {B, H, Tq, d.Dk}) && shape_is(tr.K, {B, H, Tk, d.Dk}) &&
                          shape_is(tr.V, {B, H, Tk, d.Dv}) && shape_is(tr.scores, {B, H, Tq, Tk}) &&
-                         shape_is(tr.mask, {B, Tq, Tk}) && shape_is(tr.masked_scores, {B, H, Tq, Tk}) &&
+                         shape_is(tr.mask, {B, Tq, Tk}) && shape_is(tr.masked(), {B, H, Tq, Tk}) &&
                          shape_is(tr.weights, {B, H, Tq, Tk}) && shape_is(tr.context, {B, H, Tq, d.Dv}) &&
                          shape_is(tr.output, {B, Tq, d.Dout}));
 
@@ -188,7 +188,7 @@ void check_trace(const Problem<T>& p, const Trace<T>& tr) {
             for (std::size_t i = 0; i < Tq; ++i) {
                 bool any = false, finite = true, nan_weight = false;
                 for (std::size_t j = 0; j < Tk; ++j) {
-                    const T s = tr.scores(b, h, i, j), m = tr.masked_scores(b, h, i, j);
+                    const T s = tr.scores(b, h, i, j), m = tr.masked()(b, h, i, j);
                     if (tr.mask(b, i, j)) {
                         any = true;
                         finite &= std::isfinite(s);
@@ -243,7 +243,7 @@ void run(const Bundle& bundle, const Spec& spec, const Variant& variant) {
     if (some.keep[kV]) ATTNSCOPE_FUZZ_CHECK(same(part.V, tr.V));
     if (some.keep[kScores]) ATTNSCOPE_FUZZ_CHECK(same(part.scores, tr.scores));
     if (some.keep[kMask]) ATTNSCOPE_FUZZ_CHECK(same(part.mask, tr.mask));
-    if (some.keep[kMaskedScores]) ATTNSCOPE_FUZZ_CHECK(same(part.masked_scores, tr.masked_scores));
+    if (some.keep[kMaskedScores]) ATTNSCOPE_FUZZ_CHECK(same(part.masked(), tr.masked()));
     if (some.keep[kWeights]) ATTNSCOPE_FUZZ_CHECK(same(part.weights, tr.weights));
     if (some.keep[kContext]) ATTNSCOPE_FUZZ_CHECK(same(part.context, tr.context));
     if (some.keep[kOutput]) ATTNSCOPE_FUZZ_CHECK(same(part.output, tr.output));

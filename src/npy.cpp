@@ -169,6 +169,22 @@ void scan(const S* src, std::size_t m, std::size_t base, S largest, NonFinite& n
         }
 }
 
+// Copies m stored numbers of type S (unaligned bytes at p) to out[b, b + m) as T, and
+// scans them for values NaN, infinite or beyond `largest`.
+constexpr std::size_t kChunk = 2048;  // numbers per step: a chunk is scanned while in cache
+template <typename S, typename T>
+void copy_stored(const char* p, T* out, std::size_t m, std::size_t b, S largest, NonFinite& nf) {
+    if constexpr (std::is_same_v<S, T>) {
+        std::memcpy(out + b, p, m * sizeof(S));
+        scan(out + b, m, b, largest, nf);
+    } else {
+        S buf[kChunk];
+        std::memcpy(buf, p, m * sizeof(S));
+        for (std::size_t k = 0; k < m; ++k) out[b + k] = static_cast<T>(buf[k]);
+        scan(buf, m, b, largest, nf);
+    }
+}
+
 }  // namespace
 
 double Array::value(std::size_t k) const {
@@ -189,7 +205,6 @@ template <typename T>
 NonFinite copy_numbers(const Array& a, T* out) {
     // Chunk by chunk, so each chunk is scanned while it is still in cache. Stored bytes
     // need not be aligned (an .npz member starts anywhere): they are only memcpy'd.
-    constexpr std::size_t kChunk = 2048;
     const std::size_t n = a.count();
     const T largest = std::numeric_limits<T>::max();
     NonFinite nf;
@@ -202,33 +217,14 @@ NonFinite copy_numbers(const Array& a, T* out) {
                 scan(v, m, b, double(largest), nf);
                 break;
             }
-            case Array::Held::float32: {
+            case Array::Held::float32:
                 // A float within float's range is within T's: the test is float's own.
-                const char* p = a.stored.data() + b * sizeof(float);
-                if constexpr (std::is_same_v<T, float>) {
-                    std::memcpy(out + b, p, m * sizeof(float));
-                    scan(out + b, m, b, std::numeric_limits<float>::max(), nf);
-                } else {
-                    float buf[kChunk];
-                    std::memcpy(buf, p, m * sizeof(float));
-                    for (std::size_t k = 0; k < m; ++k) out[b + k] = static_cast<T>(buf[k]);
-                    scan(buf, m, b, std::numeric_limits<float>::max(), nf);
-                }
+                copy_stored<float>(a.stored.data() + b * sizeof(float), out, m, b, std::numeric_limits<float>::max(),
+                                   nf);
                 break;
-            }
-            case Array::Held::float64: {
-                const char* p = a.stored.data() + b * sizeof(double);
-                if constexpr (std::is_same_v<T, double>) {
-                    std::memcpy(out + b, p, m * sizeof(double));
-                    scan(out + b, m, b, std::numeric_limits<double>::max(), nf);
-                } else {
-                    double buf[kChunk];
-                    std::memcpy(buf, p, m * sizeof(double));
-                    for (std::size_t k = 0; k < m; ++k) out[b + k] = static_cast<T>(buf[k]);
-                    scan(buf, m, b, double(largest), nf);
-                }
+            case Array::Held::float64:
+                copy_stored<double>(a.stored.data() + b * sizeof(double), out, m, b, double(largest), nf);
                 break;
-            }
         }
     }
     return nf;

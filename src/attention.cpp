@@ -60,11 +60,14 @@ bool visible_row(const Dims& d, const xt::xtensor<bool, 2>* pad, bool causal, Ca
     return any;
 }
 
-// Query rows per tile: about 4 MiB of scores. Large enough that BLAS's packing of the
-// head's K and V (once per call) is amortised over many rows; small enough that the
-// working set stays bounded whatever Tq is.
-std::size_t tile_rows(const Dims& d, std::size_t value_size) {
-    std::size_t rows = (std::size_t{4} << 20) / std::max<std::size_t>(1, d.Tk * value_size);
+// Query rows per tile: about 16 MiB of scores. Large enough that BLAS's packing of the
+// head's K and V (once per call) is amortised over many rows (T=4096, H=16: 4% faster
+// than 4 MiB tiles); small enough that the working set stays bounded whatever Tq is.
+std::size_t tile_rows(const Dims& d, std::size_t value_size, std::size_t threads) {
+    std::size_t rows = (std::size_t{16} << 20) / std::max<std::size_t>(1, d.Tk * value_size);
+    // At least two tiles per thread when there are few (batch, head) pairs.
+    const std::size_t pairs = std::max<std::size_t>(d.B * d.H, 1);
+    if (pairs < 2 * threads) rows = std::min(rows, (d.Tq * pairs + 2 * threads - 1) / (2 * threads));
     return std::min(std::max<std::size_t>(rows, 64), std::max<std::size_t>(d.Tq, 1));
 }
 
@@ -160,7 +163,7 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
     // working set: flat projections, merged heads, per-thread tiles
     total = add(total, mul(vs, mul(d.B, add(mul(d.Tq, mul(d.H, d.Dk)), mul(d.Tk, mul(d.H, add(d.Dk, d.Dv)))))));
     total = add(total, mul(vs, mul(mul(d.B, d.Tq), mul(d.H, d.Dv))));
-    total = add(total, mul(thread_count(how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
+    total = add(total, mul(thread_count(how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs, thread_count(how)), d.Tk))));
     // kept stages
     if (k[kQ]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dk)));
     if (k[kK]) total = add(total, mul(vs, mul(mul(bh, d.Tk), d.Dk)));
@@ -264,7 +267,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     //    masked   -inf where the mask is false
     //    weights  softmax over keys: exp(m - max) / sum; all-zero for a row with no key
     //    context  (rows, Tk) x (Tk, Dv) -> (rows, Dv), written into merged (B, Tq, H*Dv)
-    const std::size_t rows = tile_rows(d, sizeof(T));
+    const std::size_t rows = tile_rows(d, sizeof(T), threads);
     const std::size_t tiles = (Tq + rows - 1) / rows;
     struct Scratch {
         std::vector<T> s, w;

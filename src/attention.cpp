@@ -63,11 +63,12 @@ bool visible_row(const Dims& d, const xt::xtensor<bool, 2>* pad, bool causal, Ca
 // Query rows per tile: about 16 MiB of scores. Large enough that BLAS's packing of the
 // head's K and V (once per call) is amortised over many rows (T=4096, H=16: 4% faster
 // than 4 MiB tiles); small enough that the working set stays bounded whatever Tq is.
-std::size_t tile_rows(const Dims& d, std::size_t value_size, std::size_t threads) {
+std::size_t tile_rows(const Dims& d, std::size_t value_size) {
     std::size_t rows = (std::size_t{16} << 20) / std::max<std::size_t>(1, d.Tk * value_size);
-    // At least two tiles per thread when there are few (batch, head) pairs.
+    // At least 8 tiles in all, to share among threads when (batch, head) pairs are few.
+    // (Never by thread count: --threads must not change how BLAS rounds a row.)
     const std::size_t pairs = std::max<std::size_t>(d.B * d.H, 1);
-    if (pairs < 2 * threads) rows = std::min(rows, (d.Tq * pairs + 2 * threads - 1) / (2 * threads));
+    if (pairs < 8) rows = std::min(rows, (d.Tq * pairs + 7) / 8);
     return std::min(std::max<std::size_t>(rows, 64), std::max<std::size_t>(d.Tq, 1));
 }
 
@@ -126,7 +127,9 @@ template <typename T>
 void project(const T* X, std::size_t rows, std::size_t in, const Tensor<T, 2>& W,
              const std::optional<Tensor<T, 1>>& b, T* Y, std::size_t threads) {
     const std::size_t n = W.shape(1);
-    const std::size_t block = std::max<std::size_t>(64, (rows + 2 * threads - 1) / (2 * threads));
+    // Blocks by row count alone, never by thread count: BLAS may round a row differently
+    // in a block of another height, and --threads must not change a number.
+    const std::size_t block = std::max<std::size_t>(256, (rows + 7) / 8);
     parallel_for((rows + block - 1) / block, threads, [&](std::size_t k, std::size_t) {
         const std::size_t r0 = k * block, m = std::min(block, rows - r0);
         if (b)
@@ -163,7 +166,7 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
     // working set: flat projections, merged heads, per-thread tiles
     total = add(total, mul(vs, mul(d.B, add(mul(d.Tq, mul(d.H, d.Dk)), mul(d.Tk, mul(d.H, add(d.Dk, d.Dv)))))));
     total = add(total, mul(vs, mul(mul(d.B, d.Tq), mul(d.H, d.Dv))));
-    total = add(total, mul(thread_count(how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs, thread_count(how)), d.Tk))));
+    total = add(total, mul(thread_count(how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
     // kept stages
     if (k[kQ]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dk)));
     if (k[kK]) total = add(total, mul(vs, mul(mul(bh, d.Tk), d.Dk)));
@@ -184,7 +187,12 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     const Dims& d = p.dims;
     const std::size_t B = d.B, H = d.H, Tq = d.Tq, Tk = d.Tk, Dk = d.Dk, Dv = d.Dv;
     const StageSet keep = how.keep;
-    const std::size_t threads = thread_count(how);
+    // Starting a thread costs ~0.1 ms here: a run with less arithmetic than a few times
+    // that stays on this one (the classroom examples: compute phase 0.2 ms -> 0.05 ms).
+    const double flop = 2.0 * double(B) * double(H) * (double(Tq) * double(d.Dm) * double(Dk) +
+                                                       double(Tk) * double(d.Dkv) * double(Dk + Dv) +
+                                                       double(Tq) * double(Tk) * double(Dk + Dv));
+    const std::size_t threads = flop < how.parallel_min_flop ? 1 : thread_count(how);
     Trace<T> tr;
     tr.dims = d;
     tr.batched = p.batched;
@@ -267,7 +275,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     //    masked   -inf where the mask is false
     //    weights  softmax over keys: exp(m - max) / sum; all-zero for a row with no key
     //    context  (rows, Tk) x (Tk, Dv) -> (rows, Dv), written into merged (B, Tq, H*Dv)
-    const std::size_t rows = tile_rows(d, sizeof(T), threads);
+    const std::size_t rows = tile_rows(d, sizeof(T));
     const std::size_t tiles = (Tq + rows - 1) / rows;
     struct Scratch {
         std::vector<T> s, w;

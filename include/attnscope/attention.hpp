@@ -55,6 +55,9 @@ StageSet stage_set(const std::vector<std::string>& names);
 struct Compute {
     StageSet keep = all_stages();
     std::size_t threads = 0;  // 0: every core
+    // A run with fewer floating-point operations stays on the calling thread (starting
+    // threads would cost more than they save); 0 uses `threads` whatever the size.
+    double parallel_min_flop = 1e7;
     // Optional progress counters, updated as tiles finish (a front end may poll them
     // from another thread to show progress; the core itself never prints).
     std::atomic<std::size_t>* progress_done = nullptr;

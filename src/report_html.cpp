@@ -651,8 +651,17 @@ void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const s
     out << "</figure>\n";
 }
 
-// Every batch item and head of a stage, within a budget of drawn cells.
-void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std::size_t budget) {
+// 0, 1, ..., n - 1 when `chosen` is empty, else `chosen`.
+std::vector<std::size_t> indices(const std::vector<std::size_t>& chosen, std::size_t n) {
+    if (!chosen.empty()) return chosen;
+    std::vector<std::size_t> all(n);
+    for (std::size_t k = 0; k < n; ++k) all[k] = k;
+    return all;
+}
+
+// The chosen batch items and heads of a stage, within a budget of drawn cells.
+void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std::size_t budget,
+                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
     out << "<section id=\"stage-" << escape(s.name) << "\">\n<h2>" << escape(s.name) << "<span class=\"shape\">"
         << escape(shape_text(s)) << "</span></h2>\n<p class=\"formula\">" << escape(s.name) << " = "
         << escape(s.formula) << "</p>\n";
@@ -663,9 +672,9 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
     out << "<div class=\"figs\">\n";
     std::size_t drawn = 0, left_out = 0;
     std::string first_left_out;
-    for (std::size_t b = 0; b < v.dims.B; ++b) {
+    for (std::size_t b : indices(batches, v.dims.B)) {
         const std::vector<char> seen = shows_mask(s) ? visibility(v, b) : std::vector<char>();
-        for (std::size_t h = 0; h < (has_heads ? v.dims.H : 1); ++h) {
+        for (std::size_t h : has_heads ? indices(heads, v.dims.H) : std::vector<std::size_t>{0}) {
             const Matrix m = matrix_of(s, b, h);
             const std::size_t cells = shown(m.rows, kMaxAxis).size() * shown(m.cols, kMaxAxis).size();
             if (drawn > 0 && drawn + cells > budget) {
@@ -679,8 +688,8 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
     out << "</div>\n";
     if (left_out > 0)
         out << "<p class=\"note\">" << left_out << " more table" << (left_out > 1 ? "s" : "") << " of " << escape(s.name)
-            << " (from " << first_left_out << " on) left out to keep the page small: choose fewer stages with "
-            << "--stages to see more.</p>\n";
+            << " (from " << first_left_out << " on) left out to keep the page small: choose fewer stages, "
+            << "batch items or heads with --stages, --batch or --head to see more.</p>\n";
     out << "</section>\n";
 }
 
@@ -703,16 +712,21 @@ constexpr std::size_t kSvgMaxAxis = 256;    // cells drawn along one axis (the e
 
 }  // namespace
 
-void write_html(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages) {
+void write_html(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
+                const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
     for (const auto& name : stages)
         if (!v.find(name)) throw UsageError("--html: stage " + name + " was not computed (see --stages)");
+    TextOptions chosen;
+    chosen.batches = batches;
+    chosen.heads = heads;
+    check_selection(chosen, v.dims);
     out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
         << "<title>attnscope: " << escape(v.source) << "</title>\n<style>\n"
         << style_sheet() << "</style>\n</head>\n<body>\n";
     write_header(out, v, stages);
     const std::size_t budget = kPageCells / std::max<std::size_t>(stages.size(), 1);
-    for (const auto& name : stages) write_stage(out, v, *v.find(name), budget);
+    for (const auto& name : stages) write_stage(out, v, *v.find(name), budget, batches, heads);
     out << "</body>\n</html>\n";
 }
 

@@ -117,8 +117,10 @@ void write_json(std::ostream& out, const TraceView& view, const std::vector<std:
 
 // A self-contained HTML page (no network access, no external files): every chosen stage
 // and head as a table heatmap with token labels, the exact number of each cell on hover,
-// masked cells marked apart from small weights.
-void write_html(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages);
+// masked cells marked apart from small weights. `batches`, `heads`: which batch items and
+// heads to draw (as --batch/--head; empty = all).
+void write_html(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages,
+                const std::vector<std::size_t>& batches = {}, const std::vector<std::size_t>& heads = {});
 
 // One stage of one batch item and head as a self-contained SVG heatmap (for slides),
 // with token labels, a colour legend, and masked cells marked.

@@ -225,7 +225,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     if (dump) dump->commit(view);
     if (!o.html.empty()) {
         AtomicTextFile f(o.html);
-        write_html(f, view, stages);
+        write_html(f, view, stages, o.batches, o.heads_shown);
         f.commit();
     }
     if (!o.svg.empty()) {
@@ -291,8 +291,8 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
 
     run->add_option("--stages", o.stages, "Comma-separated stages to show/dump (default all): "
                                           "Q,K,V,scores,mask,masked_scores,weights,context,output, or none");
-    run->add_option("--batch", o.batches, "Batch items to print (default all)")->delimiter(',');
-    run->add_option("--head", o.heads_shown, "Heads to print (default all)")->delimiter(',');
+    run->add_option("--batch", o.batches, "Batch items to print or draw (text, heatmaps, --html; default all)")->delimiter(',');
+    run->add_option("--head", o.heads_shown, "Heads to print or draw (text, heatmaps, --html; default all)")->delimiter(',');
     run->add_option("--decimals", o.decimals, "Decimals in the printed report")
         ->capture_default_str()
         ->check(CLI::Range(0, 17));

@@ -450,6 +450,24 @@ class HtmlOptionsTest(CliTestCase):
         self.assertGreater(drawn, 0)
         self.assertLess(drawn, B * H)
 
+    def test_batch_and_head_choose_the_tables(self):
+        rng = np.random.default_rng(4)
+        B, T, D, H = 3, 5, 6, 3
+        bundle = self.save_npz("bh.npz", x=rng.normal(size=(B, T, D)), W_Q=rng.normal(size=(D, D)),
+                               W_K=rng.normal(size=(D, D)), W_V=rng.normal(size=(D, D)))
+        out = self.path("bh.html")
+        r = run("run", bundle, "--heads", str(H), "--stages", "weights,output", "--batch", "2,0",
+                "--head", "1", "--html", out, "-q")
+        self.assert_ok(r, stdout_empty=True)
+        tables = Report(out.read_text(encoding="utf-8")).tables
+        found = sorted((t["stage"], t["batch"], t["head"]) for t in tables)
+        self.assertEqual(found, [("output", "0", ""), ("output", "2", ""),
+                                 ("weights", "0", "1"), ("weights", "2", "1")])
+        bad = self.path("bad.html")
+        r = run("run", bundle, "--heads", str(H), "--head", "3", "--html", bad, "-q")
+        self.assert_error(r, "--head", code=2)
+        self.assertFalse(bad.exists())
+
     def test_awkward_token_labels(self):
         tokens = ['<b>&amp;', 'quote"s', "it's", "naïve", "日本語", "\u0001bell", "averyveryverylongtoken"]
         T, D = len(tokens), 4

@@ -365,9 +365,9 @@ ColourScale scale_of(const Matrix& m, Kind kind) {
 bool shows_mask(const StageView& s) { return s.name == "mask" || s.name == "masked_scores" || s.name == "weights"; }
 
 // The (Tq, Tk) "may attend" matrix of batch item b, row-major: from the mask stage when it
-// was kept; else true where masked_scores is not -inf in some head; else, when no padding
-// mask was given, recomputed from the causal rule by the core's attention_mask().
-// Empty when none of these is possible (padding given, neither stage kept).
+// was kept; else true where masked_scores is not -inf in some head; else recomputed from
+// the key padding and the causal rule by the core's attention_mask(). Empty when none of
+// these is possible (a view without its key padding).
 std::vector<char> visibility(const TraceView& v, std::size_t b) {
     const std::size_t Tq = v.dims.Tq, Tk = v.dims.Tk;
     std::vector<char> seen;
@@ -384,10 +384,15 @@ std::vector<char> visibility(const TraceView& v, std::size_t b) {
                 for (std::size_t j = 0; j < Tk; ++j)
                     if (!(std::isinf(m.at(i, j)) && m.at(i, j) < 0)) seen[i * Tk + j] = 1;
         }
-    } else if (!v.has_padding) {
+    } else if (!v.has_padding || v.key_padding.size() == v.dims.B * Tk) {
         Dims one = v.dims;
-        one.B = 1;  // without padding every batch item has the same mask
-        const auto rule = attention_mask(one, nullptr, v.spec.causal, v.spec.causal_align);
+        one.B = 1;  // batch item b alone
+        xt::xtensor<bool, 2> pad;
+        if (v.has_padding) {
+            pad = xt::xtensor<bool, 2>::from_shape({1, Tk});
+            for (std::size_t j = 0; j < Tk; ++j) pad(0, j) = v.key_padding[b * Tk + j] != 0;
+        }
+        const auto rule = attention_mask(one, v.has_padding ? &pad : nullptr, v.spec.causal, v.spec.causal_align);
         seen.assign(rule.data(), rule.data() + Tq * Tk);
     }
     return seen;

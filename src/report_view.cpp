@@ -67,6 +67,7 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     v.batched = tr.batched;
     v.cross = p.cross;
     v.has_padding = p.key_padding_mask.has_value();
+    if (v.has_padding) v.key_padding.assign(p.key_padding_mask->begin(), p.key_padding_mask->end());
     v.scale = double(tr.scale);
     v.scale_source = p.scale_source;
     v.query_tokens = p.query_tokens;

@@ -38,6 +38,7 @@ struct TraceView {
     bool batched = true;
     bool cross = false;
     bool has_padding = false;
+    std::vector<char> key_padding;  // (B, Tk) row-major, 1 = PAD; empty without padding
     double scale = 1;
     std::string scale_source;
     TokenLabels query_tokens, key_tokens;  // (B, Tq), (B, Tk); empty when not given

@@ -405,10 +405,15 @@ class HtmlOptionsTest(CliTestCase):
             n += j > i
         self.assertEqual(n, 10)
 
-    def test_padding_unmarked_without_the_mask_stages_says_so(self):
+    def test_padding_marked_without_the_mask_stages(self):
         text, report = self.html(DATA / "padded.json", "--heads", "2", "--stages", "weights")
-        self.assertTrue("Masked cells are not marked" in text, "Masked cells are not marked")
+        self.assertFalse("Masked cells are not marked" in text, "Masked cells are not marked")
         self.assertEqual(len(report.tables), 4)
+        visible = reference(load_example("padded", "json"), heads=2)["mask"]  # (B, Tq, Tk), numpy
+        for t in report.tables:
+            b = int(t["batch"])
+            for i, j, attrs, _ in cells(t):
+                self.assertEqual("masked" in classes(attrs), not visible[b, i, j], (b, i, j))
 
     def test_masked_scores_alone_marks_the_mask(self):
         text, report = self.html(DATA / "padded.json", "--heads", "2", "--stages", "masked_scores,weights")

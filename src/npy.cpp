@@ -275,14 +275,51 @@ public:
             if (peek() == '}') break;
             fail("expected ',' or '}' in the header");
         }
+        ++i_;  // '}'
         if (!have_descr || !have_order || !have_shape)
             fail("header lacks one of 'descr', 'fortran_order', 'shape'");
+        check_trailing();
         return h;
     }
 
 private:
     [[noreturn]] void fail(const std::string& what) const {
         throw InputError(origin_ + ": not a valid .npy header: " + what);
+    }
+    // After the dict, numpy (ast.literal_eval of the whole header) takes only what Python
+    // ignores: blanks (space, tab, form feed, newlines), '#' comments to the end of a line,
+    // and a backslash ending a line. np.save writes spaces and one newline. Anything else
+    // numpy refuses ("Cannot parse header"), and so do we, naming what was found.
+    void check_trailing() const {
+        for (std::size_t i = i_; i < s_.size();) {
+            const char c = s_[i];
+            if (c == ' ' || c == '\t' || c == '\f' || c == '\n' || c == '\r') {
+                ++i;
+            } else if (c == '#') {
+                while (i < s_.size() && s_[i] != '\n' && s_[i] != '\r' && s_[i] != '\0') ++i;
+            } else if (c == '\\' && i + 1 < s_.size() && (s_[i + 1] == '\n' || s_[i + 1] == '\r')) {
+                i += 2;
+            } else {
+                fail("expected only spaces and a newline after the closing '}', found " + excerpt(s_.substr(i)));
+            }
+        }
+    }
+    // What was found, for the message: the rest of its line (up to 20 bytes, trailing
+    // blanks dropped), quoted, with control and non-ASCII bytes escaped; "..." when more
+    // than blanks follows.
+    static std::string excerpt(std::string_view t) {
+        static constexpr char kHex[] = "0123456789abcdef";
+        std::size_t n = std::min({t.find('\n'), t.size(), std::size_t{20}});
+        while (n > 1 && (t[n - 1] == ' ' || t[n - 1] == '\t')) --n;
+        std::string out = "\"";
+        for (std::size_t k = 0; k < n; ++k) {
+            const auto c = static_cast<unsigned char>(t[k]);
+            if (c == '"' || c == '\\') out += '\\', out += char(c);
+            else if (c >= 0x20 && c < 0x7f) out += char(c);
+            else out += "\\x", out += kHex[c >> 4], out += kHex[c & 15];
+        }
+        const bool more = t.find_first_not_of(" \t\f\r\n", n) != std::string_view::npos;
+        return out + (more ? "\"..." : "\"");
     }
     char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
     void skip_ws() { while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n')) ++i_; }

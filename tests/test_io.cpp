@@ -390,6 +390,71 @@ TEST_CASE("io: header details: quotes, Python 2 longs, key order, the 32-dimensi
                   {"v2.npy: truncated .npy header"});
 }
 
+TEST_CASE("io: after the header dict only blanks, comments and line continuations, as numpy allows") {
+    // numpy reads the header with ast.literal_eval: after the dict, Python's blanks (space,
+    // tab, form feed, \r, \n), '#' comments and a backslash ending a line are ignored;
+    // anything else is "Cannot parse header". Each case is also handed to numpy below.
+    const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
+    const std::string data("\x00\x00\x80\x3f\x00\x00\x00\x40", 8);  // 1.0f, 2.0f
+    struct Case { std::string name, header; bool ok; std::string found; };
+    const std::vector<Case> cases = {
+        {"spaces", dict + "     ", true, ""},
+        {"no_trailing_comma", "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", true, ""},
+        {"tab_formfeed_crlf", dict + "\t\f\r\n  ", true, ""},
+        {"comment", dict + "  # written by hand", true, ""},
+        {"continuation", dict + " \\\n  ", true, ""},
+        {"junk", dict + " junk", false, "found \"junk\""},
+        {"junk_after_comment_line", dict + " # note\n junk", false, "found \"junk\""},
+        {"semicolon", dict + ";", false, "found \";\""},
+        {"second_dict", dict + " {}", false, "found \"{}\""},
+        {"comma", dict + ",", false, "found \",\""},
+        {"vertical_tab", dict + "\v", false, "found \"\\x0b\""},
+        {"nul", dict + std::string(3, '\0'), false, "found \"\\x00\\x00\\x00\""},
+        {"nul_in_comment", dict + " # a" + std::string(1, '\0'), false, "found \"\\x00\""},
+        {"backslash_not_ending_a_line", dict + " \\ ", false, "found \"\\\\\""},
+        {"long_junk", dict + " 0123456789abcdefghijklmnop", false, "found \"0123456789abcdefghij\"..."},
+    };
+    TempDir dir;
+    for (const Case& c : cases) {
+        CAPTURE(c.name);
+        const std::string bytes = make_npy(c.header, data);
+        spit(dir / (c.name + ".npy"), bytes);
+        if (c.ok) {
+            Array a = parse_npy(bytes, "t.npy: x");
+            check_values(a.doubles(), {1, 2});
+        } else {
+            const std::string message = input_error([&] { parse_npy(bytes, "t.npy: x"); });
+            check_message(message, {"t.npy: x: not a valid .npy header: expected only spaces and a newline after the "
+                                    "closing '}', ",
+                                    c.found});
+            CHECK(message.find('\n') == std::string::npos);  // one line
+        }
+    }
+    if (!have_numpy()) {
+        MESSAGE("skipped the numpy check: /usr/bin/python3 cannot import numpy");
+        return;
+    }
+    // numpy's verdict on every file: "name ok" or "name refused".
+    spit(dir / "check.py", R"PY(
+import sys, numpy as np
+for name in sys.argv[2:]:
+    try:
+        ok = np.load("%s/%s.npy" % (sys.argv[1], name)).tolist() == [1.0, 2.0]
+    except ValueError:
+        ok = False
+    print(name, "ok" if ok else "refused")
+)PY");
+    std::string command = "/usr/bin/python3 '" + (dir / "check.py") + "' '" + dir.path.string() + "'";
+    std::string want;
+    for (const Case& c : cases) {
+        command += " " + c.name;
+        want += c.name + (c.ok ? " ok\n" : " refused\n");
+    }
+    const int rc = std::system((command + " > '" + (dir / "numpy.log") + "' 2>&1").c_str());
+    CHECK(rc == 0);
+    CHECK(slurp(dir / "numpy.log") == want);
+}
+
 // ---- numpy as the oracle for every good file -------------------------------------------
 
 namespace {

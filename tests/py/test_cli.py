@@ -641,6 +641,20 @@ class BadInput(CliTestCase):
         b["W_K"][0][0] = None
         self.check(["run", self.save_json("null.json", b)], "null.json", "W_K[0][0]")
 
+    def test_npy_header_with_junk_after_the_dict(self):
+        """numpy refuses a header whose dict is followed by anything but blanks (and
+        comments); so does attnscope, naming the file, the array and what was found."""
+        x = np.zeros((6, 8))
+        good = self.save_npy("good.npy", x)
+        raw = good.read_bytes()
+        end = raw.index(b"}") + 1
+        junk = self.path("junk.npy")
+        junk.write_bytes(raw[:end] + b" junk" + raw[end + 5:])  # same header length
+        with self.assertRaises(ValueError):
+            np.load(junk)
+        self.check(["run", DATA / "sentence.json", "--x", junk], f"{junk}: x: not a valid .npy header",
+                   "after the closing '}'", 'found "junk"')
+
     def test_wrong_npy_dtype(self):
         c16 = self.save_npy("c16.npy", np.zeros((6, 8), dtype="<c16"))
         self.check(["run", DATA / "sentence.json", "--x", c16], "c16.npy", "x", "<c16")

@@ -267,9 +267,20 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     Mat wq, wk, wv;
     std::optional<Mat> wo;
     std::optional<Vec> bq, bk, bv, bo;
+    // Two forms, never mixed: W_Q, W_K, W_V (W_O, b_*), or nn.MultiheadAttention's state
+    // dict, whose q, k, v weights are in_proj_weight or else q/k/v_proj_weight, never both.
     const Array* in_proj = bld.find("in_proj_weight");
     const Array* q_proj = bld.find("q_proj_weight");
-    if (in_proj || q_proj) {
+    std::vector<std::string> separate;  // q/k/v_proj_weight given
+    for (const char* n : {"q_proj_weight", "k_proj_weight", "v_proj_weight"})
+        if (bld.find(n)) separate.emplace_back(n);
+    if (in_proj && !separate.empty())  // nn.MultiheadAttention has in_proj_weight exactly when kdim = vdim = embed_dim
+        throw InputError(bundle.source + ": both forms of nn.MultiheadAttention's q, k, v weights given: in_proj_weight and " +
+                         join(separate) + "; remove " +
+                         (d.Dkv == d.Dm ? join(separate) + " (inputs of one width, as here, take in_proj_weight)"
+                                        : "in_proj_weight (memory's width " + std::to_string(d.Dkv) + " is not x's " +
+                                              std::to_string(d.Dm) + ": that takes q/k/v_proj_weight)"));
+    if (in_proj || !separate.empty()) {
         // nn.MultiheadAttention: y = x Wᵀ + b, the q, k, v blocks stacked along axis 0.
         for (const char* n : {"W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"})
             if (const Array* a = bld.find(n))
@@ -290,8 +301,13 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         } else {
             const Array* k_proj = bld.find("k_proj_weight");
             const Array* v_proj = bld.find("v_proj_weight");
-            if (!k_proj || !v_proj)
-                throw InputError(bundle.source + ": q_proj_weight needs k_proj_weight and v_proj_weight beside it");
+            if (!q_proj || !k_proj || !v_proj) {
+                std::vector<std::string> missing;
+                for (const char* n : {"q_proj_weight", "k_proj_weight", "v_proj_weight"})
+                    if (!bld.find(n)) missing.emplace_back(n);
+                throw InputError(bundle.source + ": " + separate[0] + " needs " +
+                                 (missing.size() == 1 ? missing[0] : missing[0] + " and " + missing[1]) + " beside it");
+            }
             wq = bld.weight(*q_proj, d.Dm, "Dm", "x");
             wk = bld.weight(*k_proj, d.Dkv, "Dkv", src_desc, wq.cols);
             wv = bld.weight(*v_proj, d.Dkv, "Dkv", src_desc);
@@ -310,6 +326,11 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         else if (const Array* b = bld.find("out_proj.bias"))
             bld.fail(*b, "an output bias needs out_proj.weight beside it");
     } else {
+        // What is left of the state dict's names would be ignored (or taken for b_O) here.
+        for (const char* n : {"in_proj_bias", "out_proj.weight", "out_proj.bias"})
+            if (const Array* a = bld.find(n))
+                bld.fail(*a, "an nn.MultiheadAttention parameter without in_proj_weight or q/k/v_proj_weight" +
+                                 std::string(bld.find("W_Q") ? ", given together with W_Q, W_K, W_V; keep one set" : ""));
         for (const char* n : {"W_Q", "W_K", "W_V"})
             if (!bld.find(n))
                 throw InputError(bundle.source + ": no array '" + n + "' (the " + std::string(n).substr(2) +

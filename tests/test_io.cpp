@@ -26,6 +26,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <new>
 #include <set>
@@ -1408,6 +1409,74 @@ TEST_CASE("model: float32 inputs reach a float32 problem bit for bit, with each 
     CHECK(t.warnings[1] == torch_path + ": in_proj_bias: 1 non-finite value in this precision, the first 1e+39 at [5]; "
                                         "every stage it reaches will carry it");
     CHECK(make_problem<double>(tb, torch).warnings.size() == 1);  // x's inf only
+}
+
+TEST_CASE("model: nn.MultiheadAttention's two forms of q, k, v weights, or W_Q and a state dict name, do not mix") {
+    // E = 2, one head; x (3, 2). Arrays built here, named as in a bundle "mha.npz".
+    auto array = [](const std::string& name, std::vector<std::size_t> shape) {
+        Array a;
+        a.shape = std::move(shape);
+        a.values.assign(element_count(a.shape), 0.5);
+        a.dtype = "float64";
+        a.origin = "mha.npz: " + name;
+        return a;
+    };
+    const std::map<std::string, std::vector<std::size_t>> shapes = {
+        {"x", {3, 2}}, {"memory", {4, 3}}, {"in_proj_weight", {6, 2}}, {"in_proj_bias", {6}}, {"q_proj_weight", {2, 2}},
+        {"k_proj_weight", {2, 2}}, {"v_proj_weight", {2, 2}}, {"out_proj.weight", {2, 2}}, {"out_proj.bias", {2}},
+        {"W_Q", {2, 2}}, {"W_K", {2, 2}}, {"W_V", {2, 2}}, {"W_O", {2, 2}}};
+    auto make = [&](const std::vector<std::string>& names) {
+        Bundle b;
+        b.source = "mha.npz";
+        for (const std::string& n : names) b.arrays[n] = array(n, shapes.at(n));
+        return b;
+    };
+    Spec torch;
+    torch.layout = Layout::torch;
+
+    // Every form on its own still reads.
+    const std::vector<std::vector<std::string>> good = {
+        {"x", "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"},
+        {"x", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"},
+        {"x", "W_Q", "W_K", "W_V", "W_O"},
+    };
+    for (const auto& names : good) {
+        CAPTURE(names.size());
+        CHECK_NOTHROW(make_problem<double>(make(names), torch));
+    }
+
+    struct Bad { std::vector<std::string> names; std::string message; };
+    const std::string both = "mha.npz: both forms of nn.MultiheadAttention's q, k, v weights given: in_proj_weight and ";
+    const std::vector<Bad> bad = {
+        {{"x", "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"},
+         both + "q_proj_weight, k_proj_weight, v_proj_weight; remove q_proj_weight, k_proj_weight, v_proj_weight "
+                "(inputs of one width, as here, take in_proj_weight)"},
+        {{"x", "in_proj_weight", "in_proj_bias", "k_proj_weight"},
+         both + "k_proj_weight; remove k_proj_weight (inputs of one width, as here, take in_proj_weight)"},
+        {{"x", "memory", "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"},
+         both + "q_proj_weight, k_proj_weight, v_proj_weight; remove in_proj_weight (memory's width 3 is not x's 2: "
+                "that takes q/k/v_proj_weight)"},
+        {{"x", "k_proj_weight", "v_proj_weight"}, "mha.npz: k_proj_weight needs q_proj_weight beside it"},
+        {{"x", "v_proj_weight"}, "mha.npz: v_proj_weight needs q_proj_weight and k_proj_weight beside it"},
+        {{"x", "q_proj_weight"}, "mha.npz: q_proj_weight needs k_proj_weight and v_proj_weight beside it"},
+        {{"x", "W_Q", "W_K", "W_V", "k_proj_weight"},
+         "mha.npz: W_Q: given together with PyTorch's nn.MultiheadAttention weights; keep one set"},
+        {{"x", "W_Q", "W_K", "W_V", "in_proj_bias"},
+         "mha.npz: in_proj_bias: an nn.MultiheadAttention parameter without in_proj_weight or q/k/v_proj_weight, given "
+         "together with W_Q, W_K, W_V; keep one set"},
+        {{"x", "W_Q", "W_K", "W_V", "out_proj.weight"},
+         "mha.npz: out_proj.weight: an nn.MultiheadAttention parameter without in_proj_weight or q/k/v_proj_weight, "
+         "given together with W_Q, W_K, W_V; keep one set"},
+        {{"x", "W_Q", "W_K", "W_V", "W_O", "out_proj.bias"},
+         "mha.npz: out_proj.bias: an nn.MultiheadAttention parameter without in_proj_weight or q/k/v_proj_weight, "
+         "given together with W_Q, W_K, W_V; keep one set"},
+        {{"x", "out_proj.weight"},
+         "mha.npz: out_proj.weight: an nn.MultiheadAttention parameter without in_proj_weight or q/k/v_proj_weight"},
+    };
+    for (const Bad& c : bad) {
+        CAPTURE(c.message);
+        CHECK(input_error([&] { make_problem<double>(make(c.names), torch); }) == c.message);
+    }
 }
 
 TEST_CASE("io: crc32_bytes is zip's CRC-32 for every length, offset and starting value") {

@@ -655,6 +655,18 @@ class BadInput(CliTestCase):
         self.check(["run", DATA / "sentence.json", "--x", junk], f"{junk}: x: not a valid .npy header",
                    "after the closing '}'", 'found "junk"')
 
+    def test_in_proj_weight_with_separate_qkv_weights(self):
+        rng = np.random.default_rng(12)
+        E = 4
+        p = self.save_npz("both.npz", x=rng.standard_normal((3, E)),
+                          in_proj_weight=rng.standard_normal((3 * E, E)),
+                          q_proj_weight=rng.standard_normal((E, E)),
+                          k_proj_weight=rng.standard_normal((E, E)),
+                          v_proj_weight=rng.standard_normal((E, E)))
+        self.check(["run", p, "--layout", "torch"], str(p), "both forms",
+                   "in_proj_weight and q_proj_weight, k_proj_weight, v_proj_weight",
+                   "remove q_proj_weight, k_proj_weight, v_proj_weight")
+
     def test_wrong_npy_dtype(self):
         c16 = self.save_npy("c16.npy", np.zeros((6, 8), dtype="<c16"))
         self.check(["run", DATA / "sentence.json", "--x", c16], "c16.npy", "x", "<c16")

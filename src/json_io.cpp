@@ -42,8 +42,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 class JsonReader {
 public:
+    // A leading UTF-8 byte-order mark (EF BB BF) is skipped, as RFC 8259 section 8.1 lets a
+    // parser do (editors on Windows write one); byte offsets in messages still count it.
     JsonReader(std::string_view text, const std::string& source, std::size_t max_bytes)
-        : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), max_bytes_(max_bytes) {}
+        : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), max_bytes_(max_bytes) {
+        if (text.substr(0, 3) == "\xEF\xBB\xBF") p_ += 3;
+    }
+
 
     [[noreturn]] void syntax(const std::string& what) const {
         throw InputError(source_ + ": invalid JSON at byte " + std::to_string(p_ - begin_) + ": " + what);

@@ -915,6 +915,44 @@ TEST_CASE("io: parse_json_array takes a nested list or an object with one entry"
                   {"r.json: W: ", "[1]", "ragged array"});
 }
 
+TEST_CASE("io: a UTF-8 byte-order mark before the JSON is skipped") {
+    const std::string bom = "\xEF\xBB\xBF";
+    Bundle b = parse_json_bundle(bom + R"({"x": [[1, 2]]})", "bom.json");
+    CHECK(b.arrays.at("x").shape == std::vector<std::size_t>{1, 2});
+    check_values(b.arrays.at("x").doubles(), {1, 2});
+    check_values(parse_json_array(bom + "[3, 4]", "bom.json: W").doubles(), {3, 4});
+    check_values(parse_json_array(bom + " {\"W\": [5]}", "bom.json: W").doubles(), {5});
+    check_values(parse_json_array(bom + "6", "bom.json: W").doubles(), {6});
+
+    // Through the files and standard input, as the command line reads them.
+    TempDir dir;
+    spit(dir / "bundle.json", bom + "{\"x\": [[1, 2]], \"W_Q\": [[1], [0]]}\n");
+    CHECK(load_bundle(dir / "bundle.json").arrays.size() == 2);
+    spit(dir / "w.json", bom + "[[7], [8]]");
+    check_values(load_array(dir / "w.json", "W_K").doubles(), {7, 8});
+    std::istringstream in(bom + R"({"x": [[1, 2]]})");
+    std::streambuf* saved = std::cin.rdbuf(in.rdbuf());
+    std::string error;
+    Bundle piped;
+    try {
+        piped = load_bundle("-");
+    } catch (const InputError& e) {
+        error = e.what();
+    }
+    std::cin.rdbuf(saved);
+    CHECK(error == "");
+    CHECK(piped.arrays.count("x") == 1);
+
+    // Byte offsets still count the mark; only one mark, only at the start, is skipped.
+    check_message(input_error([&] { parse_json_bundle(bom + R"({"x": [1,]})", "bom.json"); }),
+                  {"bom.json: invalid JSON at byte 12: invalid number"});
+    check_message(input_error([&] { parse_json_bundle(bom + bom + "{}", "two.json"); }),
+                  {"two.json: invalid JSON at byte 3"});
+    check_message(input_error([&] { parse_json_bundle(" " + bom + "{}", "late.json"); }),
+                  {"late.json: invalid JSON at byte 1"});
+    check_message(input_error([&] { parse_json_array(bom, "only.json: W"); }), {"only.json: W: invalid JSON", "empty input"});
+}
+
 // ---- bad files -------------------------------------------------------------------------
 
 TEST_CASE("io: every bad fixture throws an InputError naming the file and the problem") {

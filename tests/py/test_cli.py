@@ -408,6 +408,28 @@ class Inputs(CliTestCase):
                 assert_close(npz[stage], expected[stage], TOL_DUMP, f"{stage} with .json arrays",
                              category="dump float64")
 
+    def test_json_with_a_utf8_byte_order_mark(self):
+        """A leading EF BB BF (RFC 8259 lets a parser skip it) in a bundle, on standard
+        input and in a single-array file gives the same results as without it."""
+        bom = b"\xef\xbb\xbf"
+        src = DATA / "cross.json"
+        plain = run("run", src, "--heads", "2", "--json")
+        self.assert_ok(plain)
+        marked = self.path("cross.json")
+        marked.write_bytes(bom + src.read_bytes())
+        r = run("run", marked, "--heads", "2", "--json")
+        self.assert_ok(r)
+        self.assertEqual(r.out, plain.out.replace(json.dumps(str(src)).encode(), json.dumps(str(marked)).encode()))
+        r = run("run", "-", "--heads", "2", "--json", stdin=bom + src.read_bytes())
+        self.assert_ok(r)
+        self.assertEqual(r.out, plain.out.replace(json.dumps(str(src)).encode(), b'"<stdin>"'))
+        W_V = json.loads(src.read_text())["W_V"]
+        wfile = self.path("wv.json")
+        wfile.write_bytes(bom + json.dumps(W_V).encode())
+        r = run("run", src, "--heads", "2", "--json", "--W_V", wfile)
+        self.assert_ok(r)
+        self.assertEqual(r.out, plain.out)
+
     def test_arrays_without_bundle(self):
         bundle = common.load_example("causal")
         args = []

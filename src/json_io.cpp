@@ -49,7 +49,6 @@ public:
         if (text.substr(0, 3) == "\xEF\xBB\xBF") p_ += 3;
     }
 
-
     [[noreturn]] void syntax(const std::string& what) const {
         throw InputError(source_ + ": invalid JSON at byte " + std::to_string(p_ - begin_) + ": " + what);
     }
@@ -171,9 +170,11 @@ public:
         return false;
     }
 
-    // One named value (a nested list or a scalar) into an Array.
-    Array array(const std::string& origin, const std::string& name, bool text) {
-        Value v{origin, name, text};
+    // One named value (a nested list or a scalar) into an Array. `origin` labels the array
+    // ("data.json: x"); `where` is what an element's indices follow in messages, usually
+    // the origin itself ("data.json: x[1]: ...").
+    Array array(const std::string& origin, const std::string& where, bool text) {
+        Value v{origin, where, text};
         Array& a = v.a;
         a.origin = origin;
         a.dtype = text ? "text" : "json";
@@ -217,9 +218,9 @@ public:
 
 private:
     struct Value {
-        Value(const std::string& o, const std::string& n, bool t) : origin(o), name(n), text(t) {}
+        Value(const std::string& o, const std::string& w, bool t) : origin(o), where(w), text(t) {}
         const std::string& origin;
-        const std::string& name;
+        const std::string& where;
         bool text;
         Array a;
         std::vector<std::size_t> shape;   // lengths of the lists at each depth (first list)
@@ -253,14 +254,14 @@ private:
                 out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
     }
 
+    // "data.json: W_Q[3][1]": the array, then the element's indices down `levels` lists.
     std::string path(const Value& v, std::size_t levels) const {
-        std::string s = v.name;
+        std::string s = v.where;
         for (std::size_t k = 0; k < levels && k < v.index.size(); ++k) s += "[" + std::to_string(v.index[k]) + "]";
         return s;
     }
     [[noreturn]] void fail(const Value& v, std::size_t levels, const std::string& what) const {
-        std::string where = path(v, levels);
-        throw InputError(v.origin + ": " + (where.empty() ? "" : where + ": ") + what);
+        throw InputError(path(v, levels) + ": " + what);
     }
 
     // Consumes a scalar and returns how to name it in a message ("number 2", "null", ...).
@@ -390,7 +391,8 @@ Bundle parse_json_bundle(std::string_view text, const std::string& source, std::
     std::string key;
     for (bool first = true; r.object_next(first, key); first = false) {
         if (b.arrays.count(key)) throw InputError(source + ": '" + key + "' appears twice in the object");
-        b.arrays[key] = r.array(source + ": " + key, key, is_token_name(key));
+        const std::string origin = source + ": " + key;
+        b.arrays[key] = r.array(origin, origin, is_token_name(key));
     }
     if (!r.at_end()) r.syntax("unexpected data after the object");
     return b;
@@ -407,7 +409,10 @@ Array parse_json_array(std::string_view text, const std::string& origin, std::si
             if (!entries.empty())
                 throw InputError(origin + ": expected a nested list, or an object with one entry; found an object with " +
                                  "2 entries");
-            entries.emplace_back(key, r.array(origin, key, false));
+            // The entry's key is named too when it is not the array's own name ("w.json: W_O: W[1]").
+            const bool same = origin.size() > key.size() + 2 && ends_with(origin, ": " + key);
+            const std::string where = same ? origin : origin + ": " + key;
+            entries.emplace_back(key, r.array(origin, where, false));
         }
         if (entries.size() != 1)
             throw InputError(origin + ": expected a nested list, or an object with one entry; found an object with " +
@@ -415,7 +420,7 @@ Array parse_json_array(std::string_view text, const std::string& origin, std::si
         if (!r.at_end()) r.syntax("unexpected data after the object");
         return std::move(entries[0].second);
     }
-    Array a = r.array(origin, "", false);
+    Array a = r.array(origin, origin, false);
     if (!r.at_end()) r.syntax("unexpected data after the value");
     return a;
 }

@@ -912,7 +912,37 @@ TEST_CASE("io: parse_json_array takes a nested list or an object with one entry"
     check_message(input_error([] { parse_json_array(R"({"a": [1], "b": [2]})", "two.json: W"); }),
                   {"two.json: W: ", "an object with 2 entries"});
     check_message(input_error([] { parse_json_array("[[1, 2], [3]]", "r.json: W"); }),
-                  {"r.json: W: ", "[1]", "ragged array"});
+                  {"r.json: W[1]: ragged array"});
+}
+
+TEST_CASE("io: JSON element errors name the array once, then the element's indices") {
+    struct Case { std::string text, origin, message; };
+    const std::vector<Case> bundles = {
+        {R"({"x": [1.0, null]})", "data.json",
+         "data.json: x[1]: expected a number, found null (write non-finite values as \"nan\", \"inf\" or \"-inf\")"},
+        {R"({"x": [[1], [2, 3]]})", "data.json",
+         "data.json: x[1]: ragged array: expected 1 elements (as in the first list at this depth), found 2"},
+        {R"({"x": "a"})", "data.json", "data.json: x: expected a number, found string \"a\""},
+        {R"({"query_tokens": ["a", 3]})", "data.json",
+         "data.json: query_tokens[1]: expected a string (token label), found number 3"},
+    };
+    for (const Case& c : bundles) {
+        CAPTURE(c.text);
+        CHECK(input_error([&] { parse_json_bundle(c.text, c.origin); }) == c.message);
+    }
+    // A file of one array: named as the option that read it; the entry's key as well
+    // when it differs from that name.
+    const std::vector<Case> arrays = {
+        {"[1, [2]]", "w.json: W_Q", "w.json: W_Q[1]: ragged array: expected a number at this depth, found a list"},
+        {"true false", "w.json: W_Q", "w.json: W_Q: invalid JSON at byte 5: unexpected data after the value"},
+        {"\"a\"", "w.json: W_Q", "w.json: W_Q: expected a number, found string \"a\""},
+        {R"({"W_Q": [1, "a"]})", "w.json: W_Q", "w.json: W_Q[1]: expected a number, found string \"a\""},
+        {R"({"q": [1, "a"]})", "w.json: W_Q", "w.json: W_Q: q[1]: expected a number, found string \"a\""},
+    };
+    for (const Case& c : arrays) {
+        CAPTURE(c.text);
+        CHECK(input_error([&] { parse_json_array(c.text, c.origin); }) == c.message);
+    }
 }
 
 TEST_CASE("io: a UTF-8 byte-order mark before the JSON is skipped") {
@@ -1183,7 +1213,7 @@ TEST_CASE("io: \"-\" reads a JSON bundle from standard input") {
     std::streambuf* saved = std::cin.rdbuf(in.rdbuf());
     std::string message = input_error([] { load_bundle("-"); });
     std::cin.rdbuf(saved);
-    check_message(message, {"<stdin>: bad: ", "bad[1]", "found string \"z\""});
+    check_message(message, {"<stdin>: bad[1]: expected a number, found string \"z\""});
 
     std::istringstream in2(R"({"x": [[1, 2]]})");
     saved = std::cin.rdbuf(in2.rdbuf());

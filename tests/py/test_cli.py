@@ -663,6 +663,16 @@ class BadInput(CliTestCase):
         b["W_K"][0][0] = None
         self.check(["run", self.save_json("null.json", b)], "null.json", "W_K[0][0]")
 
+    def test_json_element_error_names_the_array_once(self):
+        b = self.example()
+        b["x"][2][3] = "abc"
+        p = self.save_json("once.json", b)
+        msg = self.check(["run", p])
+        self.assertEqual(msg, f'attnscope: error: {p}: x[2][3]: expected a number, found string "abc"')
+        w = self.save_json("wq.json", [[1.0, 2.0], [3.0, None]])
+        msg = self.check(["run", DATA / "sentence.json", "--W_Q", w])
+        self.assertTrue(msg.startswith(f"attnscope: error: {w}: W_Q[1][1]: expected a number, found null"), msg)
+
     def test_npy_header_with_junk_after_the_dict(self):
         """numpy refuses a header whose dict is followed by anything but blanks (and
         comments); so does attnscope, naming the file, the array and what was found."""

@@ -432,7 +432,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     // 7. Scale: 1/sqrt(Dk) unless given.
     if (spec.scale) {
         p.scale = static_cast<T>(*spec.scale);
-        p.scale_source = "--scale";
+        p.scale_source = spec.scale_text.empty() ? "--scale" : "--scale " + spec.scale_text;
     } else if (spec.temperature != 1) {
         p.scale = static_cast<T>(1.0 / (std::sqrt(double(d.Dk)) * spec.temperature));
         char t[32];

@@ -345,6 +345,7 @@ Spec spec_of(const RunOptions& o) {
     spec.layout = o.layout == "torch" ? Layout::torch : Layout::math;
     spec.temperature = o.temperature;
     spec.zero_key = o.zero_key;
+    spec.scale_text = o.scale_text;
     if (o.scale_text == "none") {
         spec.scale = 1.0;
     } else if (!o.scale_text.empty()) {

@@ -57,11 +57,11 @@ bool exists(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0;
 }
 
-// Self-attention with T = 256 and 4 heads, so a (B, H, T, T) stage is 1 MiB in float32
-// and 2 MiB in float64 (placed), while Q, K, V, context and output stay small.
-Bundle problem_bundle(bool padded, unsigned seed = 7) {
+// Random self-attention weights for (B, T, Dm) inputs and H heads of width D, with the
+// last `padded` keys of every batch item masked (none when 0).
+Bundle random_bundle(unsigned seed, std::size_t B, std::size_t T, std::size_t Dm, std::size_t H, std::size_t D,
+                     std::size_t padded) {
     std::mt19937 rng(seed);
-    const std::size_t B = 1, T = 256, Dm = 16, H = 4, D = 4;
     Bundle b;
     b.source = "test";
     b.arrays["x"] = random_array(rng, {B, T, Dm});
@@ -69,13 +69,18 @@ Bundle problem_bundle(bool padded, unsigned seed = 7) {
     b.arrays["W_K"] = random_array(rng, {Dm, H * D}, 0.5);
     b.arrays["W_V"] = random_array(rng, {Dm, H * D}, 0.5);
     b.arrays["W_O"] = random_array(rng, {H * D, Dm}, 0.5);
-    if (padded) {
+    b.arrays["b_Q"] = random_array(rng, {H * D});
+    if (padded > 0) {
         std::vector<double> pad(B * T, 0.0);
-        for (std::size_t j = T - 40; j < T; ++j) pad[j] = 1.0;
+        for (std::size_t k = 0; k < B * T; ++k) pad[k] = k % T >= T - padded ? 1.0 : 0.0;
         b.arrays["key_padding_mask"] = arr({B, T}, pad);
     }
     return b;
 }
+
+// Self-attention with T = 256 and 4 heads, so a (B, H, T, T) stage is 1 MiB in float32
+// and 2 MiB in float64 (placed), while Q, K, V, context and output stay small.
+Bundle problem_bundle(bool padded) { return random_bundle(7, 1, 256, 16, 4, 4, padded ? 40 : 0); }
 
 Spec spec4() {
     Spec s;
@@ -278,21 +283,8 @@ TEST_CASE("threads: the same stages, bit for bit, on one thread and on several")
     // the projections (B*T = 300 rows) and tiles of query rows per (batch, head).
     for (unsigned seed : {1u, 2u, 3u}) {
         CAPTURE(seed);
-        std::mt19937 rng(seed);
-        const std::size_t B = 3, T = 100, Dm = 12, H = 3, D = 4;
-        Bundle b;
-        b.source = "test";
-        b.arrays["x"] = random_array(rng, {B, T, Dm});
-        b.arrays["W_Q"] = random_array(rng, {Dm, H * D}, 0.5);
-        b.arrays["W_K"] = random_array(rng, {Dm, H * D}, 0.5);
-        b.arrays["W_V"] = random_array(rng, {Dm, H * D}, 0.5);
-        b.arrays["W_O"] = random_array(rng, {H * D, Dm}, 0.5);
-        b.arrays["b_Q"] = random_array(rng, {H * D});
-        if (seed != 1) {
-            std::vector<double> pad(B * T, 0.0);
-            for (std::size_t j = T - 10 * seed; j < T; ++j) pad[j] = 1.0;
-            b.arrays["key_padding_mask"] = arr({B, T}, pad);
-        }
+        const std::size_t H = 3;
+        const Bundle b = random_bundle(seed, 3, 100, 12, H, 4, seed == 1 ? 0 : 10 * seed);
         Spec s;
         s.heads = H;
         s.causal = seed == 3;

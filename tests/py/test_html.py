@@ -440,11 +440,15 @@ class HtmlOptionsTest(CliTestCase):
         self.assertEqual([c[0] for c in q["cols"]], [0, 1, 2, 3])
         self.assertLess(len(text.encode()), 2_000_000)
 
+    def random_bundle(self, name, seed, B, T, D):
+        """An .npz of random x (B, T, D) and square W_Q, W_K, W_V."""
+        rng = np.random.default_rng(seed)
+        return self.save_npz(name, x=rng.normal(size=(B, T, D)),
+                             **{w: rng.normal(size=(D, D)) for w in ("W_Q", "W_K", "W_V")})
+
     def test_many_tables_stay_within_the_page_budget(self):
-        rng = np.random.default_rng(3)
-        B, T, D, H = 40, 64, 16, 8
-        bundle = self.save_npz("many.npz", x=rng.normal(size=(B, T, D)), W_Q=rng.normal(size=(D, D)),
-                               W_K=rng.normal(size=(D, D)), W_V=rng.normal(size=(D, D)))
+        B, H = 40, 8
+        bundle = self.random_bundle("many.npz", 3, B, T=64, D=16)
         out = self.path("many.html")
         r = run("run", bundle, "--heads", str(H), "--stages", "weights", "--html", out, "-q")
         self.assert_ok(r, stdout_empty=True)
@@ -456,10 +460,8 @@ class HtmlOptionsTest(CliTestCase):
         self.assertLess(drawn, B * H)
 
     def test_batch_and_head_choose_the_tables(self):
-        rng = np.random.default_rng(4)
-        B, T, D, H = 3, 5, 6, 3
-        bundle = self.save_npz("bh.npz", x=rng.normal(size=(B, T, D)), W_Q=rng.normal(size=(D, D)),
-                               W_K=rng.normal(size=(D, D)), W_V=rng.normal(size=(D, D)))
+        H = 3
+        bundle = self.random_bundle("bh.npz", 4, B=3, T=5, D=6)
         out = self.path("bh.html")
         r = run("run", bundle, "--heads", str(H), "--stages", "weights,output", "--batch", "2,0",
                 "--head", "1", "--html", out, "-q")

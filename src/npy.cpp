@@ -604,18 +604,21 @@ AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
     temp_ = target_ + ".tmp-XXXXXX";
     fd_ = ::mkstemp(temp_.data());
     if (fd_ < 0) throw RuntimeFailure(target_ + ": cannot create output file: " + std::strerror(errno));
+    slot_ = register_unfinished(temp_, false);
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : target_(std::move(o.target_)), temp_(std::move(o.temp_)), fd_(o.fd_), written_(o.written_),
+    : target_(std::move(o.target_)), temp_(std::move(o.temp_)), fd_(o.fd_), slot_(o.slot_), written_(o.written_),
       committed_(o.committed_) {
     o.fd_ = -1;
+    o.slot_ = -1;
     o.committed_ = true;  // the moved-from object owns nothing
 }
 
 AtomicFile::~AtomicFile() {
     if (fd_ >= 0) ::close(fd_);
     if (!committed_) ::unlink(temp_.c_str());
+    unregister_unfinished(slot_);
 }
 
 void AtomicFile::write(const void* data, std::size_t n) {
@@ -647,6 +650,8 @@ void AtomicFile::commit() {
     if (::rename(temp_.c_str(), target_.c_str()) != 0)
         throw RuntimeFailure(target_ + ": cannot move output into place: " + std::strerror(errno));
     committed_ = true;
+    unregister_unfinished(slot_);
+    slot_ = -1;
 }
 
 AtomicTextFile::AtomicTextFile(std::string target) : std::ostream(nullptr), file_(std::move(target)), buf_(file_) {

@@ -52,6 +52,7 @@ struct Dump::Impl {
     std::string path;
     std::vector<std::string> stages;
     bool npz = false, created = false, committed = false;
+    int slot = -1;  // the created directory's, in the unfinished outputs
     struct Placed {
         AtomicFile file;
         std::shared_ptr<Placement> region;
@@ -71,6 +72,7 @@ Dump::Dump(std::string path, std::vector<std::string> stages) : impl_(std::make_
             throw UsageError("--dump " + d.path + ": exists and is not a directory (a dump is a directory or a .npz file)");
     } else if (::mkdir(d.path.c_str(), 0777) == 0) {
         d.created = true;
+        d.slot = register_unfinished(d.path, true);
     } else {
         throw RuntimeFailure("--dump " + d.path + ": cannot create directory: " + std::strerror(errno));
     }
@@ -81,6 +83,7 @@ Dump::Dump(std::string path, std::vector<std::string> stages) : impl_(std::make_
         if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
             if (d.created) ::rmdir(d.path.c_str());
             d.created = false;
+            unregister_unfinished(d.slot);
             throw RuntimeFailure("--dump " + d.path + ": cannot write " + target + ": it exists and is not a regular file");
         }
     }
@@ -90,6 +93,7 @@ Dump::~Dump() {
     if (!impl_) return;
     impl_->placed.clear();  // removes the uncommitted temporaries
     if (impl_->created && !impl_->committed) ::rmdir(impl_->path.c_str());
+    unregister_unfinished(impl_->slot);
 }
 
 std::shared_ptr<Placement> Dump::place(const std::string& name, std::size_t bytes) {

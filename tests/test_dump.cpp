@@ -303,3 +303,32 @@ TEST_CASE("threads: the same stages, bit for bit, on one thread and on several")
         CHECK(maxdiff(a.output, c.output) == 0.0);
     }
 }
+
+TEST_CASE("dump: remove_unfinished_outputs removes what is being written, and nothing else") {
+    TempDir dir;
+    const std::string made = dir.path + "/made", full = dir.path + "/full", kept = dir.path + "/kept.npy";
+    REQUIRE(::mkdir(made.c_str(), 0777) == 0);
+    REQUIRE(::mkdir(full.c_str(), 0777) == 0);
+    {
+        AtomicFile f(kept);
+        f.commit();  // committed: no longer listed
+    }
+    {
+        AtomicFile inside(full + "/other.npy");  // a file in `full` that nobody removes
+        inside.commit();
+    }
+    const int made_slot = register_unfinished(made, true), full_slot = register_unfinished(full, true);
+    REQUIRE(made_slot >= 0);
+    REQUIRE(full_slot >= 0);
+    AtomicFile writing(made + "/scores.npy");  // its temporary, inside `made`
+    CHECK(TempDir::files(made).size() == 1);
+    remove_unfinished_outputs();  // what a signal handler calls
+    CHECK(!exists(made));         // the temporary, then the emptied directory
+    CHECK(exists(full));          // not empty: kept
+    CHECK(exists(full + "/other.npy"));
+    CHECK(exists(kept));
+    unregister_unfinished(full_slot);
+    unregister_unfinished(made_slot);
+    ::unlink((full + "/other.npy").c_str());
+    ::rmdir(full.c_str());
+}

@@ -160,9 +160,18 @@ public:
 private:
     std::string target_, temp_;
     int fd_ = -1;
+    int slot_ = -1;  // register_unfinished's, while the temporary exists
     std::uint64_t written_ = 0;
     bool committed_ = false;
 };
+
+// Outputs not yet complete: AtomicFile temporaries and directories a dump created. They
+// are listed so that a run killed by a signal (Ctrl-C, a closed pipe) can remove them:
+// the CLI's handlers call remove_unfinished_outputs(), which is async-signal-safe and
+// removes the listed files, then the listed directories that are empty.
+int register_unfinished(const std::string& path, bool directory) noexcept;  // a slot, or -1
+void unregister_unfinished(int slot) noexcept;
+void remove_unfinished_outputs() noexcept;
 
 // An std::ostream into an AtomicFile, for text outputs (HTML, SVG). Write errors surface
 // as RuntimeFailure from commit().

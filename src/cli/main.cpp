@@ -4,13 +4,39 @@
 
 #include "attnscope/errors.hpp"
 
+#include "attnscope/io.hpp"
+
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <iostream>
 #include <string>
 #include <new>
 
+namespace {
+
+// Ctrl-C, a closed pipe, kill: remove the outputs being written (temporaries sized for
+// gigabytes of stages, a dump directory just created), then die of the same signal.
+extern "C" void remove_outputs_and_die(int sig) {
+    attnscope::remove_unfinished_outputs();
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);  // delivered once this handler returns: the default action
+}
+
+void clean_up_on_fatal_signals() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) {
+        struct sigaction now {}, before {};
+        now.sa_handler = remove_outputs_and_die;
+        sigemptyset(&now.sa_mask);
+        if (::sigaction(sig, nullptr, &before) == 0 && before.sa_handler == SIG_IGN) continue;  // nohup etc.
+        ::sigaction(sig, &now, nullptr);
+    }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+    clean_up_on_fatal_signals();
     CLI::App app{"attnscope: inspect transformer attention, stage by stage"};
     app.set_version_flag("--version", "attnscope 0.1.0");
     app.require_subcommand(1);

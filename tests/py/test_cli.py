@@ -335,6 +335,45 @@ class Dump(CliTestCase):
                 self.assertEqual(tuple(t.shape), (B, H, T, T))
                 self.assertTrue(torch.equal(t, torch.from_numpy(arrays["scores"])))
 
+    def test_interrupted_dump_leaves_nothing(self):
+        # Ctrl-C while large stages are being computed into their files: the temporaries
+        # (gigabytes reserved on disk) and the directory the run created are removed, and
+        # the process dies of SIGINT as usual.
+        import signal
+        import time
+        rng = np.random.default_rng(9)
+        T, D = 8192, 16
+        src = self.save_npz("long.npz", x=rng.standard_normal((1, T, D), dtype=np.float32),
+                            **{k: rng.standard_normal((D, D), dtype=np.float32) / 4
+                               for k in ("W_Q", "W_K", "W_V")})
+        for target in ("fresh", "existing"):
+            with self.subTest(target=target):
+                out = self.path(f"dump-{target}")
+                if target == "existing":
+                    out.mkdir()
+                    (out / "keep.txt").write_text("mine")
+                proc = subprocess.Popen([str(common.BIN), "run", str(src), "--heads", "4",
+                                         "--dtype", "float32", "--threads", "1", "--dump", str(out), "-q"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                deadline = time.monotonic() + 60
+                seen = False
+                while time.monotonic() < deadline and proc.poll() is None:
+                    if out.is_dir() and any(".tmp-" in n for n in os.listdir(out)):
+                        seen = True
+                        break
+                    time.sleep(0.002)
+                if not seen:
+                    proc.kill()
+                    proc.communicate()
+                    self.fail("the run ended before its temporaries could be seen")
+                proc.send_signal(signal.SIGINT)
+                _, err = proc.communicate(timeout=60)
+                self.assertEqual(proc.returncode, -signal.SIGINT, err.decode())
+                if target == "fresh":
+                    self.assertFalse(out.exists(), sorted(os.listdir(out)) if out.exists() else "")
+                else:
+                    self.assertEqual(sorted(os.listdir(out)), ["keep.txt"])
+
     def test_unbatched_shapes_drop_batch_axis(self):
         path = self.path("cross.npz")
         r = run("run", DATA / "cross.npz", "--heads", "2", "--dump", path, "-q")

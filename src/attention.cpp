@@ -208,8 +208,8 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     const bool need_scores = need_weights || keep[kScores] || keep[kMaskedScores];
     const bool need_q = need_scores || keep[kQ], need_k = need_scores || keep[kK], need_v = need_context || keep[kV];
 
-    // 1) Projections, BLAS on every thread: (B*Tq, Dm) x (Dm, H*Dk) -> (B*Tq, H*Dk), and
-    //    likewise K, V from src. The flat (B, T, H*D) layout is kept; heads are column blocks.
+    // 1) Projections, in row blocks on our threads: (B*Tq, Dm) x (Dm, H*Dk) -> (B*Tq, H*Dk),
+    //    and likewise K, V from src. The flat (B, T, H*D) layout is kept; heads are column blocks.
     blas_threads(1);  // every product below runs on our threads, one BLAS call each
     Buffer<T> qf, kf, vf;
     if (need_q) qf.resize(B * Tq * H * Dk), project(p.x.data(), B * Tq, d.Dm, p.W_Q, p.b_Q, qf.data(), threads);
@@ -220,28 +220,28 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
             std::fill_n(kf.data() + (b * Tk + *p.spec.zero_key) * H * Dk, H * Dk, T(0));
     // (Rotary position embeddings, when they come, rotate Q and K here, between the
     // projections and the scores, as a stage of their own.)
-    // Where a kept stage of n elements of `size` bytes lives (Compute::place), in effect
-    // for the next allocation of that size on this thread.
-    auto place = [&](Stage s, std::size_t n, std::size_t size) {
-        return std::make_unique<PlaceNext>(how.place && n > 0 ? how.place(s, n * size) : nullptr);
+    // Where a kept stage of n elements of `size` bytes is to live (Compute::place; null:
+    // ordinary memory). A PlaceNext holding it applies it to the stage's allocation.
+    auto place = [&](Stage s, std::size_t n, std::size_t size) -> std::shared_ptr<Placement> {
+        return how.place && n > 0 ? how.place(s, n * size) : nullptr;
     };
     if (keep[kQ]) {
-        auto at = place(kQ, B * H * Tq * Dk, sizeof(T));
+        PlaceNext at(place(kQ, B * H * Tq * Dk, sizeof(T)));
         tr.Q = split_heads(qf, B, Tq, H, Dk), check_shape(tr.Q, std::array{B, H, Tq, Dk}, "Q");
     }
     if (keep[kK]) {
-        auto at = place(kK, B * H * Tk * Dk, sizeof(T));
+        PlaceNext at(place(kK, B * H * Tk * Dk, sizeof(T)));
         tr.K = split_heads(kf, B, Tk, H, Dk), check_shape(tr.K, std::array{B, H, Tk, Dk}, "K");
     }
     if (keep[kV]) {
-        auto at = place(kV, B * H * Tk * Dv, sizeof(T));
+        PlaceNext at(place(kV, B * H * Tk * Dv, sizeof(T)));
         tr.V = split_heads(vf, B, Tk, H, Dv), check_shape(tr.V, std::array{B, H, Tk, Dv}, "V");
     }
 
     // 2) Mask: padding AND causal -> (B, Tq, Tk), true = may attend. Rows with no key.
     const bool masking = pad || p.spec.causal;
     if (keep[kMask]) {
-        auto at = place(kMask, B * Tq * Tk, sizeof(bool));
+        PlaceNext at(place(kMask, B * Tq * Tk, sizeof(bool)));
         tr.mask = attention_mask(d, pad, p.spec.causal, p.spec.causal_align);
     }
     {
@@ -255,15 +255,15 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
 
     auto alloc4 = [&](Stage s, std::size_t last) {
         if (!keep[s]) return Tensor<T, 4>();
-        auto at = place(s, B * H * Tq * last, sizeof(T));
+        PlaceNext at(place(s, B * H * Tq * last, sizeof(T)));
         return Tensor<T, 4>::from_shape({B, H, Tq, last});
     };
     tr.scores = alloc4(kScores, Tk);
     // With nothing masked, masked_scores equals scores: when both are kept, hold one
     // (unless masked_scores has a place of its own, e.g. its dump file).
     if (keep[kMaskedScores]) {
-        auto at = place(kMaskedScores, B * H * Tq * Tk, sizeof(T));
-        tr.masked_is_scores = !masking && keep[kScores] && !at->placing();
+        PlaceNext at(place(kMaskedScores, B * H * Tq * Tk, sizeof(T)));
+        tr.masked_is_scores = !masking && keep[kScores] && !at.placing();
         if (!tr.masked_is_scores) tr.masked_scores = Tensor<T, 4>::from_shape({B, H, Tq, Tk});
     }
     tr.weights = alloc4(kWeights, Tk);
@@ -317,7 +317,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     // 4) Output: merged heads (B*Tq, H*Dv) x (H*Dv, Dout) (+ b_O) -> (B, Tq, Dout),
     //    or the merged heads themselves when there is no W_O.
     {
-        auto at = place(kOutput, B * Tq * d.Dout, sizeof(T));
+        PlaceNext at(place(kOutput, B * Tq * d.Dout, sizeof(T)));
         tr.output = Tensor<T, 3>::from_shape({B, Tq, d.Dout});
     }
     if (p.W_O) project(merged.data(), B * Tq, H * Dv, *p.W_O, p.b_O, tr.output.data(), threads);

@@ -10,7 +10,6 @@
 
 #include <doctest/doctest.h>
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -28,34 +28,8 @@ using namespace testutil;
 
 namespace {
 
-// A fresh, empty directory removed (with its files) at the end of the test.
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char name[] = "/tmp/attnscope-dump-XXXXXX";
-        REQUIRE(::mkdtemp(name) != nullptr);
-        path = name;
-    }
-    ~TempDir() {
-        for (const auto& f : files(path)) ::unlink((path + "/" + f).c_str());
-        ::rmdir(path.c_str());
-    }
-    static std::vector<std::string> files(const std::string& dir) {
-        std::vector<std::string> out;
-        if (DIR* d = ::opendir(dir.c_str())) {
-            while (dirent* e = ::readdir(d))
-                if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) out.push_back(e->d_name);
-            ::closedir(d);
-        }
-        std::sort(out.begin(), out.end());
-        return out;
-    }
-};
 
-bool exists(const std::string& path) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0;
-}
+bool exists(const std::string& path) { return std::filesystem::exists(path); }
 
 // Random self-attention weights for (B, T, Dm) inputs and H heads of width D, with the
 // last `padded` keys of every batch item masked (none when 0).
@@ -118,7 +92,7 @@ void dump_and_compare(bool padded) {
     const Problem<T> p = make_problem<T>(b, spec4());
     const Trace<T> plain = attend(p);
     TempDir dir;
-    const std::string out = dir.path + "/dump";
+    const std::string out = dir / "dump";
     const auto stages = std::vector<std::string>(kStageNames.begin(), kStageNames.end());
     {
         Dump dump(out, stages);
@@ -131,14 +105,14 @@ void dump_and_compare(bool padded) {
         const Trace<T> placed = attend(p, how);
         CHECK(asked.size() == stages.size());  // every kept stage is offered a place once
         // In the files already, under temporary names, before the commit.
-        CHECK(TempDir::files(out).size() == 3);  // scores, masked_scores, weights (≥ 1 MiB), as temporaries
+        CHECK(TempDir::entries_of(out).size() == 3);  // scores, masked_scores, weights (≥ 1 MiB), as temporaries
         CHECK(!placed.masked_is_scores);          // masked_scores has its own file
         CHECK(maxdiff(placed.scores, plain.scores) == 0.0);
         CHECK(maxdiff(placed.weights, plain.weights) == 0.0);
         CHECK(maxdiff(placed.output, plain.output) == 0.0);
         dump.commit(view_of("test", p, placed));
     }
-    CHECK(TempDir::files(out) == std::vector<std::string>{"K.npy", "Q.npy", "V.npy", "context.npy", "mask.npy",
+    CHECK(TempDir::entries_of(out) == std::set<std::string>{"K.npy", "Q.npy", "V.npy", "context.npy", "mask.npy",
                                                           "masked_scores.npy", "output.npy", "scores.npy",
                                                           "weights.npy"});
     check_file_equals<T>(out + "/scores.npy", plain.scores, kPlaced);
@@ -146,8 +120,6 @@ void dump_and_compare(bool padded) {
     check_file_equals<T>(out + "/weights.npy", plain.weights, kPlaced);
     check_file_equals<T>(out + "/Q.npy", plain.Q, kSaved);
     check_file_equals<T>(out + "/output.npy", plain.output, kSaved);
-    for (const auto& f : TempDir::files(out)) ::unlink((out + "/" + f).c_str());
-    ::rmdir(out.c_str());
 }
 
 }  // namespace
@@ -163,7 +135,7 @@ TEST_CASE("dump: large stages computed in their files equal an ordinary run, flo
 TEST_CASE("dump: place() offers a file only to a large chosen stage, and once") {
     // 256 x 256 booleans are 64 KiB: below the placement size, written at commit.
     TempDir dir;
-    Dump dump(dir.path + "/d", {"mask", "scores"});
+    Dump dump(dir / "d", {"mask", "scores"});
     CHECK(dump.place("mask", 64 * 1024) == nullptr);
     CHECK(dump.place("weights", 4 << 20) == nullptr);  // not a chosen stage
     auto s = dump.place("scores", 1 << 20);
@@ -204,44 +176,42 @@ TEST_CASE("dump: a stage computed elsewhere is copied into its placed file") {
     const Problem<float> p = make_problem<float>(b, spec4());
     const Trace<float> tr = attend(p);  // in ordinary memory
     TempDir dir;
-    const std::string out = dir.path + "/d";
+    const std::string out = dir / "d";
     {
         Dump dump(out, {"weights"});
         REQUIRE(dump.place("weights", tr.weights.size() * sizeof(float)) != nullptr);
         dump.commit(view_of("test", p, tr));
     }
     check_file_equals<float>(out + "/weights.npy", tr.weights, kPlaced);
-    ::unlink((out + "/weights.npy").c_str());
-    ::rmdir(out.c_str());
 }
 
 TEST_CASE("dump: a dump never committed leaves nothing behind") {
     TempDir dir;
     SUBCASE("a directory it created is removed") {
-        const std::string out = dir.path + "/new";
+        const std::string out = dir / "new";
         {
             Dump dump(out, {"scores", "weights"});
             REQUIRE(dump.place("scores", 2 << 20) != nullptr);
-            CHECK(TempDir::files(out).size() == 1);  // the temporary
+            CHECK(TempDir::entries_of(out).size() == 1);  // the temporary
         }
         CHECK(!exists(out));
     }
     SUBCASE("an existing directory keeps exactly what it had") {
-        const std::string keep = dir.path + "/scores.npy";
+        const std::string keep = dir / "scores.npy";
         {
             AtomicFile f(keep);
             f.write("old", 3);
             f.commit();
         }
         {
-            Dump dump(dir.path, {"scores"});
+            Dump dump(dir.path.string(), {"scores"});
             REQUIRE(dump.place("scores", 2 << 20) != nullptr);
         }
-        CHECK(TempDir::files(dir.path) == std::vector<std::string>{"scores.npy"});
+        CHECK(dir.entries() == std::set<std::string>{"scores.npy"});
         CHECK(read_file(keep) == "old");
     }
     SUBCASE("a computation that fails midway") {
-        const std::string out = dir.path + "/failed";
+        const std::string out = dir / "failed";
         Bundle b = problem_bundle(false);
         const Problem<double> p = make_problem<double>(b, spec4());
         try {
@@ -262,20 +232,18 @@ TEST_CASE("dump: a dump never committed leaves nothing behind") {
 
 TEST_CASE("dump: an .npz dump places nothing and a file in the way is refused first") {
     TempDir dir;
-    Dump npz(dir.path + "/all.npz", {"scores"});
+    Dump npz(dir / "all.npz", {"scores"});
     CHECK(npz.place("scores", 4 << 20) == nullptr);
-    CHECK(TempDir::files(dir.path).empty());
-    const std::string blocker = dir.path + "/blocked";
+    CHECK(dir.entries().empty());
+    const std::string blocker = dir / "blocked";
     {
         AtomicFile f(blocker);
         f.commit();
     }
     CHECK_THROWS_AS(Dump(blocker, {"scores"}), UsageError);
-    REQUIRE(::mkdir((dir.path + "/d").c_str(), 0777) == 0);
-    REQUIRE(::mkdir((dir.path + "/d/scores.npy").c_str(), 0777) == 0);
-    CHECK_THROWS_AS(Dump(dir.path + "/d", {"scores"}), RuntimeFailure);
-    ::rmdir((dir.path + "/d/scores.npy").c_str());
-    ::rmdir((dir.path + "/d").c_str());
+    REQUIRE(::mkdir((dir / "d").c_str(), 0777) == 0);
+    REQUIRE(::mkdir((dir / "d/scores.npy").c_str(), 0777) == 0);
+    CHECK_THROWS_AS(Dump(dir / "d", {"scores"}), RuntimeFailure);
 }
 
 TEST_CASE("threads: the same stages, bit for bit, on one thread and on several") {
@@ -306,7 +274,7 @@ TEST_CASE("threads: the same stages, bit for bit, on one thread and on several")
 
 TEST_CASE("dump: remove_unfinished_outputs removes what is being written, and nothing else") {
     TempDir dir;
-    const std::string made = dir.path + "/made", full = dir.path + "/full", kept = dir.path + "/kept.npy";
+    const std::string made = dir / "made", full = dir / "full", kept = dir / "kept.npy";
     REQUIRE(::mkdir(made.c_str(), 0777) == 0);
     REQUIRE(::mkdir(full.c_str(), 0777) == 0);
     {
@@ -321,7 +289,7 @@ TEST_CASE("dump: remove_unfinished_outputs removes what is being written, and no
     REQUIRE(made_slot >= 0);
     REQUIRE(full_slot >= 0);
     AtomicFile writing(made + "/scores.npy");  // its temporary, inside `made`
-    CHECK(TempDir::files(made).size() == 1);
+    CHECK(TempDir::entries_of(made).size() == 1);
     remove_unfinished_outputs();  // what a signal handler calls
     CHECK(!exists(made));         // the temporary, then the emptied directory
     CHECK(exists(full));          // not empty: kept
@@ -329,6 +297,4 @@ TEST_CASE("dump: remove_unfinished_outputs removes what is being written, and no
     CHECK(exists(kept));
     unregister_unfinished(full_slot);
     unregister_unfinished(made_slot);
-    ::unlink((full + "/other.npy").c_str());
-    ::rmdir(full.c_str());
 }

@@ -7,6 +7,7 @@
 #include "attnscope/errors.hpp"
 #include "attnscope/io.hpp"
 #include "attnscope/model.hpp"
+#include "test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
@@ -44,6 +45,7 @@
 #endif
 
 using namespace attnscope;
+using testutil::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -154,28 +156,6 @@ std::string tuple_repr(const std::vector<std::size_t>& shape) {
     for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
     return s + (shape.size() == 1 ? ",)" : ")");
 }
-
-// A fresh directory under the system temp directory, removed with its contents.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string t = (fs::temp_directory_path() / "attnscope-test-io-XXXXXX").string();
-        REQUIRE(::mkdtemp(t.data()) != nullptr);
-        path = t;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-    std::set<std::string> entries() const {
-        std::set<std::string> names;
-        for (const auto& e : fs::directory_iterator(path)) names.insert(e.path().filename().string());
-        return names;
-    }
-};
 
 // Runs `f` in a child process and returns its exit status (or 128 + signal).
 template <typename F>

@@ -9,12 +9,41 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace testutil {
+
+// A fresh directory under the system temp directory, removed with its contents.
+struct TempDir {
+    std::filesystem::path path;
+    TempDir() {
+        std::string t = (std::filesystem::temp_directory_path() / "attnscope-test-XXXXXX").string();
+        REQUIRE(::mkdtemp(t.data()) != nullptr);
+        path = t;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+    std::set<std::string> entries() const { return entries_of(path.string()); }
+    // The names in directory `dir` (none when it does not exist).
+    static std::set<std::string> entries_of(const std::string& dir) {
+        std::set<std::string> names;
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(dir, ec)) names.insert(e.path().filename().string());
+        return names;
+    }
+};
 
 using attnscope::Array;
 using attnscope::Bundle;

@@ -170,6 +170,27 @@ int in_child(F&& f) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// Runs `write` (writing more than 4 KiB to `target`, then committing) in a child process
+// whose files may not grow past 4 KiB, and says how it ended: 0 RuntimeFailure naming
+// "TARGET: cannot write", 10 no limit, 11 no error, 12 wrong message, 13 other.
+template <typename F>
+int write_past_size_limit(const std::string& target, F&& write) {
+    return in_child([&]() -> int {
+        ::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail with EFBIG instead
+        rlimit r{4096, 4096};
+        if (::setrlimit(RLIMIT_FSIZE, &r) != 0) return 10;
+        try {
+            write();
+            return 11;
+        } catch (const RuntimeFailure& e) {
+            return contains(e.what(), target + ": cannot write") ? 0 : 12;
+        } catch (...) {
+            return 13;
+        }
+    });
+}
+constexpr const char* kSizeLimitOutcomes = "0 RuntimeFailure, 10 no limit, 11 no error, 12 wrong message, 13 other";
+
 bool have_numpy() { return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0; }
 
 // ---- the known arrays (scripts/make_fixtures.py writes the same) -------------------------
@@ -1668,23 +1689,12 @@ TEST_CASE("io: AtomicFile failures leave what was at the target intact") {
     SUBCASE("a write fails (file size limit): RuntimeFailure, old target intact") {
         const std::string target = dir / "big.npy";
         spit(target, "old");
-        // The limit is set in a child process; writes past it fail with EFBIG.
-        int rc = in_child([&]() -> int {
-            ::signal(SIGXFSZ, SIG_IGN);
-            rlimit r{4096, 4096};
-            if (::setrlimit(RLIMIT_FSIZE, &r) != 0) return 10;
-            try {
-                AtomicFile f(target);
-                f.write(std::string(8192, 'x'));
-                f.commit();
-                return 11;  // the write should have failed
-            } catch (const RuntimeFailure& e) {
-                return contains(e.what(), target + ": cannot write") ? 0 : 12;
-            } catch (...) {
-                return 13;
-            }
+        const int rc = write_past_size_limit(target, [&] {
+            AtomicFile f(target);
+            f.write(std::string(8192, 'x'));
+            f.commit();
         });
-        INFO("child outcome " << rc << " (0 RuntimeFailure, 10 no limit, 11 no error, 12 wrong message, 13 other)");
+        INFO("child outcome " << rc << " (" << kSizeLimitOutcomes << ")");
         CHECK(rc == 0);
         CHECK(slurp(target) == "old");
         CHECK(dir.entries() == std::set<std::string>{"big.npy"});
@@ -1718,22 +1728,12 @@ TEST_CASE("io: AtomicTextFile reports a write error from commit and keeps the ol
     TempDir dir;
     const std::string target = dir / "view.svg";
     spit(target, "old");
-    int rc = in_child([&]() -> int {
-        ::signal(SIGXFSZ, SIG_IGN);
-        rlimit r{4096, 4096};
-        if (::setrlimit(RLIMIT_FSIZE, &r) != 0) return 10;
-        try {
-            AtomicTextFile out(target);
-            out << std::string(200000, 'x');
-            out.commit();
-            return 11;  // the error was lost
-        } catch (const RuntimeFailure& e) {
-            return contains(e.what(), target + ": cannot write") ? 0 : 12;
-        } catch (...) {
-            return 13;
-        }
+    const int rc = write_past_size_limit(target, [&] {
+        AtomicTextFile out(target);
+        out << std::string(200000, 'x');
+        out.commit();  // the error surfaces here, or is lost
     });
-    INFO("child outcome " << rc << " (0 RuntimeFailure, 10 no limit, 11 no error, 12 wrong message, 13 other)");
+    INFO("child outcome " << rc << " (" << kSizeLimitOutcomes << ")");
     CHECK(rc == 0);
     CHECK(slurp(target) == "old");
     CHECK(dir.entries() == std::set<std::string>{"view.svg"});

@@ -123,6 +123,23 @@ class CausalLM(nn.Module):
         return self.unembed(x + out), weights
 
 
+def fit(model, make_batch, gen, steps, batch, lr, log_every):
+    """Adam with a cosine schedule on next-letter cross-entropy; leaves the model in eval mode."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    for step in range(1, steps + 1):
+        inp, tgt = make_batch(gen, batch)
+        logits, _ = model(inp)
+        loss = F.cross_entropy(logits.reshape(-1, len(LETTERS)), tgt.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % log_every == 0 or step == 1:
+            print(f"  step {step:5d}  loss {loss.item():.4f}")
+    model.eval()
+
+
 def lm_batch(gen, n):
     """n repeated words: inputs (n, T_LM) and next-token targets (n, T_LM)."""
     words = torch.rand(n, len(LETTERS), generator=gen).argsort(dim=1)[:, :PERIOD]
@@ -133,24 +150,11 @@ def lm_batch(gen, n):
 def train_induction(steps=1500, batch=128, lr=1e-2):
     seed_everything(1)
     model = CausalLM(len(LETTERS), T_LM, D_LM, H_LM)
-    gen = torch.Generator().manual_seed(11)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     # The loss is averaged over all T_LM positions; the first PERIOD-1 targets
     # are random new letters (9, 8, 7 ... choices), so it cannot go below this:
     floor = sum(math.log(len(LETTERS) - 1 - i) for i in range(PERIOD - 1)) / T_LM
     print(f"  (loss floor {floor:.4f}: the first {PERIOD - 1} targets are unpredictable)")
-    for step in range(1, steps + 1):
-        inp, tgt = lm_batch(gen, batch)
-        logits, _ = model(inp)
-        loss = F.cross_entropy(logits.reshape(-1, len(LETTERS)), tgt.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        if step % 150 == 0 or step == 1:
-            print(f"  step {step:5d}  loss {loss.item():.4f}")
-    model.eval()
+    fit(model, lm_batch, torch.Generator().manual_seed(11), steps, batch, lr, log_every=150)
 
     # Accuracy on held-out sequences, at the predictable positions only.
     inp, tgt = lm_batch(torch.Generator().manual_seed(12), 2000)
@@ -236,20 +240,7 @@ def rev_batch(gen, n):
 def train_reverse(steps=600, batch=128, lr=1e-2):
     seed_everything(2)
     model = Reverser(len(LETTERS), T_REV, D_REV, H_REV)
-    gen = torch.Generator().manual_seed(21)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    for step in range(1, steps + 1):
-        src, tgt = rev_batch(gen, batch)
-        logits, _ = model(src)
-        loss = F.cross_entropy(logits.reshape(-1, len(LETTERS)), tgt.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        if step % 100 == 0 or step == 1:
-            print(f"  step {step:5d}  loss {loss.item():.4f}")
-    model.eval()
+    fit(model, rev_batch, torch.Generator().manual_seed(21), steps, batch, lr, log_every=100)
 
     src, tgt = rev_batch(torch.Generator().manual_seed(22), 2000)
     with torch.no_grad():

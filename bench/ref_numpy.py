@@ -22,7 +22,6 @@ but released as soon as the next stage no longer needs them.
 loaded, so scripts/bench sets that variable for this process. A mismatch is reported.
 """
 
-import argparse
 import math
 import os
 import sys
@@ -30,31 +29,10 @@ import time
 
 import numpy as np
 
+sys.dont_write_bytecode = True  # leave no __pycache__ beside the scripts
+import ref_common  # noqa: E402  (bench/, the script's own directory)
+
 T0 = time.perf_counter()
-
-STAGES = ("Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context", "output")
-
-
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("bundle", help=".npz with x, W_Q, W_K, W_V, W_O")
-    p.add_argument("--heads", type=int, required=True)
-    p.add_argument("--causal", action="store_true", help="query i sees keys j <= i")
-    p.add_argument("--stages", default="all", help="output, all, or a comma-separated list")
-    p.add_argument("--dump", default=None, help="directory for NAME.npy files")
-    p.add_argument("--threads", type=int, default=None, help="expected BLAS threads")
-    a = p.parse_args(argv)
-    if a.stages == "all":
-        a.keep = set(STAGES)
-    else:
-        a.keep = {s.strip() for s in a.stages.split(",") if s.strip()}
-        unknown = a.keep - set(STAGES)
-        if unknown or not a.keep:
-            p.error(f"--stages: expected output, all or names from {','.join(STAGES)}; "
-                    f"found {a.stages!r}")
-    if a.heads <= 0:
-        p.error(f"--heads: expected a positive integer, found {a.heads}")
-    return a
 
 
 def attention(x, W_Q, W_K, W_V, W_O, H, causal, keep):
@@ -115,7 +93,7 @@ def attention(x, W_Q, W_K, W_V, W_O, H, causal, keep):
 
 
 def main(argv=None):
-    a = parse_args(argv)
+    a = ref_common.parse_args(argv, __doc__.splitlines()[0], "expected BLAS threads")
     with np.load(a.bundle, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in ("x", "W_Q", "W_K", "W_V", "W_O")}
     t1 = time.perf_counter()
@@ -125,18 +103,14 @@ def main(argv=None):
     t2 = time.perf_counter()
 
     if a.dump:
-        os.makedirs(a.dump, exist_ok=True)
-        for name in STAGES:
-            if name in stages:
-                np.save(os.path.join(a.dump, name + ".npy"), stages[name])
+        ref_common.save_stages(a.dump, stages, lambda a: a)
     t3 = time.perf_counter()
 
     env_threads = os.environ.get("OPENBLAS_NUM_THREADS")
     if a.threads is not None and env_threads != str(a.threads):
         print(f"ref_numpy: warning: --threads {a.threads} but OPENBLAS_NUM_THREADS="
               f"{env_threads}", file=sys.stderr)
-    print(f"timings: load={t1 - T0:.6f} compute={t2 - t1:.6f} output={t3 - t2:.6f}",
-          file=sys.stderr)
+    ref_common.print_timings(T0, t1, t2, t3)
     return 0
 
 

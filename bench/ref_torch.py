@@ -22,42 +22,17 @@ With --stages output the intermediate stages are still computed but released as 
 next stage no longer needs them.
 """
 
-import argparse
 import math
-import os
 import sys
 import time
 
 import numpy as np
 import torch
 
+sys.dont_write_bytecode = True  # leave no __pycache__ beside the scripts
+import ref_common  # noqa: E402  (bench/, the script's own directory)
+
 T0 = time.perf_counter()
-
-STAGES = ("Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context", "output")
-
-
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("bundle", help=".npz with x, W_Q, W_K, W_V, W_O")
-    p.add_argument("--heads", type=int, required=True)
-    p.add_argument("--causal", action="store_true", help="query i sees keys j <= i")
-    p.add_argument("--stages", default="all", help="output, all, or a comma-separated list")
-    p.add_argument("--dump", default=None, help="directory for NAME.npy files")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
-    a = p.parse_args(argv)
-    if a.stages == "all":
-        a.keep = set(STAGES)
-    else:
-        a.keep = {s.strip() for s in a.stages.split(",") if s.strip()}
-        unknown = a.keep - set(STAGES)
-        if unknown or not a.keep:
-            p.error(f"--stages: expected output, all or names from {','.join(STAGES)}; "
-                    f"found {a.stages!r}")
-    if a.heads <= 0:
-        p.error(f"--heads: expected a positive integer, found {a.heads}")
-    if a.threads is not None and a.threads <= 0:
-        p.error(f"--threads: expected a positive integer, found {a.threads}")
-    return a
 
 
 def attention(x, W_Q, W_K, W_V, W_O, H, causal, keep):
@@ -115,7 +90,7 @@ def attention(x, W_Q, W_K, W_V, W_O, H, causal, keep):
 
 
 def main(argv=None):
-    a = parse_args(argv)
+    a = ref_common.parse_args(argv, __doc__.splitlines()[0], "torch.set_num_threads(N)")
     if a.threads is not None:
         torch.set_num_threads(a.threads)
     with np.load(a.bundle, allow_pickle=False) as npz:
@@ -128,14 +103,10 @@ def main(argv=None):
     t2 = time.perf_counter()
 
     if a.dump:
-        os.makedirs(a.dump, exist_ok=True)
-        for name in STAGES:
-            if name in stages:
-                np.save(os.path.join(a.dump, name + ".npy"), stages[name].numpy())
+        ref_common.save_stages(a.dump, stages, lambda t: t.numpy())
     t3 = time.perf_counter()
 
-    print(f"timings: load={t1 - T0:.6f} compute={t2 - t1:.6f} output={t3 - t2:.6f}",
-          file=sys.stderr)
+    ref_common.print_timings(T0, t1, t2, t3)
     return 0
 
 

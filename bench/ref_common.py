@@ -1,0 +1,48 @@
+"""What the two benchmark references share: their command line, how they save the kept
+stages, and their timings line. The attention itself each computes in its own file,
+written independently, in its own library's idiom."""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+STAGES = ("Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context", "output")
+
+
+def parse_args(argv, description, threads_help):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("bundle", help=".npz with x, W_Q, W_K, W_V, W_O")
+    p.add_argument("--heads", type=int, required=True)
+    p.add_argument("--causal", action="store_true", help="query i sees keys j <= i")
+    p.add_argument("--stages", default="all", help="output, all, or a comma-separated list")
+    p.add_argument("--dump", default=None, help="directory for NAME.npy files")
+    p.add_argument("--threads", type=int, default=None, help=threads_help)
+    a = p.parse_args(argv)
+    if a.stages == "all":
+        a.keep = set(STAGES)
+    else:
+        a.keep = {s.strip() for s in a.stages.split(",") if s.strip()}
+        unknown = a.keep - set(STAGES)
+        if unknown or not a.keep:
+            p.error(f"--stages: expected output, all or names from {','.join(STAGES)}; "
+                    f"found {a.stages!r}")
+    if a.heads <= 0:
+        p.error(f"--heads: expected a positive integer, found {a.heads}")
+    if a.threads is not None and a.threads <= 0:
+        p.error(f"--threads: expected a positive integer, found {a.threads}")
+    return a
+
+
+def save_stages(dump, stages, as_array):
+    """Each stage in pipeline order as DUMP/NAME.npy (np.save of as_array(stage))."""
+    os.makedirs(dump, exist_ok=True)
+    for name in STAGES:
+        if name in stages:
+            np.save(os.path.join(dump, name + ".npy"), as_array(stages[name]))
+
+
+def print_timings(t0, t1, t2, t3):
+    print(f"timings: load={t1 - t0:.6f} compute={t2 - t1:.6f} output={t3 - t2:.6f}",
+          file=sys.stderr)

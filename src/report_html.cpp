@@ -656,14 +656,6 @@ void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const s
     out << "</figure>\n";
 }
 
-// 0, 1, ..., n - 1 when `chosen` is empty, else `chosen`.
-std::vector<std::size_t> indices(const std::vector<std::size_t>& chosen, std::size_t n) {
-    if (!chosen.empty()) return chosen;
-    std::vector<std::size_t> all(n);
-    for (std::size_t k = 0; k < n; ++k) all[k] = k;
-    return all;
-}
-
 // The chosen batch items and heads of a stage, within a budget of drawn cells.
 void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std::size_t budget,
                  const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
@@ -677,9 +669,9 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
     out << "<div class=\"figs\">\n";
     std::size_t drawn = 0, left_out = 0;
     std::string first_left_out;
-    for (std::size_t b : indices(batches, v.dims.B)) {
+    for (std::size_t b : text::chosen_or_all(batches, v.dims.B)) {
         const std::vector<char> seen = shows_mask(s) ? visibility(v, b) : std::vector<char>();
-        for (std::size_t h : has_heads ? indices(heads, v.dims.H) : std::vector<std::size_t>{0}) {
+        for (std::size_t h : has_heads ? text::chosen_or_all(heads, v.dims.H) : std::vector<std::size_t>{0}) {
             const Matrix m = matrix_of(s, b, h);
             const std::size_t cells = shown(m.rows, kMaxAxis).size() * shown(m.cols, kMaxAxis).size();
             if (drawn > 0 && drawn + cells > budget) {

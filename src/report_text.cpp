@@ -100,13 +100,8 @@ void check_selection(const TextOptions& o, const Dims& d) {
 void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
     const Dims& d = v.dims;
     check_selection(o, d);
-    auto all = [](std::size_t n) {
-        std::vector<std::size_t> r(n);
-        for (std::size_t i = 0; i < n; ++i) r[i] = i;
-        return r;
-    };
-    const auto batches = o.batches.empty() ? all(d.B) : o.batches;
-    const auto heads = o.heads.empty() ? all(d.H) : o.heads;
+    const auto batches = chosen_or_all(o.batches, d.B);
+    const auto heads = chosen_or_all(o.heads, d.H);
 
     // Header: what ran, on which sizes, with which scale and masks.
     out << "attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H

@@ -239,7 +239,7 @@ Trace<T> attend(const Problem<T>& p, const Compute& how) {
     }
 
     // 2) Mask: padding AND causal -> (B, Tq, Tk), true = may attend. Rows with no key.
-    const bool masking = pad || p.spec.causal;
+    const bool masking = p.masking();
     if (keep[kMask]) {
         PlaceNext at(place(kMask, B * Tq * Tk, sizeof(bool)));
         tr.mask = attention_mask(d, pad, p.spec.causal, p.spec.causal_align);

@@ -70,6 +70,8 @@ struct Problem {
     std::vector<std::string> warnings;     // e.g. non-finite input values
 
     const Tensor<T, 3>& src() const { return memory ? *memory : x; }
+    // Some key may be hidden from some query (padding or causal): without, masked_scores == scores.
+    bool masking() const { return key_padding_mask.has_value() || spec.causal; }
 };
 
 // The array names a bundle may hold (math layout, and PyTorch's names for --layout torch).

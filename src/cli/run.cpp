@@ -116,7 +116,7 @@ void check_memory(const Bundle& bundle, const Problem<T>& p, const Compute& how,
     for (const auto& [name, a] : bundle.arrays) read += a.values.size() * sizeof(double) + a.stored.size();
     std::size_t typed = sizeof(T) * (d.B * d.Tq * d.Dm + (p.cross ? d.B * d.Tk * d.Dkv : 0) + d.Dm * d.H * d.Dk +
                                      d.Dkv * d.H * (d.Dk + d.Dv) + (p.W_O ? d.H * d.Dv * d.Dout : 0));
-    std::size_t run = planned_bytes(d, sizeof(T), how, p.key_padding_mask.has_value() || p.spec.causal);
+    std::size_t run = planned_bytes(d, sizeof(T), how, p.masking());
     std::size_t total = read + typed;
     if (__builtin_add_overflow(total, run, &total)) total = kNoLimit;
     if (total > limit)

@@ -215,6 +215,19 @@ struct Expected {
     std::vector<double> values;
 };
 
+// Reads each fixture and checks its dtype, shape, origin and values.
+void check_fixtures(const std::vector<Expected>& cases) {
+    for (const Expected& e : cases) {
+        CAPTURE(e.file);
+        Array a = parse_npy(slurp(good(e.file)), e.file);
+        CHECK(a.dtype == e.dtype);
+        CHECK(a.shape == e.shape);
+        CHECK(a.origin == e.file);
+        CHECK(a.strings.empty());
+        check_values(a.doubles(), e.values);
+    }
+}
+
 }  // namespace
 
 // ---- .npy: dtypes, layouts, header versions --------------------------------------------
@@ -235,15 +248,7 @@ TEST_CASE("io: every dtype loads with its shape and exact values") {
         {"uint64.npy", "uint64", {2, 3}, {0, 1, 2, 3, 0x1p32, 0x1p63}},
         {"bool.npy", "bool", {2, 3}, {1, 0, 1, 0, 0, 1}},
     };
-    for (const Expected& e : cases) {
-        CAPTURE(e.file);
-        Array a = parse_npy(slurp(good(e.file)), e.file);
-        CHECK(a.dtype == e.dtype);
-        CHECK(a.shape == e.shape);
-        CHECK(a.origin == e.file);
-        CHECK(a.strings.empty());
-        check_values(a.doubles(), e.values);
-    }
+    check_fixtures(cases);
 }
 
 TEST_CASE("io: float16 subnormals, the largest finite value, infinities, NaN and -0") {
@@ -259,13 +264,7 @@ TEST_CASE("io: big-endian files give the same values as little-endian ones") {
         {"be_i4.npy", "int32", {2, 3}, {-2147483648.0, -1, 0, 1, 65536, 2147483647}},
         {"be_u2.npy", "uint16", {2, 3}, {0, 1, 2, 3, 256, 65535}},
     };
-    for (const Expected& e : cases) {
-        CAPTURE(e.file);
-        Array a = parse_npy(slurp(good(e.file)), e.file);
-        CHECK(a.dtype == e.dtype);
-        CHECK(a.shape == e.shape);
-        check_values(a.doubles(), e.values);
-    }
+    check_fixtures(cases);
     Array t = parse_npy(slurp(good("tokens_be_U5.npy")), "tokens_be_U5.npy");
     CHECK(t.strings == kTokens);
 }
@@ -279,13 +278,7 @@ TEST_CASE("io: Fortran-order files give C-order values") {
         {"fortran_i2_3d.npy", "int16", {2, 3, 4}, i2},
         {"fortran_empty_2x0_f8.npy", "float64", {2, 0}, {}},  // fortran_order True, written by hand
     };
-    for (const Expected& e : cases) {
-        CAPTURE(e.file);
-        Array a = parse_npy(slurp(good(e.file)), e.file);
-        CHECK(a.dtype == e.dtype);
-        CHECK(a.shape == e.shape);
-        check_values(a.doubles(), e.values);
-    }
+    check_fixtures(cases);
     Array t = parse_npy(slurp(good("fortran_tokens_2d.npy")), "fortran_tokens_2d.npy");
     CHECK(t.shape == std::vector<std::size_t>{2, 3});
     CHECK(t.strings == kTokens);

@@ -1,11 +1,12 @@
 // Dumps whose large stages are computed straight into their .npy files (Dump::place),
 // and masked_scores held once when nothing is masked: the files and the stages must be
 // exactly what an ordinary computation gives, and a dump never committed leaves nothing.
-#include "attnscope/attention.hpp"
-#include "attnscope/errors.hpp"
-#include "attnscope/io.hpp"
-#include "attnscope/model.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "attnscope/report/report.hpp"
 #include "test_util.hpp"
 
 #include <doctest/doctest.h>

@@ -2,7 +2,7 @@
 // against PyTorch (scripts/make_golden.py), compared here stage by stage.
 #include "test_util.hpp"
 
-#include "attnscope/report.hpp"
+#include "attnscope/report/report.hpp"
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // Tiny cases whose expected numbers are computed by hand, here in the test.
 #include "test_util.hpp"
 
-#include "attnscope/errors.hpp"
+#include "attnscope/base/errors.hpp"
 
 #include <doctest/doctest.h>
 

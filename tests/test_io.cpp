@@ -4,9 +4,10 @@
 // tests/fixtures/ are written by scripts/make_fixtures.py, and good/expected.json holds
 // numpy's own reading of every good .npy and .npz file. Files attnscope writes are read
 // back by numpy through /usr/bin/python3. Nothing is compared with the code under test.
-#include "attnscope/errors.hpp"
-#include "attnscope/io.hpp"
-#include "attnscope/model.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
 #include "test_util.hpp"
 
 #include <doctest/doctest.h>

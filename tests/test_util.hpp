@@ -2,9 +2,10 @@
 // and comparing tensors with the largest difference reported (llm.c's "maxdiff").
 #pragma once
 
-#include "attnscope/attention.hpp"
-#include "attnscope/io.hpp"
-#include "attnscope/model.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
 
 #include <doctest/doctest.h>
 

@@ -4,9 +4,9 @@
 // taken from the code that prints it.
 #include "test_util.hpp"
 
-#include "attnscope/diagnostics.hpp"
-#include "attnscope/errors.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
 
 #include <doctest/doctest.h>
 

@@ -2,9 +2,9 @@
 // exit code (0 success, 1 runtime failure, 2 usage or bad input).
 #include "run.hpp"
 
-#include "attnscope/errors.hpp"
+#include "attnscope/base/errors.hpp"
 
-#include "attnscope/io.hpp"
+#include "attnscope/io/write.hpp"
 
 #include <CLI/CLI.hpp>
 

@@ -1,12 +1,13 @@
 // `attnscope run BUNDLE [--heads H] [--causal] [--scale S] [--dtype float32|float64] [--dump PATH] [--json]`
 #include "run.hpp"
 
-#include "attnscope/attention.hpp"
-#include "attnscope/diagnostics.hpp"
-#include "attnscope/errors.hpp"
-#include "attnscope/io.hpp"
-#include "attnscope/model.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "attnscope/report/report.hpp"
 
 #include <sys/ioctl.h>
 #include <sys/stat.h>

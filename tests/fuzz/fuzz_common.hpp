@@ -7,8 +7,9 @@
 // so do sanitizer reports, leaks, timeouts and the __builtin_trap of an oracle.
 #pragma once
 
-#include "attnscope/errors.hpp"
-#include "attnscope/io.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
 
 #include <cstddef>
 #include <cstdint>

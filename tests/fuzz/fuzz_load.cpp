@@ -31,8 +31,8 @@
 #include "fuzz_common.hpp"
 #include "npz_mutator.hpp"
 
-#include "attnscope/attention.hpp"
-#include "attnscope/model.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/model/model.hpp"
 
 #include <algorithm>
 #include <cmath>

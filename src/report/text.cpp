@@ -1,7 +1,7 @@
 // The readable report: each chosen stage with its formula, shape and values, token
 // labels on rows and columns, long axes summarised around "…" as numpy prints them.
-#include "attnscope/errors.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
 
 #include "text_util.hpp"
 

@@ -2,7 +2,7 @@
 // Internal to the library.
 #pragma once
 
-#include "attnscope/report.hpp"
+#include "attnscope/report/report.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -108,16 +108,6 @@ inline std::vector<std::size_t> chosen_or_all(const std::vector<std::size_t>& ch
     std::vector<std::size_t> r(n);
     for (std::size_t i = 0; i < n; ++i) r[i] = i;
     return r;
-}
-
-// Offset of matrix (b, h) inside a stage whose last two axes form the matrix.
-inline std::size_t matrix_offset(const StageView& s, std::size_t b, std::size_t h) {
-    const std::size_t nd = s.shape.size();
-    const std::size_t matrix = s.shape[nd - 2] * s.shape[nd - 1];
-    const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
-    const bool has_batch = !s.axes.empty() && s.axes[0] == "B";
-    std::size_t heads = has_heads ? s.shape[has_batch ? 1 : 0] : 1;
-    return ((has_batch ? b : 0) * heads + (has_heads ? h : 0)) * matrix;
 }
 
 }  // namespace attnscope::text

@@ -1,5 +1,5 @@
 // --explain: each stage narrated as a lecture would, with the real shapes and numbers.
-#include "attnscope/report.hpp"
+#include "attnscope/report/report.hpp"
 
 #include "text_util.hpp"
 

@@ -1,6 +1,6 @@
 // TraceView: the stages of a Trace with their shapes, axis names and formulas.
-#include "attnscope/errors.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/core/view.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -13,8 +13,8 @@
 // is the shortest text that reads back to the same float32/float64 value; the number
 // shown in a cell is rounded. Exact zeros print "0", and a value that rounds to zero
 // loses its sign (no "-0.00").
-#include "attnscope/errors.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
 
 #include "text_util.hpp"
 

@@ -22,8 +22,8 @@
 // make_problem() (model.hpp) validates, attend() computes.
 #pragma once
 
-#include "attnscope/buffer.hpp"
-#include "attnscope/model.hpp"
+#include "attnscope/base/buffer.hpp"
+#include "attnscope/model/model.hpp"
 
 #include <xtensor/xtensor.hpp>
 

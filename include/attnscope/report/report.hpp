@@ -2,9 +2,9 @@
 // and .npy/.npz dumps for numpy. Knows nothing of how the trace was computed.
 #pragma once
 
-#include "attnscope/attention.hpp"
-#include "attnscope/io.hpp"
-#include "attnscope/model.hpp"
+#include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/core/view.hpp"
+#include "attnscope/io/write.hpp"
 
 #include <cstddef>
 #include <initializer_list>
@@ -14,54 +14,6 @@
 #include <vector>
 
 namespace attnscope {
-
-// One stage as the reports see it: shape and axis names (the batch axis dropped for a
-// 2-D input), the formula in words, and a borrowed pointer to its contiguous data.
-struct StageView {
-    std::string name;
-    std::string formula;
-    std::vector<std::string> axes;  // "B", "H", "Tq", ...
-    std::vector<std::size_t> shape;
-    DType dtype;
-    const void* data;
-
-    double at(std::size_t flat_index) const;
-    std::size_t size() const { return element_count(shape); }
-};
-
-// Everything a report shows about one run.
-struct TraceView {
-    std::string source;       // the bundle's file name
-    std::string dtype;        // "float32" | "float64"
-    Spec spec;
-    Dims dims;
-    bool batched = true;
-    bool cross = false;
-    bool has_padding = false;
-    std::vector<char> key_padding;  // (B, Tk) row-major, 1 = PAD; empty without padding
-    double scale = 1;
-    std::string scale_source;
-    TokenLabels query_tokens, key_tokens;  // (B, Tq), (B, Tk); empty when not given
-    std::vector<MaskedRow> fully_masked;
-    std::vector<std::string> warnings;
-    std::vector<StageView> stages;  // pipeline order
-
-    const StageView& stage(const std::string& name) const;  // std::logic_error when absent
-    const StageView* find(const std::string& name) const;   // nullptr when absent
-    // UsageError "OPTION: needs the stage NAME" for the first of `names` not in the view.
-    void require(std::initializer_list<const char*> names, const char* option) const;
-};
-
-// The view borrows from `trace`: keep the trace alive while the view is used.
-template <typename T>
-TraceView view_of(const std::string& source, const Problem<T>& problem, const Trace<T>& trace);
-
-extern template TraceView view_of<float>(const std::string&, const Problem<float>&, const Trace<float>&);
-extern template TraceView view_of<double>(const std::string&, const Problem<double>&, const Trace<double>&);
-
-// Checks a comma-separated stage list against the stage names (UsageError otherwise);
-// "" or "all" means every stage, "none" no stage (e.g. only --diagnose or --cell).
-std::vector<std::string> parse_stage_list(const std::string& list);
 
 // How a terminal shows colour: none (plain text, e.g. not a terminal, NO_COLOR),
 // the xterm 256-colour palette, or 24-bit truecolor.
@@ -112,7 +64,6 @@ void write_text(std::ostream& out, const TraceView& view, const TextOptions& opt
 // One JSON document (RFC 8259): config, dims, tokens, masked rows, and the chosen stages
 // as nested lists. -inf, inf and NaN are written as the strings "-inf", "inf", "nan",
 // which numpy.array(..., dtype=float) turns back into numbers. Streamed, never held whole.
-struct RowDiagnostics;
 void write_json(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages,
                 const std::vector<RowDiagnostics>* diagnostics = nullptr);
 
@@ -157,5 +108,12 @@ private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
+
+// --diagnose: a table per batch item and head, and a one-line summary per head.
+void write_diagnostics_text(std::ostream& out, const TraceView& view, const std::vector<RowDiagnostics>& rows,
+                            const TextOptions& options);
+
+// --diagnose for --json: an array of row objects (no surrounding document).
+void write_diagnostics_json(std::ostream& out, const std::vector<RowDiagnostics>& rows);
 
 }  // namespace attnscope

@@ -3,7 +3,7 @@
 // A fixed table of paths, so that remove_unfinished_outputs() needs neither locks nor
 // the heap and may run inside a signal handler (it only reads the table and calls
 // unlink/rmdir, both async-signal-safe).
-#include "attnscope/io.hpp"
+#include "attnscope/io/write.hpp"
 
 #include <unistd.h>
 

@@ -6,8 +6,8 @@
 // object per number: large weight files read at well over 100 MB/s), strict RFC 8259
 // (numbers by std::from_chars after a grammar check, UTF-8 checked in strings), and
 // it reports ragged or non-numeric data with the element's path, e.g. W_Q[3][1].
-#include "attnscope/errors.hpp"
-#include "attnscope/io.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -372,11 +372,6 @@ private:
     std::size_t held_ = 0;
 };
 
-std::string read_stdin() {
-    std::string s((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    if (std::cin.bad()) throw InputError("<stdin>: cannot read standard input");
-    return s;
-}
 
 }  // namespace
 
@@ -423,28 +418,6 @@ Array parse_json_array(std::string_view text, const std::string& origin, std::si
     Array a = r.array(origin, origin, false);
     if (!r.at_end()) r.syntax("unexpected data after the value");
     return a;
-}
-
-Bundle load_bundle(const std::string& path, std::size_t max_bytes) {
-    if (path == "-") return parse_json_bundle(read_stdin(), "<stdin>", max_bytes);
-    // Mapped, not copied: an .npz's stored members are read in place (kept alive by the arrays).
-    const FileBytes file = map_file(path, max_bytes);
-    const std::string_view bytes = file.bytes;
-    if (ends_with(path, ".npy"))
-        throw InputError(path + ": a .npy file holds one array, not a bundle; pass it with its own option (e.g. --x " +
-                         path + ")");
-    if (ends_with(path, ".npz") || bytes.substr(0, 2) == "PK") return parse_npz(bytes, path, max_bytes, file.keep);
-    return parse_json_bundle(bytes, path, max_bytes);
-}
-
-Array load_array(const std::string& path, const std::string& name, std::size_t max_bytes) {
-    const FileBytes file = map_file(path, max_bytes);
-    const std::string_view bytes = file.bytes;
-    std::string origin = path + ": " + name;
-    if (ends_with(path, ".npy") || bytes.substr(0, 6) == "\x93NUMPY") return parse_npy(bytes, origin, max_bytes, file.keep);
-    if (ends_with(path, ".npz"))
-        throw InputError(path + ": an .npz archive is a bundle; pass it as the bundle, or give " + name + " as .npy or .json");
-    return parse_json_array(bytes, origin, max_bytes);
 }
 
 }  // namespace attnscope

@@ -1,7 +1,8 @@
 // .npz archives: numpy's np.savez (stored) and np.savez_compressed (deflate) zip files,
 // zip64 records included. Members "NAME.npy" become arrays named NAME.
-#include "attnscope/errors.hpp"
-#include "attnscope/io.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
 
 #include <zlib.h>
 

@@ -1,4 +1,4 @@
-#include "attnscope/buffer.hpp"
+#include "attnscope/base/buffer.hpp"
 
 #include <sys/mman.h>
 

@@ -1,6 +1,6 @@
 // .npy / .npz dumps of the chosen stages, every file committed only once all are written.
-#include "attnscope/errors.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,6 +1,6 @@
 // --cell: one weight's arithmetic, from q_i · k_j to key j's share of the output row.
-#include "attnscope/errors.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
 
 #include "text_util.hpp"
 

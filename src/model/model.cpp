@@ -1,7 +1,7 @@
 // Model layer: named arrays + Spec -> a validated Problem<T>. Every shape is checked
 // against every other here, before the core does any arithmetic.
-#include "attnscope/errors.hpp"
-#include "attnscope/model.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/model/model.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -8,10 +8,9 @@
 // weight on a tiny value contributes little).
 #pragma once
 
-#include "attnscope/report.hpp"
+#include "attnscope/core/view.hpp"
 
 #include <cstddef>
-#include <iosfwd>
 #include <vector>
 
 namespace attnscope {
@@ -37,12 +36,5 @@ inline constexpr double kUniformFraction = 0.9, kOneHotWeight = 0.9;
 
 // Needs the stages Q, K, scores, mask, weights and V in the view.
 std::vector<RowDiagnostics> diagnose(const TraceView& view);
-
-// A table per batch item and head, and a one-line summary per head.
-void write_diagnostics_text(std::ostream& out, const TraceView& view, const std::vector<RowDiagnostics>& rows,
-                            const TextOptions& options);
-
-// A JSON array of row objects (no surrounding document).
-void write_diagnostics_json(std::ostream& out, const std::vector<RowDiagnostics>& rows);
 
 }  // namespace attnscope

@@ -1,8 +1,8 @@
 // Terminal heatmaps: (Tq, Tk) stages as coloured cells (or a character ramp without
 // colour), token labels on both axes, a legend with numbers, masked cells marked "××"
 // so they cannot be mistaken for small values. Heads side by side when they fit.
-#include "attnscope/errors.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
 
 #include "text_util.hpp"
 

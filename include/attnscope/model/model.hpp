@@ -14,8 +14,8 @@
 // key_padding_mask follows PyTorch: 1/true = PAD = this key is ignored.
 #pragma once
 
-#include "attnscope/buffer.hpp"
-#include "attnscope/io.hpp"
+#include "attnscope/base/buffer.hpp"
+#include "attnscope/io/array.hpp"
 
 #include <xtensor/xtensor.hpp>
 

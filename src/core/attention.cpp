@@ -1,5 +1,5 @@
 // Core: the attention computation, stage by stage. See attention.hpp for the shape legend.
-#include "attnscope/attention.hpp"
+#include "attnscope/core/attention.hpp"
 
 #include "blas.hpp"
 #include "kernels.hpp"

@@ -1,8 +1,8 @@
 // JSON output, streamed element by element (no document is built in memory).
 // Numbers use the shortest form that reads back to the same float32/float64 value;
 // non-finite numbers, which JSON cannot spell, are the strings "-inf", "inf", "nan".
-#include "attnscope/diagnostics.hpp"
-#include "attnscope/report.hpp"
+#include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/report/report.hpp"
 
 #include "text_util.hpp"
 

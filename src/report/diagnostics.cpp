@@ -1,69 +1,16 @@
-// Diagnostics over the weights, scores and values of a trace.
-#include "attnscope/diagnostics.hpp"
+// --diagnose as text (a table per head) and as JSON rows.
+#include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/report/report.hpp"
 
-#include "attnscope/errors.hpp"
 #include "text_util.hpp"
 
-#include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <ostream>
 
 namespace attnscope {
 
 using namespace text;
-
-std::vector<RowDiagnostics> diagnose(const TraceView& v) {
-    v.require({"Q", "K", "scores", "mask", "weights", "V"}, "--diagnose");
-    const Dims& d = v.dims;
-    const StageView &S = v.stage("scores"), &M = v.stage("mask"), &W = v.stage("weights"), &V = v.stage("V"),
-                    &Q = v.stage("Q"), &K = v.stage("K");
-    std::vector<RowDiagnostics> out;
-    for (std::size_t b = 0; b < d.B; ++b)
-        for (std::size_t h = 0; h < d.H; ++h) {
-            const std::size_t so = matrix_offset(S, b, h), mo = matrix_offset(M, b, 0), vo = matrix_offset(V, b, h),
-                              qo = matrix_offset(Q, b, h), ko = matrix_offset(K, b, h);
-            for (std::size_t i = 0; i < d.Tq; ++i) {
-                RowDiagnostics r;
-                r.batch = b, r.head = h, r.query = i;
-                r.contribution.assign(d.Tk, 0.0);
-                double lo = std::numeric_limits<double>::infinity(), hi = -lo, best_c = -1;
-                double raw_lo = lo, raw_hi = hi;  // q_i · k_j before scaling, from Q and K themselves
-                for (std::size_t j = 0; j < d.Tk; ++j) {
-                    const double w = W.at(so + i * d.Tk + j);
-                    r.row_sum += w;
-                    if (w > r.max_weight || j == 0) r.max_weight = w, r.max_key = j;
-                    if (w > 0) r.entropy -= w * std::log(w);
-                    double norm = 0;  // ||w_ij v_j||
-                    for (std::size_t k = 0; k < d.Dv; ++k) norm += std::pow(w * V.at(vo + j * d.Dv + k), 2);
-                    r.contribution[j] = std::sqrt(norm);
-                    if (r.contribution[j] > best_c) best_c = r.contribution[j], r.max_contribution_key = j;
-                    if (M.at(mo + i * d.Tk + j) != 0) {
-                        ++r.visible_keys;
-                        const double s = S.at(so + i * d.Tk + j);
-                        lo = std::min(lo, s), hi = std::max(hi, s);
-                        double dot = 0;
-                        for (std::size_t k = 0; k < d.Dk; ++k) dot += Q.at(qo + i * d.Dk + k) * K.at(ko + j * d.Dk + k);
-                        raw_lo = std::min(raw_lo, dot), raw_hi = std::max(raw_hi, dot);
-                    }
-                }
-                r.fully_masked = r.visible_keys == 0;
-                r.effective_keys = r.fully_masked ? 0 : std::exp(r.entropy);
-                if (!r.fully_masked) {
-                    r.score_spread_scaled = hi - lo;
-                    r.score_spread_raw = raw_hi - raw_lo;
-                }
-                if (r.visible_keys >= 2) {
-                    r.nearly_uniform = r.effective_keys >= kUniformFraction * double(r.visible_keys);
-                    r.nearly_one_hot = r.max_weight >= kOneHotWeight;
-                }
-                out.push_back(std::move(r));
-            }
-        }
-    return out;
-}
 
 void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::vector<RowDiagnostics>& rows,
                             const TextOptions& o) {

@@ -1,0 +1,75 @@
+// attnscope — core: a computed Trace as every later layer sees it, whatever its dtype:
+// the stages in pipeline order, each with its axis names, shape, formula and data.
+#pragma once
+
+#include "attnscope/core/attention.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+
+#include <cstddef>
+#include <algorithm>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace attnscope {
+
+// One stage as the reports see it: shape and axis names (the batch axis dropped for a
+// 2-D input), the formula in words, and a borrowed pointer to its contiguous data.
+struct StageView {
+    std::string name;
+    std::string formula;
+    std::vector<std::string> axes;  // "B", "H", "Tq", ...
+    std::vector<std::size_t> shape;
+    DType dtype;
+    const void* data;
+
+    double at(std::size_t flat_index) const;
+    std::size_t size() const { return element_count(shape); }
+};
+
+// Everything a report shows about one run.
+struct TraceView {
+    std::string source;       // the bundle's file name
+    std::string dtype;        // "float32" | "float64"
+    Spec spec;
+    Dims dims;
+    bool batched = true;
+    bool cross = false;
+    bool has_padding = false;
+    std::vector<char> key_padding;  // (B, Tk) row-major, 1 = PAD; empty without padding
+    double scale = 1;
+    std::string scale_source;
+    TokenLabels query_tokens, key_tokens;  // (B, Tq), (B, Tk); empty when not given
+    std::vector<MaskedRow> fully_masked;
+    std::vector<std::string> warnings;
+    std::vector<StageView> stages;  // pipeline order
+
+    const StageView& stage(const std::string& name) const;  // std::logic_error when absent
+    const StageView* find(const std::string& name) const;   // nullptr when absent
+    // UsageError "OPTION: needs the stage NAME" for the first of `names` not in the view.
+    void require(std::initializer_list<const char*> names, const char* option) const;
+};
+
+// The view borrows from `trace`: keep the trace alive while the view is used.
+template <typename T>
+TraceView view_of(const std::string& source, const Problem<T>& problem, const Trace<T>& trace);
+
+extern template TraceView view_of<float>(const std::string&, const Problem<float>&, const Trace<float>&);
+extern template TraceView view_of<double>(const std::string&, const Problem<double>&, const Trace<double>&);
+
+// Checks a comma-separated stage list against the stage names (UsageError otherwise);
+// "" or "all" means every stage, "none" no stage (e.g. only --diagnose or --cell).
+std::vector<std::string> parse_stage_list(const std::string& list);
+
+// Offset of matrix (b, h) inside a stage whose last two axes form the matrix.
+inline std::size_t matrix_offset(const StageView& s, std::size_t b, std::size_t h) {
+    const std::size_t nd = s.shape.size();
+    const std::size_t matrix = s.shape[nd - 2] * s.shape[nd - 1];
+    const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
+    const bool has_batch = !s.axes.empty() && s.axes[0] == "B";
+    std::size_t heads = has_heads ? s.shape[has_batch ? 1 : 0] : 1;
+    return ((has_batch ? b : 0) * heads + (has_heads ? h : 0)) * matrix;
+}
+
+}  // namespace attnscope

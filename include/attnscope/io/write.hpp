@@ -1,0 +1,91 @@
+// attnscope — io layer: .npy/.npz writers and outputs that are never half-written.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <streambuf>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attnscope {
+
+enum class DType { float32, float64, boolean };
+
+// A borrowed view of a contiguous C-order array to be written.
+struct OutArray {
+    std::string name;
+    std::vector<std::size_t> shape;
+    DType dtype;
+    const void* data;  // shape-product elements of dtype (bool as one byte each)
+};
+
+std::size_t dtype_size(DType dtype);
+std::size_t element_count(const std::vector<std::size_t>& shape);
+
+// The complete .npy encoding (header + data) as numpy's np.save writes it.
+// `align` (a multiple of 64) is where the data starts: 64 as np.save does, or the page
+// size for a file whose data is mapped into memory and computed in place (numpy reads
+// headers of any length up to 10000 bytes).
+std::string npy_header(const OutArray& a, std::size_t align = 64);
+
+// A file written under a temporary name beside its target and renamed into place by
+// commit(); destroyed uncommitted, it removes the temporary. A failed run therefore
+// never leaves a half-written output nor damages what was at the target before.
+class AtomicFile {
+public:
+    explicit AtomicFile(std::string target);
+    ~AtomicFile();
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+    AtomicFile(AtomicFile&&) noexcept;
+
+    void write(const void* data, std::size_t n);
+    void write(std::string_view s) { write(s.data(), s.size()); }
+    std::uint64_t written() const { return written_; }
+    void close();   // flush and close; throws RuntimeFailure on a write error
+    void commit();  // close, then rename over the target
+    const std::string& target() const { return target_; }
+    int fd() const { return fd_; }  // the open temporary (-1 once closed), e.g. to map it
+
+private:
+    std::string target_, temp_;
+    int fd_ = -1;
+    int slot_ = -1;  // register_unfinished's, while the temporary exists
+    std::uint64_t written_ = 0;
+    bool committed_ = false;
+};
+
+// Outputs not yet complete: AtomicFile temporaries and directories a dump created. They
+// are listed so that a run killed by a signal (Ctrl-C, a closed pipe) can remove them:
+// the CLI's handlers call remove_unfinished_outputs(), which is async-signal-safe and
+// removes the listed files, then the listed directories that are empty.
+int register_unfinished(const std::string& path, bool directory) noexcept;  // a slot, or -1
+void unregister_unfinished(int slot) noexcept;
+void remove_unfinished_outputs() noexcept;
+
+// An std::ostream into an AtomicFile, for text outputs (HTML, SVG). Write errors surface
+// as RuntimeFailure from commit().
+class AtomicTextFile : public std::ostream {
+public:
+    explicit AtomicTextFile(std::string target);
+    void commit();
+
+private:
+    struct Buf : std::streambuf {
+        explicit Buf(AtomicFile& f) : file(f) { setp(data, data + sizeof data); }
+        int_type overflow(int_type c) override;
+        int sync() override;
+        AtomicFile& file;
+        char data[1 << 16];
+    };
+    AtomicFile file_;
+    Buf buf_;
+};
+
+// One .npy file; one .npz archive (stored members, zip64 where needed).
+void write_npy(AtomicFile& file, const OutArray& a);
+void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays);
+
+}  // namespace attnscope

@@ -1,0 +1,105 @@
+// The atomic output file every writer goes through.
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/write.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <type_traits>
+
+namespace attnscope {
+
+AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
+    temp_ = target_ + ".tmp-XXXXXX";
+    fd_ = ::mkstemp(temp_.data());
+    if (fd_ < 0) throw RuntimeFailure(target_ + ": cannot create output file: " + std::strerror(errno));
+    slot_ = register_unfinished(temp_, false);
+}
+
+AtomicFile::AtomicFile(AtomicFile&& o) noexcept
+    : target_(std::move(o.target_)), temp_(std::move(o.temp_)), fd_(o.fd_), slot_(o.slot_), written_(o.written_),
+      committed_(o.committed_) {
+    o.fd_ = -1;
+    o.slot_ = -1;
+    o.committed_ = true;  // the moved-from object owns nothing
+}
+
+AtomicFile::~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(temp_.c_str());
+    unregister_unfinished(slot_);
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+        ssize_t w = ::write(fd_, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            throw RuntimeFailure(target_ + ": cannot write: " + std::strerror(errno));
+        }
+        p += w;
+        n -= std::size_t(w);
+        written_ += std::uint64_t(w);
+    }
+}
+
+void AtomicFile::close() {
+    if (fd_ < 0) return;
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd_, 0666 & ~mask);
+    int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) throw RuntimeFailure(target_ + ": cannot write: " + std::strerror(errno));
+}
+
+void AtomicFile::commit() {
+    close();
+    if (::rename(temp_.c_str(), target_.c_str()) != 0)
+        throw RuntimeFailure(target_ + ": cannot move output into place: " + std::strerror(errno));
+    committed_ = true;
+    unregister_unfinished(slot_);
+    slot_ = -1;
+}
+
+AtomicTextFile::AtomicTextFile(std::string target) : std::ostream(nullptr), file_(std::move(target)), buf_(file_) {
+    rdbuf(&buf_);
+}
+
+AtomicTextFile::Buf::int_type AtomicTextFile::Buf::overflow(int_type c) {
+    sync();
+    if (c != traits_type::eof()) {
+        *pptr() = char(c);
+        pbump(1);
+    }
+    return traits_type::not_eof(c);
+}
+
+int AtomicTextFile::Buf::sync() {
+    file.write(pbase(), std::size_t(pptr() - pbase()));  // throws RuntimeFailure on error
+    setp(data, data + sizeof data);
+    return 0;
+}
+
+void AtomicTextFile::commit() {
+    flush();
+    buf_.sync();
+    file_.commit();
+}
+
+
+}  // namespace attnscope

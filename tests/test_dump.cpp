@@ -94,14 +94,14 @@ void dump_and_compare(bool padded) {
     const Trace<T> plain = attend(p);
     TempDir dir;
     const std::string out = dir / "dump";
-    const auto stages = std::vector<std::string>(kStageNames.begin(), kStageNames.end());
+    const auto stages = parse_stage_list("all");
     {
         Dump dump(out, stages);
         Compute how;
         std::vector<std::string> asked;
         how.place = [&](Stage s, std::size_t bytes) {
-            asked.push_back(std::string(kStageNames[s]));
-            return dump.place(std::string(kStageNames[s]), bytes);
+            asked.push_back(stage_name(s));
+            return dump.place(stage_name(s), bytes);
         };
         const Trace<T> placed = attend(p, how);
         CHECK(asked.size() == stages.size());  // every kept stage is offered a place once
@@ -220,7 +220,7 @@ TEST_CASE("dump: a dump never committed leaves nothing behind") {
             Compute how;
             how.place = [&](Stage s, std::size_t bytes) {
                 if (s == kWeights) throw RuntimeFailure("simulated failure");
-                return dump.place(std::string(kStageNames[s]), bytes);
+                return dump.place(stage_name(s), bytes);
             };
             (void)attend(p, how);
             FAIL("expected the failure");

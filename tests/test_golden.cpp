@@ -48,7 +48,8 @@ double check_case(const Case& c, const Bundle& inputs, const std::map<std::strin
     Trace<T> tr = attend(p);
     TraceView v = view_of(inputs.source, p, tr);
     double worst = 0;
-    for (auto name : kStageNames) {
+    for (const StageInfo& info : stage_table()) {
+        const std::string name(info.name);
         CAPTURE(name);
         REQUIRE(expected.count(std::string(name)));
         const Array& e = expected.at(std::string(name));

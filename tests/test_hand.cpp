@@ -189,12 +189,12 @@ TEST_CASE("shape errors say what was expected and found") {
         CHECK(m.find("share one width") != std::string::npos);
         CHECK(m.find("(8, 4)") != std::string::npos);
     }
-    SUBCASE("a transposed weight names --layout torch") {
+    SUBCASE("a transposed weight names the layout field (torch)") {
         Bundle b = ok;
         b.arrays["W_V"] = random_array(rng, {6, 8});
         std::string m = message([&] { make_problem<double>(b, Spec{}); });
         CHECK(m.find("transpose would fit") != std::string::npos);
-        CHECK(m.find("--layout torch") != std::string::npos);
+        CHECK(m.find("layout torch") != std::string::npos);
     }
     SUBCASE("memory of the wrong width for W_K") {
         Bundle b = ok;

@@ -1097,13 +1097,13 @@ TEST_CASE("io: memory limits refuse files, arrays and archives before allocating
     CHECK(read_file(f8, size).size() == size);
     check_message(memory_limit_error([&] { read_file(f8, size - 1); }),
                   {f8 + ": the file holds " + std::to_string(size) + " bytes, over the memory limit of " +
-                   std::to_string(size - 1) + " bytes (--max-memory)"});
+                   std::to_string(size - 1) + " bytes (max_memory)"});
 
     // parse_npy: the values widened to double, (2, 3) -> 48 bytes.
     const std::string bytes = slurp(f8);
     check_values(parse_npy(bytes, "x", 48).doubles(), kA2);
     check_message(memory_limit_error([&] { parse_npy(bytes, "x", 47); }),
-                  {"x: shape (2, 3) needs 48 bytes in memory, over the memory limit of 47 bytes (--max-memory)"});
+                  {"x: shape (2, 3) needs 48 bytes in memory, over the memory limit of 47 bytes (max_memory)"});
     check_message(memory_limit_error([&] { parse_npy(slurp(good("tokens_U5.npy")), "t", 0); }), {"t: shape (6,) needs "});
     CHECK(parse_npy(slurp(good("empty_0x3_f4.npy")), "e", 0).count() == 0);
 
@@ -1119,7 +1119,7 @@ TEST_CASE("io: memory limits refuse files, arrays and archives before allocating
     REQUIRE(all.arrays.count("zeros"));
     CHECK(all.arrays.at("zeros").shape == std::vector<std::size_t>{125000});
     check_message(memory_limit_error([&] { load_bundle(zeros, 100000); }),
-                  {zeros + ": its members would need ", "decompressed, over the memory limit of 97.7 KiB (--max-memory)"});
+                  {zeros + ": its members would need ", "decompressed, over the memory limit of 97.7 KiB (max_memory)"});
     check_message(memory_limit_error([&] { parse_npz(slurp(zeros), "z.npz", 100000); }), {"z.npz: its members would need "});
 }
 
@@ -1200,7 +1200,7 @@ TEST_CASE("io: load_bundle and load_array choose the reader by extension, then b
 TEST_CASE("io: a .npy given as a bundle says to pass it as one array") {
     const std::string path = good("float32.npy");
     check_message(input_error([&] { load_bundle(path); }),
-                  {path + ": a .npy file holds one array, not a bundle", "--x " + path});
+                  {path + ": a .npy file holds one array, not a bundle", "x " + path});
 }
 
 TEST_CASE("io: \"-\" reads a JSON bundle from standard input") {

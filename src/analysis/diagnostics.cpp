@@ -13,7 +13,7 @@
 namespace attnscope {
 
 std::vector<RowDiagnostics> diagnose(const TraceView& v) {
-    v.require({"Q", "K", "scores", "mask", "weights", "V"}, "--diagnose");
+    v.require(kDiagnoseNeeds, "diagnose");
     const Dims& d = v.dims;
     const StageView &S = v.stage("scores"), &M = v.stage("mask"), &W = v.stage("weights"), &V = v.stage("V"),
                     &Q = v.stage("Q"), &K = v.stage("K");

@@ -1,17 +1,18 @@
-// attnscope command-line entry point: the one place that catches errors and picks the
-// exit code (0 success, 1 runtime failure, 2 usage or bad input).
-#include "run.hpp"
+// attnscope command-line entry point: registers the subcommands, and is the one place
+// that catches errors, spells the fields they name as flags, and picks the exit code
+// (0 success, 1 runtime failure, 2 usage or bad input).
+#include "subcommand.hpp"
 
 #include "attnscope/base/errors.hpp"
-
 #include "attnscope/io/write.hpp"
 
 #include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <iostream>
-#include <string>
 #include <new>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -33,38 +34,52 @@ void clean_up_on_fatal_signals() {
     }
 }
 
+int fail(const attnscope::Error& e, int code) {
+    std::cerr << "attnscope: error: " << e.text(attnscope::cli::flag_of) << '\n';
+    return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    using namespace attnscope;
     clean_up_on_fatal_signals();
     CLI::App app{"attnscope: inspect transformer attention, stage by stage"};
     app.set_version_flag("--version", "attnscope 0.1.0");
     app.require_subcommand(1);
-    attnscope::cli::RunOptions run_opts;
-    CLI::App* run = attnscope::cli::setup_run(app, run_opts);
-    for (int k = 1; k < argc; ++k) run_opts.args.emplace_back(argv[k]);
+    std::vector<cli::Subcommand> commands;
+    std::string names;
+    for (cli::SetupFn setup : cli::kSubcommands) {
+        commands.push_back(setup(app));
+        names += (names.empty() ? "" : ", ") + commands.back().app->get_name();
+    }
 
     try {
         // Name an unknown command (CLI11 would only say that one is required).
-        if (argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "run")
-            throw attnscope::UsageError(std::string("unknown command '") + argv[1] + "' (expected: run; see attnscope --help)");
+        const auto known = [&](const std::string& name) {
+            for (const auto& c : commands)
+                if (c.app->get_name() == name) return true;
+            return false;
+        };
+        if (argc > 1 && argv[1][0] != '-' && !known(argv[1]))
+            throw UsageError(std::string("unknown command '") + argv[1] + "' (expected: " + names +
+                             "; see attnscope --help)");
         app.parse(argc, argv);
-        if (run->parsed()) return attnscope::cli::run_run(run_opts);
+        for (const auto& c : commands)
+            if (c.app->parsed()) return c.run();
         return 0;
     } catch (const CLI::ParseError& e) {
         if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
-        std::cerr << "attnscope: error: " << e.what() << " (see attnscope " << (app.get_subcommands().empty() ? "" : "run ")
-                  << "--help)\n";
+        const auto chosen = app.get_subcommands();
+        const std::string where = chosen.empty() ? "" : chosen[0]->get_name() + " ";
+        std::cerr << "attnscope: error: " << e.what() << " (see attnscope " << where << "--help)\n";
         return 2;
-    } catch (const attnscope::InputError& e) {
-        std::cerr << "attnscope: error: " << e.what() << '\n';
-        return 2;
-    } catch (const attnscope::UsageError& e) {
-        std::cerr << "attnscope: error: " << e.what() << '\n';
-        return 2;
-    } catch (const attnscope::RuntimeFailure& e) {
-        std::cerr << "attnscope: error: " << e.what() << '\n';
-        return 1;
+    } catch (const InputError& e) {
+        return fail(e, 2);
+    } catch (const UsageError& e) {
+        return fail(e, 2);
+    } catch (const RuntimeFailure& e) {
+        return fail(e, 1);
     } catch (const std::bad_alloc&) {
         std::cerr << "attnscope: error: out of memory\n";
         return 1;

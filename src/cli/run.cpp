@@ -1,7 +1,10 @@
 // `attnscope run BUNDLE [--heads H] [--causal] [--scale S] [--dtype float32|float64] [--dump PATH] [--json]`
 #include "run.hpp"
+#include "subcommand.hpp"
 
 #include "attnscope/core/attention.hpp"
+#include "attnscope/core/view.hpp"
+#include "attnscope/analysis/compare.hpp"
 #include "attnscope/analysis/diagnostics.hpp"
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
@@ -108,24 +111,6 @@ void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) 
     }
 }
 
-// What a run holds at its peak: the arrays as read, the typed inputs, the kept stages
-// and the working set. Refused before the computation allocates any of it.
-template <typename T>
-void check_memory(const Bundle& bundle, const Problem<T>& p, const Compute& how, std::size_t limit) {
-    const Dims& d = p.dims;
-    std::size_t read = 0;
-    for (const auto& [name, a] : bundle.arrays) read += a.values.size() * sizeof(double) + a.stored.size();
-    std::size_t typed = sizeof(T) * (d.B * d.Tq * d.Dm + (p.cross ? d.B * d.Tk * d.Dkv : 0) + d.Dm * d.H * d.Dk +
-                                     d.Dkv * d.H * (d.Dk + d.Dv) + (p.W_O ? d.H * d.Dv * d.Dout : 0));
-    std::size_t run = planned_bytes(d, sizeof(T), how, p.masking());
-    std::size_t total = read + typed;
-    if (__builtin_add_overflow(total, run, &total)) total = kNoLimit;
-    if (total > limit)
-        throw MemoryLimitError("the run needs " + format_bytes(total) + " (inputs " + format_bytes(read + typed) +
-                               ", stages and working set " + format_bytes(run) + "), over the memory limit of " +
-                               format_bytes(limit) + "; keep fewer stages with --stages, or raise --max-memory");
-}
-
 // A progress line on stderr for computations longer than a second, only when stderr is
 // a terminal; silent otherwise (pipes, files, CI logs).
 class Progress {
@@ -165,10 +150,7 @@ private:
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-template <typename T>
-int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit, Clock::time_point t0) {
-    const auto stages = parse_stage_list(o.stages);
-    Problem<T> problem = make_problem<T>(bundle, spec);
+TextOptions text_options(const RunOptions& o, const std::vector<std::string>& stages) {
     TextOptions text;
     text.stages = stages;
     text.batches = o.batches;
@@ -176,53 +158,47 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     text.decimals = o.decimals;
     text.edgeitems = o.edgeitems;
     text.full = o.full;
-    check_selection(text, problem.dims);  // before anything is written
+    text.heatmap = o.heatmap;
+    text.explain = o.explain;
+    return text;
+}
+
+// --cell B,H,I,J (H,I,J for a 2-D x), checked against the sizes.
+CellRef parse_cell(const RunOptions& o, bool batched, const Dims& dims) {
     CellRef cell;
-    if (!o.cell.empty()) {
-        const std::size_t n = o.cell.size(), want = problem.batched ? 4 : 3;
-        if (n != want)
-            throw UsageError("--cell: expected " + std::string(problem.batched ? "B,H,I,J" : "H,I,J (x is 2-D)") +
-                             ", found " + std::to_string(n) + " numbers");
-        cell = {problem.batched ? o.cell[0] : 0, o.cell[n - 3], o.cell[n - 2], o.cell[n - 1]};
-        check_cell(cell, problem.dims);
-    }
-    const double load_s = seconds_since(t0);
-    const auto t1 = Clock::now();
-    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << w << '\n';
+    if (o.cell.empty()) return cell;
+    const std::size_t n = o.cell.size(), want = batched ? 4 : 3;
+    if (n != want)
+        throw UsageError("--cell: expected " + std::string(batched ? "B,H,I,J" : "H,I,J (x is 2-D)") + ", found " +
+                         std::to_string(n) + " numbers");
+    cell = {batched ? o.cell[0] : 0, o.cell[n - 3], o.cell[n - 2], o.cell[n - 1]};
+    check_cell(cell, dims);
+    return cell;
+}
 
-    Compute how;
-    how.keep = stage_set(stages);
-    if (o.heatmap || o.panels) how.keep.set(kMask);  // heatmaps mark masked cells
-    if (o.panels) how.keep.set(kScores).set(kMaskedScores).set(kWeights);
-    if (o.diagnose) how.keep.set(kQ).set(kK).set(kScores).set(kMask).set(kWeights).set(kV);
-    if (!o.cell.empty()) how.keep |= stage_set({"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"});
-    how.threads = o.threads;
-    check_memory(bundle, problem, how, limit);
-    // A directory dump is prepared first: large stages are computed in their files.
-    std::optional<Dump> dump;
-    if (!o.dump.empty()) {
-        dump.emplace(o.dump, stages);
-        how.place = [&dump](Stage s, std::size_t bytes) { return dump->place(std::string(kStageNames[s]), bytes); };
-    }
-    std::atomic<std::size_t> done{0}, total{0};
-    how.progress_done = &done;
-    how.progress_total = &total;
-    Progress progress(done, total);
-    Trace<T> trace = attend(problem, how);
-    progress.stop();
-    const double compute_s = seconds_since(t1);
-    const auto t2 = Clock::now();
-    TraceView view = view_of(bundle.source, problem, trace);
-    if (!trace.fully_masked.empty()) {
-        std::string rows;
-        for (const auto& r : trace.fully_masked)
-            rows += (rows.empty() ? "" : ", ") +
-                    (problem.batched ? "batch " + std::to_string(r.batch) + " query " : "query ") + std::to_string(r.query);
-        std::cerr << "attnscope: warning: " << trace.fully_masked.size() << " query row"
-                  << (trace.fully_masked.size() > 1 ? "s see" : " sees")
-                  << " no key (every key masked); their weights are all 0: " << rows << '\n';
-    }
+// The stages to compute and keep: those chosen, and those each chosen view needs.
+StageSet kept_stages(const RunOptions& o, const std::vector<std::string>& stages) {
+    StageSet keep = stage_set(stages);
+    if (o.heatmap || o.panels) keep |= kHeatmapNeeds;
+    if (o.panels) keep |= kPanelsNeeds;
+    if (o.diagnose) keep |= kDiagnoseNeeds;
+    if (!o.cell.empty()) keep |= kCellNeeds;
+    return keep;
+}
 
+void warn_fully_masked(const std::vector<MaskedRow>& rows, bool batched) {
+    if (rows.empty()) return;
+    std::string list;
+    for (const auto& r : rows)
+        list += (list.empty() ? "" : ", ") +
+                (batched ? "batch " + std::to_string(r.batch) + " query " : "query ") + std::to_string(r.query);
+    std::cerr << "attnscope: warning: " << rows.size() << " query row" << (rows.size() > 1 ? "s see" : " sees")
+              << " no key (every key masked); their weights are all 0: " << list << '\n';
+}
+
+// The files: --dump (prepared before the computation, committed here), --html, --svg.
+void write_files(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages,
+                 std::optional<Dump>& dump) {
     if (dump) dump->commit(view);
     if (!o.html.empty()) {
         AtomicTextFile f(o.html);
@@ -234,13 +210,16 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
         write_svg(f, view, o.svg_stage, o.batches.empty() ? 0 : o.batches[0], o.heads_shown.empty() ? 0 : o.heads_shown[0]);
         f.commit();
     }
+}
+
+// Standard output: one JSON document, or the report a person reads.
+void write_stdout(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages,
+                  TextOptions text, const CellRef& cell) {
     std::vector<RowDiagnostics> diagnostics;
     if (o.diagnose) diagnostics = diagnose(view);
     if (o.json) {
         write_json(std::cout, view, stages, o.diagnose ? &diagnostics : nullptr);
     } else if (!o.quiet) {
-        text.heatmap = o.heatmap;
-        text.explain = o.explain;
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
         if (o.panels) write_panels(std::cout, view, text);
@@ -250,6 +229,41 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
+}
+
+template <typename T>
+int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit, Clock::time_point t0) {
+    const auto stages = parse_stage_list(o.stages);
+    Problem<T> problem = make_problem<T>(bundle, spec);
+    const TextOptions text = text_options(o, stages);
+    check_selection(text, problem.dims);  // before anything is written
+    const CellRef cell = parse_cell(o, problem.batched, problem.dims);
+    const double load_s = seconds_since(t0);
+    const auto t1 = Clock::now();
+    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << w << '\n';
+
+    Compute how;
+    how.keep = kept_stages(o, stages);
+    how.threads = o.threads;
+    check_memory_limit(bundle, problem, how, limit);
+    // A directory dump is prepared first: large stages are computed in their files.
+    std::optional<Dump> dump;
+    if (!o.dump.empty()) {
+        dump.emplace(o.dump, stages);
+        how.place = [&dump](Stage s, std::size_t bytes) { return dump->place(stage_name(s), bytes); };
+    }
+    std::atomic<std::size_t> done{0}, total{0};
+    how.progress_done = &done;
+    how.progress_total = &total;
+    Progress progress(done, total);
+    Trace<T> trace = attend(problem, how);
+    progress.stop();
+    const double compute_s = seconds_since(t1);
+    const auto t2 = Clock::now();
+    const TraceView view = view_of(bundle.source, problem, trace);
+    warn_fully_masked(trace.fully_masked, problem.batched);
+    write_files(o, view, stages, dump);
+    write_stdout(o, view, stages, text, cell);
     if (o.timings) {
         char line[128];
         std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,
@@ -381,14 +395,21 @@ struct Held {
 };
 
 template <typename T>
-Held compute_all(const RunOptions& o, const Bundle& bundle, std::size_t limit) {
+Held compute_all(const Bundle& bundle, const Spec& spec, std::size_t threads, std::size_t limit) {
     auto state = std::make_shared<std::pair<Problem<T>, Trace<T>>>();
-    state->first = make_problem<T>(bundle, spec_of(o));
+    state->first = make_problem<T>(bundle, spec);
     Compute how;
-    how.threads = o.threads;
-    check_memory(bundle, state->first, how, limit);
+    how.threads = threads;
+    check_memory_limit(bundle, state->first, how, limit);
     state->second = attend(state->first, how);
     return {view_of(bundle.source, state->first, state->second), state};
+}
+
+Held compute_all(const RunOptions& o, std::size_t limit) {
+    const Spec spec = spec_of(o);
+    const Bundle bundle = load_inputs(o, limit);
+    return o.dtype == "float32" ? compute_all<float>(bundle, spec, o.threads, limit)
+                                : compute_all<double>(bundle, spec, o.threads, limit);
 }
 
 std::vector<std::string> split_words(const std::string& s) {
@@ -405,73 +426,62 @@ std::vector<std::string> split_words(const std::string& s) {
     return out;
 }
 
-// Prints, stage by stage, how run B differs from run A.
-int run_compare(const RunOptions& a) {
-    // B: the same command line without --compare, plus the words of --compare.
-    std::vector<std::string> args;
-    for (std::size_t k = 0; k < a.args.size(); ++k) {
-        if (a.args[k] == "--compare") { ++k; continue; }
-        if (a.args[k].rfind("--compare=", 0) == 0) continue;
-        args.push_back(a.args[k]);
-    }
-    const auto extra = split_words(a.compare);
-    args.insert(args.end(), extra.begin(), extra.end());
+// Run B of --compare: run A's options with the words of --compare applied on top (an
+// option given there replaces A's value). Only those words are parsed.
+RunOptions second_run(const RunOptions& a, const std::vector<std::string>& extra) {
     CLI::App app;
-    RunOptions b;
-    setup_run(app, b);
+    auto b = std::make_shared<RunOptions>(a);
+    b->compare.clear();
+    CLI::App* run = setup_run(app, *b);
+    run->allow_extras(false);
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     try {
         app.parse(reversed);
     } catch (const CLI::ParseError& e) {
         throw UsageError("--compare \"" + a.compare + "\": " + e.what());
     }
-    if (!b.compare.empty()) throw UsageError("--compare: cannot be nested");
+    if (!b->compare.empty()) throw UsageError("--compare: cannot be nested");
+    return *b;
+}
 
+void print_table(const std::vector<std::vector<std::string>>& table) {
+    std::vector<std::size_t> width(table[0].size(), 0);
+    for (const auto& r : table)
+        for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+    for (const auto& r : table) {
+        std::cout << "  ";
+        for (std::size_t c = 0; c < r.size(); ++c) std::cout << r[c] << std::string(width[c] - r[c].size() + 2, ' ');
+        std::cout << '\n';
+    }
+}
+
+std::string number(const char* format, double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, format, v);
+    return buf;
+}
+
+// Prints, stage by stage, how run B differs from run A.
+int run_compare(const RunOptions& a) {
+    const auto extra = split_words(a.compare);
+    const RunOptions b = second_run(a, extra);
     const std::size_t limit = memory_limit(a);
-    const Bundle ba = load_inputs(a, limit), bb = load_inputs(b, limit);
-    auto compute = [&](const RunOptions& o, const Bundle& bundle) {
-        return o.dtype == "float32" ? compute_all<float>(o, bundle, limit) : compute_all<double>(o, bundle, limit);
-    };
-    const Held A = compute(a, ba), B = compute(b, bb);
+    const Held A = compute_all(a, limit), B = compute_all(b, limit);
 
     std::cout << "attnscope: compare  A = run " << (a.bundle.empty() ? "<options>" : a.bundle) << "  vs  B = A +";
     for (const auto& w : extra) std::cout << ' ' << w;
     std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale << " ("
               << B.view.scale_source << ")\n\n";
     std::vector<std::vector<std::string>> table = {{"stage", "shape A", "shape B", "max |A - B|", "at", "mean |A - B|"}};
-    for (auto name : kStageNames) {
-        const StageView &x = A.view.stage(std::string(name)), &y = B.view.stage(std::string(name));
-        std::vector<std::string> row = {std::string(name), shape_str(x.shape), shape_str(y.shape)};
-        if (x.shape != y.shape) {
-            row.insert(row.end(), {"(shapes differ)", "", ""});
-        } else {
-            double worst = 0, sum = 0;
-            std::size_t at = 0, n = 0;
-            for (std::size_t k = 0; k < x.size(); ++k) {
-                double p = x.at(k), q = y.at(k);
-                double diff = p == q ? 0.0 : std::fabs(p - q);
-                if (std::isnan(diff)) diff = std::numeric_limits<double>::infinity();  // -inf vs a number
-                if (diff > worst) worst = diff, at = k;
-                if (std::isfinite(diff)) sum += diff, ++n;
-            }
-            std::vector<std::size_t> idx(x.shape.size());
-            for (std::size_t i = x.shape.size(), rest = at; i-- > 0;) idx[i] = rest % x.shape[i], rest /= x.shape[i];
-            char w[32], m[32];
-            std::snprintf(w, sizeof w, "%.4g", worst);
-            std::snprintf(m, sizeof m, "%.4g", n ? sum / double(n) : 0.0);
-            row.insert(row.end(), {w, worst > 0 ? shape_str(idx) : "", m});
-        }
+    for (const StageDiff& d : compare_stages(A.view, B.view)) {
+        std::vector<std::string> row = {stage_name(d.id), shape_str(d.shape_a), shape_str(d.shape_b)};
+        if (!d.same_shape) row.insert(row.end(), {"(shapes differ)", "", ""});
+        else row.insert(row.end(), {number("%.4g", d.max_abs), d.at.empty() ? "" : shape_str(d.at), number("%.4g", d.mean_abs)});
         table.push_back(row);
     }
-    std::vector<std::size_t> width(table[0].size(), 0);
-    for (const auto& r : table)
-        for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
-    for (const auto& r : table) {
-        std::cout << "  ";
-        for (std::size_t c = 0; c < r.size(); ++c)
-            std::cout << r[c] << std::string(width[c] - r[c].size() + 2, ' ');
-        std::cout << '\n';
-    }
+    print_table(table);
     std::cout << "  (inf where one run has -inf and the other a number: a mask changed)\n";
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
@@ -479,6 +489,12 @@ int run_compare(const RunOptions& a) {
 }
 
 }  // namespace
+
+Subcommand setup_run_command(CLI::App& parent) {
+    auto opts = std::make_shared<RunOptions>();
+    CLI::App* app = setup_run(parent, *opts);
+    return {app, [opts] { return run_run(*opts); }};
+}
 
 int run_run(const RunOptions& o) {
     const auto t0 = Clock::now();

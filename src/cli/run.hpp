@@ -43,7 +43,6 @@ struct RunOptions {
     std::optional<std::size_t> zero_key;
     bool ignore_padding = false;
     std::string compare;            // options of a second run to compare with
-    std::vector<std::string> args;  // the command line after the program name (for --compare)
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

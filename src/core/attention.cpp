@@ -1,6 +1,8 @@
 // Core: the attention computation, stage by stage. See attention.hpp for the shape legend.
 #include "attnscope/core/attention.hpp"
 
+#include "attnscope/base/errors.hpp"
+
 #include "blas.hpp"
 #include "kernels.hpp"
 
@@ -42,23 +44,6 @@ Tensor<T, 4> split_heads(const Buffer<T>& flat, std::size_t B, std::size_t T_, s
 // Which K/V head serves query head h. Today every query head has its own; grouped-query
 // attention (fewer K/V heads) changes only this mapping and the K/V head count.
 inline std::size_t kv_head(std::size_t h) { return h; }
-
-// Last key query i may see under the causal mask (may be negative: none).
-long long causal_last(const Dims& d, CausalAlign align, std::size_t i) {
-    return align == CausalAlign::top_left ? (long long)i : (long long)i + (long long)d.Tk - (long long)d.Tq;
-}
-
-// Keys query i of batch item b may see; returns whether any is visible.
-bool visible_row(const Dims& d, const xt::xtensor<bool, 2>* pad, bool causal, CausalAlign align, std::size_t b,
-                 std::size_t i, bool* out) {
-    long long last = causal ? causal_last(d, align, i) : (long long)d.Tk;
-    bool any = false;
-    for (std::size_t j = 0; j < d.Tk; ++j) {
-        out[j] = !(pad && (*pad)(b, j)) && (long long)j <= last;
-        any |= out[j];
-    }
-    return any;
-}
 
 // Query rows per tile: about 16 MiB of scores. Large enough that BLAS's packing of the
 // head's K and V (once per call) is amortised over many rows (T=4096, H=16: 4% faster
@@ -106,15 +91,13 @@ void parallel_for(std::size_t n, std::size_t threads, F&& work) {
 
 }  // namespace
 
-std::size_t stage_index(std::string_view name) {
-    auto it = std::find(kStageNames.begin(), kStageNames.end(), name);
-    if (it == kStageNames.end()) throw std::invalid_argument("unknown stage " + std::string(name));
-    return std::size_t(it - kStageNames.begin());
-}
-
 StageSet stage_set(const std::vector<std::string>& names) {
     StageSet s;
-    for (const auto& n : names) s.set(stage_index(n));
+    for (const auto& n : names) {
+        const auto id = find_stage(n);
+        if (!id) throw std::invalid_argument("unknown stage " + n);
+        s.set(*id);
+    }
     return s;
 }
 
@@ -139,16 +122,6 @@ void project(const T* X, std::size_t rows, std::size_t in, const Tensor<T, 2>& W
 }
 
 }  // namespace
-
-Tensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_padding_mask, bool causal,
-                               CausalAlign align) {
-    // Top-left: query i sees keys j <= i (torch.tril). Bottom-right: the queries are the
-    // last Tq of Tk positions, so query i sits at i + Tk - Tq (the KV-cache view).
-    Tensor<bool, 3> mask = Tensor<bool, 3>::from_shape({d.B, d.Tq, d.Tk});
-    for (std::size_t b = 0; b < d.B; ++b)
-        for (std::size_t i = 0; i < d.Tq; ++i) visible_row(d, key_padding_mask, causal, align, b, i, &mask(b, i, 0));
-    return mask;
-}
 
 std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, bool masking) {
     // Saturating arithmetic: a shape from a hostile header must not wrap around.
@@ -181,149 +154,223 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
 }
 
 template <typename T>
-Trace<T> attend(const Problem<T>& p, const Compute& how) {
-    // x        (B, Tq, Dm)       src (x or memory) (B, Tk, Dkv)
-    // W_Q      (Dm, H*Dk)        W_K (Dkv, H*Dk)     W_V (Dkv, H*Dv)     W_O (H*Dv, Dout)
+void check_memory_limit(const Bundle& bundle, const Problem<T>& p, const Compute& how, std::size_t limit) {
     const Dims& d = p.dims;
-    const std::size_t B = d.B, H = d.H, Tq = d.Tq, Tk = d.Tk, Dk = d.Dk, Dv = d.Dv;
-    const StageSet keep = how.keep;
+    std::size_t read = 0;
+    for (const auto& [name, a] : bundle.arrays) read += a.values.size() * sizeof(double) + a.stored.size();
+    std::size_t typed = sizeof(T) * (d.B * d.Tq * d.Dm + (p.cross ? d.B * d.Tk * d.Dkv : 0) + d.Dm * d.H * d.Dk +
+                                     d.Dkv * d.H * (d.Dk + d.Dv) + (p.W_O ? d.H * d.Dv * d.Dout : 0));
+    std::size_t run = planned_bytes(d, sizeof(T), how, p.masking());
+    std::size_t total = read + typed;
+    if (__builtin_add_overflow(total, run, &total)) total = std::numeric_limits<std::size_t>::max();
+    if (total > limit)
+        throw MemoryLimitError("the run needs " + format_bytes(total) + " (inputs " + format_bytes(read + typed) +
+                               ", stages and working set " + format_bytes(run) + "), over the memory limit of " +
+                               format_bytes(limit) + "; keep fewer stages with {stages}, or raise {max_memory}");
+}
+
+template void check_memory_limit<float>(const Bundle&, const Problem<float>&, const Compute&, std::size_t);
+template void check_memory_limit<double>(const Bundle&, const Problem<double>&, const Compute&, std::size_t);
+
+namespace {
+
+// One run of attend(): the problem, what to keep, and the buffers shared by its steps.
+template <typename T>
+class Attention {
+public:
+    Attention(const Problem<T>& p, const Compute& how) : p_(p), how_(how), d_(p.dims) {
+        keep_ = how.keep;
+        need_ = with_prerequisites(keep_);  // everything up to the last stage asked for
+        threads_ = flop() < how.parallel_min_flop ? 1 : thread_count(how);
+        tr_.dims = d_;
+        tr_.batched = p.batched;
+        tr_.scale = p.scale;
+        tr_.kept = keep_;
+    }
+
+    Trace<T> run() {
+        project_all();           // 1) Q, K, V
+        mask();                  // 2) mask, fully masked rows
+        if (!need_[kScores]) return std::move(tr_);
+        allocate_tile_stages();  // 3) scores .. context, by tiles of query rows
+        attend_tiles();
+        if (need_[kOutput]) output();  // 4) output
+        return std::move(tr_);
+    }
+
+private:
     // Starting a thread costs ~0.1 ms here: a run with less arithmetic than a few times
     // that stays on this one (the classroom examples: compute phase 0.2 ms -> 0.05 ms).
-    const double flop = 2.0 * double(B) * double(H) * (double(Tq) * double(d.Dm) * double(Dk) +
-                                                       double(Tk) * double(d.Dkv) * double(Dk + Dv) +
-                                                       double(Tq) * double(Tk) * double(Dk + Dv));
-    const std::size_t threads = flop < how.parallel_min_flop ? 1 : thread_count(how);
-    Trace<T> tr;
-    tr.dims = d;
-    tr.batched = p.batched;
-    tr.scale = p.scale;
-    tr.kept = keep;
-    const Tensor<T, 3>& src = p.src();
-    const xt::xtensor<bool, 2>* pad = p.key_padding_mask ? &*p.key_padding_mask : nullptr;
+    double flop() const {
+        const Dims& d = d_;
+        return 2.0 * double(d.B) * double(d.H) *
+               (double(d.Tq) * double(d.Dm) * double(d.Dk) + double(d.Tk) * double(d.Dkv) * double(d.Dk + d.Dv) +
+                double(d.Tq) * double(d.Tk) * double(d.Dk + d.Dv));
+    }
 
-    // What must be computed: everything up to the last stage asked for.
-    const bool need_output = keep[kOutput];
-    const bool need_context = need_output || keep[kContext];
-    const bool need_weights = need_context || keep[kWeights];
-    const bool need_scores = need_weights || keep[kScores] || keep[kMaskedScores];
-    const bool need_q = need_scores || keep[kQ], need_k = need_scores || keep[kK], need_v = need_context || keep[kV];
+    // Where a kept stage of n elements of `size` bytes is to live (Compute::place; null:
+    // ordinary memory). A PlaceNext holding it applies it to the stage's allocation.
+    std::shared_ptr<Placement> place(Stage s, std::size_t n, std::size_t size) const {
+        return how_.place && n > 0 ? how_.place(s, n * size) : nullptr;
+    }
+
+    // (B, T, H*D) flat -> the kept stage (B, H, T, D).
+    void keep_heads(Stage s, const Buffer<T>& flat, std::size_t T_, std::size_t D, Tensor<T, 4>& out) {
+        if (!keep_[s]) return;
+        PlaceNext at(place(s, d_.B * d_.H * T_ * D, sizeof(T)));
+        out = split_heads(flat, d_.B, T_, d_.H, D);
+        check_shape(out, std::array{d_.B, d_.H, T_, D}, stage_name(s).c_str());
+    }
 
     // 1) Projections, in row blocks on our threads: (B*Tq, Dm) x (Dm, H*Dk) -> (B*Tq, H*Dk),
     //    and likewise K, V from src. The flat (B, T, H*D) layout is kept; heads are column blocks.
-    blas_threads(1);  // every product below runs on our threads, one BLAS call each
-    Buffer<T> qf, kf, vf;
-    if (need_q) qf.resize(B * Tq * H * Dk), project(p.x.data(), B * Tq, d.Dm, p.W_Q, p.b_Q, qf.data(), threads);
-    if (need_k) kf.resize(B * Tk * H * Dk), project(src.data(), B * Tk, d.Dkv, p.W_K, p.b_K, kf.data(), threads);
-    if (need_v) vf.resize(B * Tk * H * Dv), project(src.data(), B * Tk, d.Dkv, p.W_V, p.b_V, vf.data(), threads);
-    if (p.spec.zero_key && need_k)  // experiment: key vector j := 0, so its score column is 0
-        for (std::size_t b = 0; b < B; ++b)
-            std::fill_n(kf.data() + (b * Tk + *p.spec.zero_key) * H * Dk, H * Dk, T(0));
-    // (Rotary position embeddings, when they come, rotate Q and K here, between the
-    // projections and the scores, as a stage of their own.)
-    // Where a kept stage of n elements of `size` bytes is to live (Compute::place; null:
-    // ordinary memory). A PlaceNext holding it applies it to the stage's allocation.
-    auto place = [&](Stage s, std::size_t n, std::size_t size) -> std::shared_ptr<Placement> {
-        return how.place && n > 0 ? how.place(s, n * size) : nullptr;
-    };
-    if (keep[kQ]) {
-        PlaceNext at(place(kQ, B * H * Tq * Dk, sizeof(T)));
-        tr.Q = split_heads(qf, B, Tq, H, Dk), check_shape(tr.Q, std::array{B, H, Tq, Dk}, "Q");
-    }
-    if (keep[kK]) {
-        PlaceNext at(place(kK, B * H * Tk * Dk, sizeof(T)));
-        tr.K = split_heads(kf, B, Tk, H, Dk), check_shape(tr.K, std::array{B, H, Tk, Dk}, "K");
-    }
-    if (keep[kV]) {
-        PlaceNext at(place(kV, B * H * Tk * Dv, sizeof(T)));
-        tr.V = split_heads(vf, B, Tk, H, Dv), check_shape(tr.V, std::array{B, H, Tk, Dv}, "V");
+    void project_all() {
+        const Dims& d = d_;
+        const Tensor<T, 3>& src = p_.src();
+        blas_threads(1);  // every product below runs on our threads, one BLAS call each
+        if (need_[kQ]) {
+            qf_.resize(d.B * d.Tq * d.H * d.Dk);
+            project(p_.x.data(), d.B * d.Tq, d.Dm, p_.W_Q, p_.b_Q, qf_.data(), threads_);
+        }
+        if (need_[kK]) {
+            kf_.resize(d.B * d.Tk * d.H * d.Dk);
+            project(src.data(), d.B * d.Tk, d.Dkv, p_.W_K, p_.b_K, kf_.data(), threads_);
+        }
+        if (need_[kV]) {
+            vf_.resize(d.B * d.Tk * d.H * d.Dv);
+            project(src.data(), d.B * d.Tk, d.Dkv, p_.W_V, p_.b_V, vf_.data(), threads_);
+        }
+        if (p_.spec.zero_key && need_[kK])  // experiment: key vector j := 0, so its score column is 0
+            for (std::size_t b = 0; b < d.B; ++b)
+                std::fill_n(kf_.data() + (b * d.Tk + *p_.spec.zero_key) * d.H * d.Dk, d.H * d.Dk, T(0));
+        // (Rotary position embeddings, when they come, rotate Q and K here, between the
+        // projections and the scores, as a stage of their own.)
+        keep_heads(kQ, qf_, d.Tq, d.Dk, tr_.Q);
+        keep_heads(kK, kf_, d.Tk, d.Dk, tr_.K);
+        keep_heads(kV, vf_, d.Tk, d.Dv, tr_.V);
     }
 
-    // 2) Mask: padding AND causal -> (B, Tq, Tk), true = may attend. Rows with no key.
-    const bool masking = p.masking();
-    if (keep[kMask]) {
-        PlaceNext at(place(kMask, B * Tq * Tk, sizeof(bool)));
-        tr.mask = attention_mask(d, pad, p.spec.causal, p.spec.causal_align);
+    // 2) Mask: the mask rule as (B, Tq, Tk), true = may attend; and the rows with no key.
+    void mask() {
+        const Dims& d = d_;
+        std::vector<char> row(d.Tk);
+        if (keep_[kMask]) {
+            PlaceNext at(place(kMask, d.B * d.Tq * d.Tk, sizeof(bool)));
+            tr_.mask = Tensor<bool, 3>::from_shape({d.B, d.Tq, d.Tk});
+        }
+        for (std::size_t b = 0; b < d.B; ++b)
+            for (std::size_t i = 0; i < d.Tq; ++i) {
+                bool* out = keep_[kMask] ? &tr_.mask(b, i, 0) : reinterpret_cast<bool*>(row.data());
+                if (!p_.mask.row(b, i, out)) tr_.fully_masked.push_back({b, i});
+            }
     }
-    {
-        std::vector<char> row(Tk);
-        for (std::size_t b = 0; b < B; ++b)
-            for (std::size_t i = 0; i < Tq; ++i)
-                if (!visible_row(d, pad, p.spec.causal, p.spec.causal_align, b, i, reinterpret_cast<bool*>(row.data())))
-                    tr.fully_masked.push_back({b, i});
-    }
-    if (!need_scores) return tr;
 
-    auto alloc4 = [&](Stage s, std::size_t last) {
-        if (!keep[s]) return Tensor<T, 4>();
-        PlaceNext at(place(s, B * H * Tq * last, sizeof(T)));
-        return Tensor<T, 4>::from_shape({B, H, Tq, last});
-    };
-    tr.scores = alloc4(kScores, Tk);
-    // With nothing masked, masked_scores equals scores: when both are kept, hold one
-    // (unless masked_scores has a place of its own, e.g. its dump file).
-    if (keep[kMaskedScores]) {
-        PlaceNext at(place(kMaskedScores, B * H * Tq * Tk, sizeof(T)));
-        tr.masked_is_scores = !masking && keep[kScores] && !at.placing();
-        if (!tr.masked_is_scores) tr.masked_scores = Tensor<T, 4>::from_shape({B, H, Tq, Tk});
+    Tensor<T, 4> allocate(Stage s, std::size_t last) const {
+        if (!keep_[s]) return Tensor<T, 4>();
+        PlaceNext at(place(s, d_.B * d_.H * d_.Tq * last, sizeof(T)));
+        return Tensor<T, 4>::from_shape({d_.B, d_.H, d_.Tq, last});
     }
-    tr.weights = alloc4(kWeights, Tk);
-    tr.context = alloc4(kContext, Dv);
-    Buffer<T> merged(need_context ? B * Tq * H * Dv : 0);  // (B, Tq, H*Dv)
 
-    // 3) Per (batch, head, tile of query rows), on our threads with single-threaded BLAS:
-    //    scores   (rows, Dk) x (Dk, Tk) -> (rows, Tk), times scale
-    //    masked   -inf where the mask is false
-    //    weights  softmax over keys: exp(m - max) / sum; all-zero for a row with no key
-    //    context  (rows, Tk) x (Tk, Dv) -> (rows, Dv), written into merged (B, Tq, H*Dv)
-    const std::size_t rows = tile_rows(d, sizeof(T));
-    const std::size_t tiles = (Tq + rows - 1) / rows;
+    void allocate_tile_stages() {
+        const Dims& d = d_;
+        tr_.scores = allocate(kScores, d.Tk);
+        // With nothing masked, masked_scores equals scores: when both are kept, hold one
+        // (unless masked_scores has a place of its own, e.g. its dump file).
+        if (keep_[kMaskedScores]) {
+            PlaceNext at(place(kMaskedScores, d.B * d.H * d.Tq * d.Tk, sizeof(T)));
+            tr_.masked_is_scores = !p_.masking() && keep_[kScores] && !at.placing();
+            if (!tr_.masked_is_scores) tr_.masked_scores = Tensor<T, 4>::from_shape({d.B, d.H, d.Tq, d.Tk});
+        }
+        tr_.weights = allocate(kWeights, d.Tk);
+        tr_.context = allocate(kContext, d.Dv);
+        if (need_[kContext]) merged_.resize(d.B * d.Tq * d.H * d.Dv);  // (B, Tq, H*Dv)
+    }
+
     struct Scratch {
         std::vector<T> s, w;
         std::vector<char> visible;
     };
-    std::vector<Scratch> scratch(std::min(threads, B * H * tiles));
-    if (how.progress_total) *how.progress_total = B * H * tiles;
-    parallel_for(B * H * tiles, threads, [&](std::size_t item, std::size_t worker) {
-        const std::size_t b = item / (H * tiles), h = item / tiles % H, i0 = item % tiles * rows;
-        const std::size_t n = std::min(rows, Tq - i0);
-        Scratch& sc = scratch[worker];
-        T* S = keep[kScores] ? &tr.scores(b, h, i0, 0) : (sc.s.resize(rows * Tk), sc.s.data());
-        T* W = keep[kWeights] ? &tr.weights(b, h, i0, 0) : keep[kScores] ? (sc.w.resize(rows * Tk), sc.w.data()) : S;
-        gemm<T>(false, true, n, Tk, Dk, p.scale, qf.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
-                kf.data() + b * Tk * H * Dk + kv_head(h) * Dk, H * Dk, T(0), S, Tk);
+
+    // 3) Per (batch, head, tile of query rows), on our threads with single-threaded BLAS.
+    void attend_tiles() {
+        const Dims& d = d_;
+        rows_ = tile_rows(d, sizeof(T));
+        const std::size_t tiles = (d.Tq + rows_ - 1) / rows_;
+        std::vector<Scratch> scratch(std::min(threads_, d.B * d.H * tiles));
+        if (how_.progress_total) *how_.progress_total = d.B * d.H * tiles;
+        parallel_for(d.B * d.H * tiles, threads_, [&](std::size_t item, std::size_t worker) {
+            tile(item / (d.H * tiles), item / tiles % d.H, item % tiles * rows_, scratch[worker]);
+        });
+        if (keep_[kScores]) check_shape(tr_.scores, std::array{d.B, d.H, d.Tq, d.Tk}, "scores");
+        if (keep_[kWeights]) check_shape(tr_.weights, std::array{d.B, d.H, d.Tq, d.Tk}, "weights");
+        if (keep_[kContext]) check_shape(tr_.context, std::array{d.B, d.H, d.Tq, d.Dv}, "context");
+    }
+
+    //    scores   (rows, Dk) x (Dk, Tk) -> (rows, Tk), times scale
+    //    masked   -inf where the mask is false
+    //    weights  softmax over keys: exp(m - max) / sum; all-zero for a row with no key
+    //    context  (rows, Tk) x (Tk, Dv) -> (rows, Dv), written into merged (B, Tq, H*Dv)
+    void tile(std::size_t b, std::size_t h, std::size_t i0, Scratch& sc) {
+        const Dims& d = d_;
+        const std::size_t H = d.H, Tq = d.Tq, Tk = d.Tk, Dk = d.Dk, Dv = d.Dv;
+        const std::size_t n = std::min(rows_, Tq - i0);
+        T* S = tile_buffer(kScores, tr_.scores, b, h, i0, sc.s);
+        T* W = keep_[kWeights] ? &tr_.weights(b, h, i0, 0) : keep_[kScores] ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w) : S;
+        gemm<T>(false, true, n, Tk, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
+                kf_.data() + b * Tk * H * Dk + kv_head(h) * Dk, H * Dk, T(0), S, Tk);
+        const bool masking = p_.masking();
         if (masking) sc.visible.resize(Tk);
+        bool* visible = reinterpret_cast<bool*>(sc.visible.data());
         for (std::size_t r = 0; r < n; ++r) {
-            const bool* vis = nullptr;
-            if (masking) {
-                visible_row(d, pad, p.spec.causal, p.spec.causal_align, b, i0 + r, reinterpret_cast<bool*>(sc.visible.data()));
-                vis = reinterpret_cast<const bool*>(sc.visible.data());
-            }
-            T* M = keep[kMaskedScores] && !tr.masked_is_scores ? &tr.masked_scores(b, h, i0 + r, 0) : nullptr;
-            kernels::masked_softmax_row(S + r * Tk, vis, M, W + r * Tk, Tk);
+            if (masking) p_.mask.row(b, i0 + r, visible);
+            T* M = keep_[kMaskedScores] && !tr_.masked_is_scores ? &tr_.masked_scores(b, h, i0 + r, 0) : nullptr;
+            kernels::masked_softmax_row(S + r * Tk, masking ? visible : nullptr, M, W + r * Tk, Tk);
         }
-        if (how.progress_done) ++*how.progress_done;
-        if (!need_context) return;
-        T* C = merged.data() + (b * Tq + i0) * H * Dv + h * Dv;
-        gemm<T>(false, false, n, Dv, Tk, T(1), W, Tk, vf.data() + b * Tk * H * Dv + kv_head(h) * Dv, H * Dv, T(0), C,
+        if (how_.progress_done) ++*how_.progress_done;
+        if (!need_[kContext]) return;
+        T* C = merged_.data() + (b * Tq + i0) * H * Dv + h * Dv;
+        gemm<T>(false, false, n, Dv, Tk, T(1), W, Tk, vf_.data() + b * Tk * H * Dv + kv_head(h) * Dv, H * Dv, T(0), C,
                 H * Dv);
-        if (keep[kContext])
-            for (std::size_t r = 0; r < n; ++r) std::copy(C + r * H * Dv, C + r * H * Dv + Dv, &tr.context(b, h, i0 + r, 0));
-    });
-    if (keep[kScores]) check_shape(tr.scores, std::array{B, H, Tq, Tk}, "scores");
-    if (keep[kWeights]) check_shape(tr.weights, std::array{B, H, Tq, Tk}, "weights");
-    if (keep[kContext]) check_shape(tr.context, std::array{B, H, Tq, Dv}, "context");
-    if (!need_output) return tr;
+        if (keep_[kContext])
+            for (std::size_t r = 0; r < n; ++r) std::copy(C + r * H * Dv, C + r * H * Dv + Dv, &tr_.context(b, h, i0 + r, 0));
+    }
+
+    // Rows i0.. of a kept (B, H, Tq, Tk) stage, or this worker's scratch when it is not kept.
+    T* tile_buffer(Stage s, Tensor<T, 4>& stage, std::size_t b, std::size_t h, std::size_t i0, std::vector<T>& scratch) {
+        if (keep_[s]) return &stage(b, h, i0, 0);
+        scratch.resize(rows_ * d_.Tk);
+        return scratch.data();
+    }
 
     // 4) Output: merged heads (B*Tq, H*Dv) x (H*Dv, Dout) (+ b_O) -> (B, Tq, Dout),
     //    or the merged heads themselves when there is no W_O.
-    {
-        PlaceNext at(place(kOutput, B * Tq * d.Dout, sizeof(T)));
-        tr.output = Tensor<T, 3>::from_shape({B, Tq, d.Dout});
+    void output() {
+        const Dims& d = d_;
+        {
+            PlaceNext at(place(kOutput, d.B * d.Tq * d.Dout, sizeof(T)));
+            tr_.output = Tensor<T, 3>::from_shape({d.B, d.Tq, d.Dout});
+        }
+        if (p_.W_O) project(merged_.data(), d.B * d.Tq, d.H * d.Dv, *p_.W_O, p_.b_O, tr_.output.data(), threads_);
+        else std::copy(merged_.begin(), merged_.end(), tr_.output.begin());
+        check_shape(tr_.output, std::array{d.B, d.Tq, d.Dout}, "output");
     }
-    if (p.W_O) project(merged.data(), B * Tq, H * Dv, *p.W_O, p.b_O, tr.output.data(), threads);
-    else std::copy(merged.begin(), merged.end(), tr.output.begin());
-    check_shape(tr.output, std::array{B, Tq, d.Dout}, "output");
-    return tr;
+
+    const Problem<T>& p_;
+    const Compute& how_;
+    const Dims& d_;
+    StageSet keep_, need_;
+    std::size_t threads_ = 1, rows_ = 1;
+    Trace<T> tr_;
+    Buffer<T> qf_, kf_, vf_, merged_;  // (B, Tq, H*Dk), (B, Tk, H*Dk), (B, Tk, H*Dv), (B, Tq, H*Dv)
+};
+
+}  // namespace
+
+template <typename T>
+Trace<T> attend(const Problem<T>& p, const Compute& how) {
+    // x        (B, Tq, Dm)       src (x or memory) (B, Tk, Dkv)
+    // W_Q      (Dm, H*Dk)        W_K (Dkv, H*Dk)     W_V (Dkv, H*Dv)     W_O (H*Dv, Dout)
+    return Attention<T>(p, how).run();
 }
 
 template Trace<float> attend<float>(const Problem<float>&, const Compute&);

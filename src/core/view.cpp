@@ -17,10 +17,20 @@ double StageView::at(std::size_t k) const {
     return 0;
 }
 
-const StageView* TraceView::find(const std::string& name) const {
+const StageView* TraceView::find(Stage id) const {
     for (const auto& s : stages)
-        if (s.name == name) return &s;
+        if (s.id == id) return &s;
     return nullptr;
+}
+
+const StageView& TraceView::stage(Stage id) const {
+    if (const StageView* s = find(id)) return *s;
+    throw std::logic_error("no stage " + stage_name(id));
+}
+
+const StageView* TraceView::find(const std::string& name) const {
+    const auto id = find_stage(name);
+    return id ? find(*id) : nullptr;
 }
 
 const StageView& TraceView::stage(const std::string& name) const {
@@ -28,32 +38,31 @@ const StageView& TraceView::stage(const std::string& name) const {
     throw std::logic_error("no stage " + name);
 }
 
-void TraceView::require(std::initializer_list<const char*> names, const char* option) const {
-    for (const char* n : names)
-        if (!find(n)) throw UsageError(std::string(option) + ": needs the stage " + n);
+void TraceView::require(StageSet needs, const char* field) const {
+    for (Stage id : stages_in(needs))
+        if (!find(id)) throw UsageError("{" + std::string(field) + "}: needs the stage " + stage_name(id));
 }
 
 std::vector<std::string> parse_stage_list(const std::string& list) {
-    std::vector<std::string> out;
-    if (list == "none") return out;
+    StageSet chosen;
+    if (list == "none") return {};
     if (list.empty() || list == "all") {
-        for (auto n : kStageNames) out.emplace_back(n);
-        return out;
-    }
-    std::stringstream ss(list);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        if (std::find(kStageNames.begin(), kStageNames.end(), item) == kStageNames.end()) {
-            std::string names;
-            for (auto n : kStageNames) names += (names.empty() ? "" : ", ") + std::string(n);
-            throw UsageError("--stages: unknown stage '" + item + "' (expected some of: " + names + ")");
+        chosen = all_stages();
+    } else {
+        std::stringstream ss(list);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            const auto id = find_stage(item);
+            if (!id) {
+                std::string names;
+                for (const StageInfo& s : stage_table()) names += (names.empty() ? "" : ", ") + std::string(s.name);
+                throw UsageError("{stages}: unknown stage '" + item + "' (expected some of: " + names + ")");
+            }
+            chosen.set(*id);
         }
-        if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
     }
-    // Pipeline order, whatever order they were asked in.
     std::vector<std::string> ordered;
-    for (auto n : kStageNames)
-        if (std::find(out.begin(), out.end(), n) != out.end()) ordered.emplace_back(n);
+    for (Stage id : stages_in(chosen)) ordered.push_back(stage_name(id));
     return ordered;
 }
 
@@ -66,8 +75,7 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     v.dims = tr.dims;
     v.batched = tr.batched;
     v.cross = p.cross;
-    v.has_padding = p.key_padding_mask.has_value();
-    if (v.has_padding) v.key_padding.assign(p.key_padding_mask->begin(), p.key_padding_mask->end());
+    v.mask_rule = p.mask;
     v.scale = double(tr.scale);
     v.scale_source = p.scale_source;
     v.query_tokens = p.query_tokens;
@@ -81,17 +89,19 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     char scale_buf[64];
     std::snprintf(scale_buf, sizeof scale_buf, "%.6g", double(tr.scale));
     std::string mask_words = "true where query i may see key j";
-    const std::string causal_rule =
-        p.spec.causal_align == CausalAlign::top_left ? "j <= i" : "j <= i + Tk - Tq";
-    if (v.has_padding && p.spec.causal) mask_words += " (not PAD, and " + causal_rule + ")";
-    else if (v.has_padding) mask_words += " (key j is not PAD)";
+    const std::string causal_rule = p.mask.causal_rule();
+    if (v.has_padding() && p.spec.causal) mask_words += " (not PAD, and " + causal_rule + ")";
+    else if (v.has_padding()) mask_words += " (key j is not PAD)";
     else if (p.spec.causal) mask_words += " (causal: " + causal_rule + ")";
     else mask_words += " (no mask given: all true)";
 
-    auto add = [&](const char* name, std::string formula, std::vector<std::string> axes, const auto& t, DType dtype) {
-        if (!tr.kept[stage_index(name)]) return;
+    auto add = [&](Stage id, std::string formula, const auto& t) {
+        if (!tr.kept[id]) return;
+        const StageInfo& info = stage_info(id);
+        std::vector<std::string> axes(info.axes.begin(), info.axes.begin() + long(info.rank));
         StageView s;
-        s.name = name;
+        s.id = id;
+        s.name = info.name;
         s.formula = std::move(formula);
         s.shape.assign(t.shape().begin(), t.shape().end());
         if (!tr.batched) {  // a 2-D input gives results without the batch axis
@@ -99,25 +109,22 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
             axes.erase(axes.begin());
         }
         s.axes = std::move(axes);
-        s.dtype = dtype;
+        s.dtype = info.value == ValueKind::boolean ? DType::boolean : dt;
         s.data = t.data();
         v.stages.push_back(std::move(s));
     };
-    add("Q", "x · W_Q" + plus(p.b_Q, "b_Q") + ", split into heads", {"B", "H", "Tq", "Dk"}, tr.Q, dt);
-    add("K", src + " · W_K" + plus(p.b_K, "b_K") + ", split into heads" +
-                 (p.spec.zero_key ? " (key " + std::to_string(*p.spec.zero_key) + " set to 0: --zero-key)" : ""),
-        {"B", "H", "Tk", "Dk"}, tr.K, dt);
-    add("V", src + " · W_V" + plus(p.b_V, "b_V") + ", split into heads", {"B", "H", "Tk", "Dv"}, tr.V, dt);
-    add("scores", "Q · Kᵀ · scale, scale = " + std::string(scale_buf) + " (" + p.scale_source + ")",
-        {"B", "H", "Tq", "Tk"}, tr.scores, dt);
-    add("mask", mask_words, {"B", "Tq", "Tk"}, tr.mask, DType::boolean);
-    add("masked_scores", "scores, -inf where mask is false", {"B", "H", "Tq", "Tk"}, tr.masked(), dt);
-    add("weights", "softmax over keys of masked_scores; each row sums to 1",
-        {"B", "H", "Tq", "Tk"}, tr.weights, dt);
-    add("context", "weights · V: each row a weighted sum of value vectors", {"B", "H", "Tq", "Dv"}, tr.context, dt);
-    add("output",
-        p.W_O ? "concat(heads) · W_O" + plus(p.b_O, "b_O") : std::string("concat(heads) (no W_O given)"),
-        {"B", "Tq", "Dout"}, tr.output, dt);
+    add(kQ, "x · W_Q" + plus(p.b_Q, "b_Q") + ", split into heads", tr.Q);
+    add(kK, src + " · W_K" + plus(p.b_K, "b_K") + ", split into heads" +
+                (p.spec.zero_key ? " (key " + std::to_string(*p.spec.zero_key) + " set to 0: --zero-key)" : ""),
+        tr.K);
+    add(kV, src + " · W_V" + plus(p.b_V, "b_V") + ", split into heads", tr.V);
+    add(kScores, "Q · Kᵀ · scale, scale = " + std::string(scale_buf) + " (" + p.scale_source + ")", tr.scores);
+    add(kMask, mask_words, tr.mask);
+    add(kMaskedScores, "scores, -inf where mask is false", tr.masked());
+    add(kWeights, "softmax over keys of masked_scores; each row sums to 1", tr.weights);
+    add(kContext, "weights · V: each row a weighted sum of value vectors", tr.context);
+    add(kOutput, p.W_O ? "concat(heads) · W_O" + plus(p.b_O, "b_O") : std::string("concat(heads) (no W_O given)"),
+        tr.output);
     return v;
 }
 

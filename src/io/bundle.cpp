@@ -26,7 +26,7 @@ Bundle load_bundle(const std::string& path, std::size_t max_bytes) {
     const FileBytes file = map_file(path, max_bytes);
     const std::string_view bytes = file.bytes;
     if (ends_with(path, ".npy"))
-        throw InputError(path + ": a .npy file holds one array, not a bundle; pass it with its own option (e.g. --x " +
+        throw InputError(path + ": a .npy file holds one array, not a bundle; pass it with its own option (e.g. {x} " +
                          path + ")");
     if (ends_with(path, ".npz") || bytes.substr(0, 2) == "PK") return parse_npz(bytes, path, max_bytes, file.keep);
     return parse_json_bundle(bytes, path, max_bytes);

@@ -47,7 +47,7 @@ struct stat open_checked(const std::string& path, std::size_t max_bytes, int& fd
     if (S_ISREG(st.st_mode) && std::size_t(st.st_size) > max_bytes) {
         ::close(fd);
         throw MemoryLimitError(path + ": the file holds " + format_bytes(std::size_t(st.st_size)) +
-                               ", over the memory limit of " + format_bytes(max_bytes) + " (--max-memory)");
+                               ", over the memory limit of " + format_bytes(max_bytes) + " ({max_memory})");
     }
     return st;
 }
@@ -64,7 +64,7 @@ std::string read_all(int fd, const struct stat& st, const std::string& path, std
             if (sized) break;
             if (bytes.size() > max_bytes)
                 throw MemoryLimitError(path + ": the file holds more than the memory limit of " +
-                                       format_bytes(max_bytes) + " (--max-memory)");
+                                       format_bytes(max_bytes) + " ({max_memory})");
             bytes.resize(bytes.size() * 2);
         }
         const ssize_t n = ::read(fd, bytes.data() + have, bytes.size() - have);

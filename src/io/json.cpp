@@ -361,7 +361,7 @@ private:
         const std::size_t now = v.a.values.size() * sizeof(double) + v.a.strings.size() * sizeof(std::string);
         if (held_ + now > max_bytes_)
             throw MemoryLimitError(v.origin + ": the values read so far need " + format_bytes(held_ + now) +
-                                   ", over the memory limit of " + format_bytes(max_bytes_) + " (--max-memory)");
+                                   ", over the memory limit of " + format_bytes(max_bytes_) + " ({max_memory})");
     }
 
     const char* begin_;

@@ -314,7 +314,7 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
         widened > max_bytes)
         throw MemoryLimitError(origin + ": shape " + shape_str(h.shape) + " needs " +
                                (widened ? format_bytes(widened) : std::string("more than can be addressed")) +
-                               " in memory, over the memory limit of " + format_bytes(max_bytes) + " (--max-memory)");
+                               " in memory, over the memory limit of " + format_bytes(max_bytes) + " ({max_memory})");
 
     Array a;
     a.shape = h.shape;

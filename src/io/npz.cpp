@@ -278,7 +278,7 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
         if (__builtin_add_overflow(declared, std::size_t(m.size), &declared) || declared > max_bytes)
             throw MemoryLimitError(source + ": its members would need " + format_bytes(declared) +
                                    " decompressed, over the memory limit of " + format_bytes(max_bytes) +
-                                   " (--max-memory)");
+                                   " ({max_memory})");
     }
     std::size_t held = 0;  // bytes of the arrays read so far: the limit covers them together
     for (const Member& m : members) {
@@ -295,7 +295,7 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
         } catch (const MemoryLimitError&) {
             if (held == 0) throw;  // this array alone is too large: its own message says so
             throw MemoryLimitError(source + ": its arrays together (reaching '" + name + "') are over the memory limit of " +
-                                   format_bytes(max_bytes) + " (--max-memory)");
+                                   format_bytes(max_bytes) + " ({max_memory})");
         }
         const Array& a = bundle.arrays[name];
         held += a.count() * sizeof(double) + a.strings.size() * sizeof(std::string);

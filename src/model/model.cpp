@@ -16,7 +16,7 @@ const std::vector<std::string>& known_array_names() {
     static const std::vector<std::string> names = {
         "x", "memory", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "key_padding_mask",
         "query_tokens", "key_tokens",
-        // PyTorch nn.MultiheadAttention state dict (with --layout torch)
+        // PyTorch nn.MultiheadAttention state dict (with {layout} torch)
         "in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight", "v_proj_weight",
         "out_proj.weight", "out_proj.bias"};
     return names;
@@ -93,13 +93,13 @@ public:
     void check_in(const Mat& m, const Array& a, std::size_t in, const std::string& in_name,
                   const std::string& source_desc, std::size_t out) const {
         if (m.rows == in) return;
-        std::string layout = spec_.layout == Layout::torch ? "(out, in) layout, --layout torch" : "math layout (in, out)";
+        std::string layout = spec_.layout == Layout::torch ? "(out, in) layout, {layout} torch" : "math layout (in, out)";
         std::string what = "expected " + std::to_string(in) + " rows (" + in_name + ", the width of " + source_desc +
                            ") in the " + layout + ", found shape " + shape_str(a.shape);
         if (m.cols == in && (out == 0 || m.rows == out))
             what += spec_.layout == Layout::math
-                        ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass --layout torch"
-                        : "; its transpose would fit: it looks stored (in, out), so drop --layout torch";
+                        ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass {layout} torch"
+                        : "; its transpose would fit: it looks stored (in, out), so drop {layout} torch";
         fail(a, what);
     }
 
@@ -110,7 +110,7 @@ public:
                 throw InputError(b_.source + ": unknown array '" + name + "' (a bundle may hold: " + join(known) + ")");
             if (kTorchNames.count(name) && spec_.layout != Layout::torch)
                 throw InputError(b_.source + ": " + name +
-                                 " is a PyTorch nn.MultiheadAttention parameter (weights stored (out, in)); pass --layout torch to read it");
+                                 " is a PyTorch nn.MultiheadAttention parameter (weights stored (out, in)); pass {layout} torch to read it");
         }
     }
 
@@ -223,10 +223,10 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     p.spec = spec;
     Dims& d = p.dims;
 
-    if (spec.heads == 0) throw UsageError("--heads: expected a positive number of heads, found 0");
-    if (spec.scale && !std::isfinite(*spec.scale)) throw UsageError("--scale: expected a finite number");
+    if (spec.heads == 0) throw UsageError("{heads}: expected a positive number of heads, found 0");
+    if (spec.scale && !std::isfinite(*spec.scale)) throw UsageError("{scale}: expected a finite number");
     if (!(spec.temperature > 0) || !std::isfinite(spec.temperature))
-        throw UsageError("--temperature: expected a positive number");
+        throw UsageError("{temperature}: expected a positive number");
     bld.check_names();
 
     // 1. Inputs: x (Tq, Dm) or (B, Tq, Dm); memory (Tk, Dkv) or (B, Tk, Dkv).
@@ -353,10 +353,10 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         throw InputError(bundle.source + ": W_Q and W_V must have at least one output column");
     d.H = spec.heads;
     if (wq.cols % d.H != 0)
-        throw UsageError("--heads " + std::to_string(d.H) + ": does not divide the query/key width H*Dk = " +
+        throw UsageError("{heads} " + std::to_string(d.H) + ": does not divide the query/key width H*Dk = " +
                          std::to_string(wq.cols) + " of W_Q (" + bundle.source + ")");
     if (wv.cols % d.H != 0)
-        throw UsageError("--heads " + std::to_string(d.H) + ": does not divide the value width H*Dv = " +
+        throw UsageError("{heads} " + std::to_string(d.H) + ": does not divide the value width H*Dv = " +
                          std::to_string(wv.cols) + " of W_V (" + bundle.source + ")");
     d.Dk = wq.cols / d.H;
     d.Dv = wv.cols / d.H;
@@ -368,7 +368,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
                             (spec.layout == Layout::torch ? "(out, in) layout" : "math layout (in, out)") + "), found shape " +
                             shape_str(a.shape) +
                             (wo->cols == d.H * d.Dv && spec.layout == Layout::math
-                                 ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass --layout torch"
+                                 ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass {layout} torch"
                                  : ""));
         d.Dout = wo->cols;
     } else {
@@ -402,7 +402,8 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         if (!arr.is_text() && name != "x" && name != "memory" && name != "key_padding_mask")
             nonfinite.warn<T>(arr, p.warnings);
 
-    // 5. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD.
+    // 5. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD; with the causal rule, the mask rule.
+    std::optional<xt::xtensor<bool, 2>> key_padding;
     if (const Array* m = bld.find("key_padding_mask")) {
         bld.numeric(*m);
         bool fits = (m->ndim() == 1 && m->shape[0] == d.Tk) ||
@@ -421,8 +422,9 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
                                      std::to_string(k) + " (additive float masks are not supported)");
                 pad(b, j) = v == 1.0;
             }
-        p.key_padding_mask = std::move(pad);
+        key_padding = std::move(pad);
     }
+    p.mask = MaskRule(d.B, d.Tq, d.Tk, std::move(key_padding), spec.causal, spec.causal_align);
 
     // 6. Token labels.
     p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
@@ -443,7 +445,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         p.scale_source = "1/sqrt(Dk) = 1/sqrt(" + std::to_string(d.Dk) + ")";
     }
     if (spec.zero_key && *spec.zero_key >= d.Tk)
-        throw UsageError("--zero-key " + std::to_string(*spec.zero_key) + ": key does not exist (expected 0.." +
+        throw UsageError("{zero_key} " + std::to_string(*spec.zero_key) + ": key does not exist (expected 0.." +
                          std::to_string(d.Tk - 1) + ")");
     return p;
 }

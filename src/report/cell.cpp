@@ -16,7 +16,7 @@ using namespace text;
 void check_cell(const CellRef& c, const Dims& d) {
     auto check = [](std::size_t i, std::size_t n, const char* what) {
         if (i >= n)
-            throw UsageError("--cell: " + std::string(what) + " " + std::to_string(i) + " does not exist (expected 0.." +
+            throw UsageError("{cell}: " + std::string(what) + " " + std::to_string(i) + " does not exist (expected 0.." +
                              std::to_string(n - 1) + ")");
     };
     check(c.batch, d.B, "batch item");
@@ -27,7 +27,7 @@ void check_cell(const CellRef& c, const Dims& d) {
 
 void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int decimals) {
     const Dims& d = v.dims;
-    v.require({"Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context"}, "--cell");
+    v.require(kCellNeeds, "cell");
     check_cell(c, d);
     const std::size_t b = c.batch, h = c.head, i = c.query, j = c.key;
     const StageView &Q = v.stage("Q"), &K = v.stage("K"), &V = v.stage("V"), &S = v.stage("scores"),

@@ -69,12 +69,12 @@ Dump::Dump(std::string path, std::vector<std::string> stages) : impl_(std::make_
     struct stat st {};
     if (::stat(d.path.c_str(), &st) == 0) {
         if (!S_ISDIR(st.st_mode))
-            throw UsageError("--dump " + d.path + ": exists and is not a directory (a dump is a directory or a .npz file)");
+            throw UsageError("{dump} " + d.path + ": exists and is not a directory (a dump is a directory or a .npz file)");
     } else if (::mkdir(d.path.c_str(), 0777) == 0) {
         d.created = true;
         d.slot = register_unfinished(d.path, true);
     } else {
-        throw RuntimeFailure("--dump " + d.path + ": cannot create directory: " + std::strerror(errno));
+        throw RuntimeFailure("{dump} " + d.path + ": cannot create directory: " + std::strerror(errno));
     }
     // Refuse before writing anything when a target cannot be replaced by a file, so a
     // failed dump never leaves old and new stages mixed.
@@ -84,7 +84,7 @@ Dump::Dump(std::string path, std::vector<std::string> stages) : impl_(std::make_
             if (d.created) ::rmdir(d.path.c_str());
             d.created = false;
             unregister_unfinished(d.slot);
-            throw RuntimeFailure("--dump " + d.path + ": cannot write " + target + ": it exists and is not a regular file");
+            throw RuntimeFailure("{dump} " + d.path + ": cannot write " + target + ": it exists and is not a regular file");
         }
     }
 }

@@ -75,14 +75,14 @@ std::vector<std::string> explain_stage(const TraceView& v, const StageView& s) {
     } else if (s.name == "mask") {
         std::size_t visible = 0;
         for (std::size_t k = 0; k < s.size(); ++k) visible += s.at(k) != 0;
-        std::string what = v.has_padding && v.spec.causal ? "key padding AND causal"
-                           : v.has_padding                  ? "key padding"
+        std::string what = v.has_padding() && v.spec.causal ? "key padding AND causal"
+                           : v.has_padding()                  ? "key padding"
                            : v.spec.causal                  ? "causal"
                                                             : "nothing (no mask given)";
         L.push_back("mask: true where query i may see key j; from " + what + ". " + std::to_string(visible) + " of " +
                     std::to_string(s.size()) + " (query, key) pairs are visible, " + std::to_string(s.size() - visible) +
                     " hidden.");
-        if (v.has_padding) L.push_back("key_padding_mask marks PAD keys with 1; the mask shown here is the opposite (1 = may attend).");
+        if (v.has_padding()) L.push_back("key_padding_mask marks PAD keys with 1; the mask shown here is the opposite (1 = may attend).");
         if (v.spec.causal)
             L.push_back(v.spec.causal_align == CausalAlign::top_left
                             ? "Causal, top-left: query i sees keys j <= i, only the past (a decoder)."

@@ -221,7 +221,7 @@ bool is_matrix_over_keys(const StageView& s) {
 }  // namespace
 
 void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, const TextOptions& o) {
-    if (!is_matrix_over_keys(s)) throw UsageError("--heatmap: stage " + s.name + " is not a (query, key) matrix");
+    if (!is_matrix_over_keys(s)) throw UsageError("{heatmap}: stage " + s.name + " is not a (query, key) matrix");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
     const auto heads = has_heads ? chosen_or_all(o.heads, v.dims.H) : std::vector<std::size_t>{0};
@@ -236,7 +236,7 @@ void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, c
 
 void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
     const char* names[] = {"scores", "masked_scores", "weights"};
-    v.require({"scores", "masked_scores", "weights"}, "--panels");
+    v.require(kPanelsNeeds, "panels");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = chosen_or_all(o.heads, v.dims.H);
     for (std::size_t b : batches)

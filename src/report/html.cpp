@@ -364,37 +364,12 @@ ColourScale scale_of(const Matrix& m, Kind kind) {
 // Whether the stage marks masked cells: the mask itself, and the stages after it.
 bool shows_mask(const StageView& s) { return s.name == "mask" || s.name == "masked_scores" || s.name == "weights"; }
 
-// The (Tq, Tk) "may attend" matrix of batch item b, row-major: from the mask stage when it
-// was kept; else true where masked_scores is not -inf in some head; else recomputed from
-// the key padding and the causal rule by the core's attention_mask(). Empty when none of
-// these is possible (a view without its key padding).
+// The (Tq, Tk) "may attend" matrix of batch item b, row-major, as the run's mask rule says.
 std::vector<char> visibility(const TraceView& v, std::size_t b) {
     const std::size_t Tq = v.dims.Tq, Tk = v.dims.Tk;
-    std::vector<char> seen;
-    if (const StageView* mask = v.find("mask")) {
-        const Matrix m = matrix_of(*mask, b, 0);
-        seen.resize(Tq * Tk);
-        for (std::size_t i = 0; i < Tq; ++i)
-            for (std::size_t j = 0; j < Tk; ++j) seen[i * Tk + j] = m.at(i, j) != 0;
-    } else if (const StageView* ms = v.find("masked_scores")) {
-        seen.assign(Tq * Tk, 0);
-        for (std::size_t h = 0; h < v.dims.H; ++h) {
-            const Matrix m = matrix_of(*ms, b, h);
-            for (std::size_t i = 0; i < Tq; ++i)
-                for (std::size_t j = 0; j < Tk; ++j)
-                    if (!(std::isinf(m.at(i, j)) && m.at(i, j) < 0)) seen[i * Tk + j] = 1;
-        }
-    } else if (!v.has_padding || v.key_padding.size() == v.dims.B * Tk) {
-        Dims one = v.dims;
-        one.B = 1;  // batch item b alone
-        xt::xtensor<bool, 2> pad;
-        if (v.has_padding) {
-            pad = xt::xtensor<bool, 2>::from_shape({1, Tk});
-            for (std::size_t j = 0; j < Tk; ++j) pad(0, j) = v.key_padding[b * Tk + j] != 0;
-        }
-        const auto rule = attention_mask(one, v.has_padding ? &pad : nullptr, v.spec.causal, v.spec.causal_align);
-        seen.assign(rule.data(), rule.data() + Tq * Tk);
-    }
+    std::vector<char> seen(Tq * Tk);
+    for (std::size_t i = 0; i < Tq; ++i)
+        for (std::size_t j = 0; j < Tk; ++j) seen[i * Tk + j] = v.mask_rule.visible(b, i, j);
     return seen;
 }
 
@@ -663,9 +638,6 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
         << escape(shape_text(s)) << "</span></h2>\n<p class=\"formula\">" << escape(s.name) << " = "
         << escape(s.formula) << "</p>\n";
     const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
-    if (shows_mask(s) && s.name != "mask" && visibility(v, 0).empty())
-        out << "<p class=\"note\">Masked cells are not marked: keep the mask or masked_scores stage "
-               "(--stages) to see them.</p>\n";
     out << "<div class=\"figs\">\n";
     std::size_t drawn = 0, left_out = 0;
     std::string first_left_out;
@@ -712,7 +684,7 @@ constexpr std::size_t kSvgMaxAxis = 256;    // cells drawn along one axis (the e
 void write_html(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
     for (const auto& name : stages)
-        if (!v.find(name)) throw UsageError("--html: stage " + name + " was not computed (see --stages)");
+        if (!v.find(name)) throw UsageError("{html}: stage " + name + " was not computed (see {stages})");
     TextOptions chosen;
     chosen.batches = batches;
     chosen.heads = heads;
@@ -734,7 +706,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     chosen.heads = {head};
     check_selection(chosen, v.dims);
     const StageView* s = v.find(stage);
-    if (!s) throw UsageError("--svg-stage " + stage + ": stage was not computed (add it to --stages)");
+    if (!s) throw UsageError("{svg_stage} " + stage + ": stage was not computed (add it to {stages})");
 
     const Matrix m = matrix_of(*s, batch, head);
     const Kind kind = kind_of(*s);

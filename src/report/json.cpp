@@ -97,7 +97,7 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
     put_string(out, v.scale_source);
     out << ",\"causal\":" << (v.spec.causal ? "true" : "false") << ",\"causal_align\":\""
         << (v.spec.causal_align == CausalAlign::top_left ? "top-left" : "bottom-right") << "\""
-        << ",\"key_padding_mask\":" << (v.has_padding ? "true" : "false") << ",\"layout\":\""
+        << ",\"key_padding_mask\":" << (v.has_padding() ? "true" : "false") << ",\"layout\":\""
         << (v.spec.layout == Layout::math ? "math" : "torch") << "\",\"batched\":" << (v.batched ? "true" : "false")
         << "},\n\"dims\":{\"B\":" << d.B << ",\"Tq\":" << d.Tq << ",\"Tk\":" << d.Tk << ",\"Dm\":" << d.Dm
         << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"Dk\":" << d.Dk << ",\"Dv\":" << d.Dv << ",\"Dout\":" << d.Dout

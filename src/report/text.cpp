@@ -93,8 +93,8 @@ void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const ch
 }  // namespace
 
 void check_selection(const TextOptions& o, const Dims& d) {
-    check_range(o.batches, d.B, "--batch", "batch item");
-    check_range(o.heads, d.H, "--head", "head");
+    check_range(o.batches, d.B, "{batch}", "batch item");
+    check_range(o.heads, d.H, "{head}", "head");
 }
 
 void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {

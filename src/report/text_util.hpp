@@ -94,7 +94,7 @@ inline std::string dims_line(const Dims& d) {
 // Which masks applied, in words ("none" when none did).
 inline std::string masks_line(const TraceView& v) {
     std::string masks;
-    if (v.has_padding) masks += "key padding (key_padding_mask, 1 = PAD)";
+    if (v.has_padding()) masks += "key padding (key_padding_mask, 1 = PAD)";
     if (v.spec.causal)
         masks += std::string(masks.empty() ? "" : " + ") + "causal, " +
                  (v.spec.causal_align == CausalAlign::top_left ? "top-left (query i sees keys j <= i)"

@@ -103,7 +103,7 @@ void check_problem(const Problem<T>& p, const Spec& spec) {
     if (p.b_K) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_K, {d.H * d.Dk}));
     if (p.b_V) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_V, {d.H * d.Dv}));
     if (p.b_O) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_O, {d.Dout}));
-    if (p.key_padding_mask) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.key_padding_mask, {d.B, d.Tk}));
+    if (p.mask.key_padding()) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.mask.key_padding(), {d.B, d.Tk}));
     for (const TokenLabels* labels : {&p.query_tokens, &p.key_tokens}) {
         if (labels->empty()) continue;
         ATTNSCOPE_FUZZ_CHECK(labels->size() == d.B);
@@ -165,7 +165,7 @@ void check_trace(const Problem<T>& p, const Trace<T>& tr) {
         for (std::size_t i = 0; i < Tq; ++i) {
             bool any = false;
             for (std::size_t j = 0; j < Tk; ++j) {
-                bool pad = p.key_padding_mask && (*p.key_padding_mask)(b, j);
+                bool pad = p.mask.key_padding() && (*p.mask.key_padding())(b, j);
                 bool future = p.spec.causal &&
                               (p.spec.causal_align == CausalAlign::top_left ? j > i : j + Tq > i + Tk);
                 bool visible = !pad && !future;

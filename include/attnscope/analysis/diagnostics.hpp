@@ -34,7 +34,8 @@ struct RowDiagnostics {
 // visible keys; nearly one-hot when one weight is at least 0.9 (rows with 2+ keys).
 inline constexpr double kUniformFraction = 0.9, kOneHotWeight = 0.9;
 
-// Needs the stages Q, K, scores, mask, weights and V in the view.
+// Needs these stages in the view.
+inline const StageSet kDiagnoseNeeds = StageSet().set(kQ).set(kK).set(kV).set(kScores).set(kMask).set(kWeights);
 std::vector<RowDiagnostics> diagnose(const TraceView& view);
 
 }  // namespace attnscope

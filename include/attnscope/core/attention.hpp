@@ -23,6 +23,7 @@
 #pragma once
 
 #include "attnscope/base/buffer.hpp"
+#include "attnscope/core/stages.hpp"
 #include "attnscope/model/model.hpp"
 
 #include <xtensor/xtensor.hpp>
@@ -39,14 +40,8 @@
 
 namespace attnscope {
 
-inline constexpr std::array<std::string_view, 9> kStageNames = {
-    "Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context", "output"};
-
-// Stage indices into kStageNames, and a set of stages.
-enum Stage : std::size_t { kQ, kK, kV, kScores, kMask, kMaskedScores, kWeights, kContext, kOutput };
-using StageSet = std::bitset<kStageNames.size()>;
-inline StageSet all_stages() { return StageSet().set(); }
-std::size_t stage_index(std::string_view name);             // throws std::invalid_argument
+// The stages are the rows of the stage table (stages.hpp): `Stage` ids, `StageSet`s.
+// The stages called `names` (std::invalid_argument for a name that is no stage).
 StageSet stage_set(const std::vector<std::string>& names);
 
 // How to compute (not what): which stages to keep, and on how many threads.
@@ -97,19 +92,22 @@ struct Trace {
     bool masked_is_scores = false;
 };
 
-// The "may attend" matrix: not PAD and, when causal, not in the future.
-// key_padding_mask (B, Tk) true = PAD, or none  ->  (B, Tq, Tk) true = visible
-Tensor<bool, 3> attention_mask(const Dims& d, const xt::xtensor<bool, 2>* key_padding_mask, bool causal,
-                               CausalAlign align);
-
 // Bytes a run will allocate: the kept stages plus the working set (projections,
 // per-thread tiles). Used to refuse a run before it allocates anything. `masking`: some
 // key is masked (padding or causal); without, masked_scores kept with scores costs nothing.
 std::size_t planned_bytes(const Dims& d, std::size_t value_size, const Compute& how, bool masking = true);
 
+// What a run holds at its peak: the arrays as read, the typed inputs, the kept stages
+// and the working set. MemoryLimitError when that is over `limit`, before the
+// computation allocates any of it.
+template <typename T>
+void check_memory_limit(const Bundle& bundle, const Problem<T>& p, const Compute& how, std::size_t limit);
+
 template <typename T>
 Trace<T> attend(const Problem<T>& p, const Compute& how = {});
 
+extern template void check_memory_limit<float>(const Bundle&, const Problem<float>&, const Compute&, std::size_t);
+extern template void check_memory_limit<double>(const Bundle&, const Problem<double>&, const Compute&, std::size_t);
 extern template Trace<float> attend<float>(const Problem<float>&, const Compute&);
 extern template Trace<double> attend<double>(const Problem<double>&, const Compute&);
 

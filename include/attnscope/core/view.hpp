@@ -17,6 +17,7 @@ namespace attnscope {
 // One stage as the reports see it: shape and axis names (the batch axis dropped for a
 // 2-D input), the formula in words, and a borrowed pointer to its contiguous data.
 struct StageView {
+    Stage id;
     std::string name;
     std::string formula;
     std::vector<std::string> axes;  // "B", "H", "Tq", ...
@@ -36,8 +37,7 @@ struct TraceView {
     Dims dims;
     bool batched = true;
     bool cross = false;
-    bool has_padding = false;
-    std::vector<char> key_padding;  // (B, Tk) row-major, 1 = PAD; empty without padding
+    MaskRule mask_rule;  // which keys each query may see (padding, causal): ask it, never recompute it
     double scale = 1;
     std::string scale_source;
     TokenLabels query_tokens, key_tokens;  // (B, Tq), (B, Tk); empty when not given
@@ -45,10 +45,13 @@ struct TraceView {
     std::vector<std::string> warnings;
     std::vector<StageView> stages;  // pipeline order
 
-    const StageView& stage(const std::string& name) const;  // std::logic_error when absent
-    const StageView* find(const std::string& name) const;   // nullptr when absent
-    // UsageError "OPTION: needs the stage NAME" for the first of `names` not in the view.
-    void require(std::initializer_list<const char*> names, const char* option) const;
+    bool has_padding() const { return mask_rule.has_padding(); }
+    const StageView* find(Stage id) const;   // nullptr when absent
+    const StageView& stage(Stage id) const;  // std::logic_error when absent
+    const StageView* find(const std::string& name) const;
+    const StageView& stage(const std::string& name) const;
+    // UsageError "{field}: needs the stage NAME" for the first of `needs` not in the view.
+    void require(StageSet needs, const char* field) const;
 };
 
 // The view borrows from `trace`: keep the trace alive while the view is used.
@@ -58,8 +61,9 @@ TraceView view_of(const std::string& source, const Problem<T>& problem, const Tr
 extern template TraceView view_of<float>(const std::string&, const Problem<float>&, const Trace<float>&);
 extern template TraceView view_of<double>(const std::string&, const Problem<double>&, const Trace<double>&);
 
-// Checks a comma-separated stage list against the stage names (UsageError otherwise);
-// "" or "all" means every stage, "none" no stage (e.g. only --diagnose or --cell).
+// Checks a comma-separated stage list against the stage table (UsageError naming the
+// field {stages} otherwise); "" or "all" means every stage, "none" no stage (e.g. only
+// diagnostics or one cell). Pipeline order, whatever order they were asked in.
 std::vector<std::string> parse_stage_list(const std::string& list);
 
 // Offset of matrix (b, h) inside a stage whose last two axes form the matrix.

@@ -16,6 +16,7 @@
 
 #include "attnscope/base/buffer.hpp"
 #include "attnscope/io/array.hpp"
+#include "attnscope/model/mask.hpp"
 
 #include <xtensor/xtensor.hpp>
 
@@ -27,7 +28,6 @@
 namespace attnscope {
 
 enum class Layout { math, torch };
-enum class CausalAlign { top_left, bottom_right };
 
 // What to compute, apart from the arrays.
 struct Spec {
@@ -64,14 +64,14 @@ struct Problem {
     Tensor<T, 2> W_Q, W_K, W_V;        // (Dm, H*Dk), (Dkv, H*Dk), (Dkv, H*Dv)
     std::optional<Tensor<T, 2>> W_O;   // (H*Dv, Dout)
     std::optional<Tensor<T, 1>> b_Q, b_K, b_V, b_O;  // (H*Dk), (H*Dk), (H*Dv), (Dout)
-    std::optional<xt::xtensor<bool, 2>> key_padding_mask; // (B, Tk), true = PAD
+    MaskRule mask;  // key padding (B, Tk) true = PAD, causal and its alignment
 
     TokenLabels query_tokens, key_tokens;  // (B, Tq) and (B, Tk), empty when not given
     std::vector<std::string> warnings;     // e.g. non-finite input values
 
     const Tensor<T, 3>& src() const { return memory ? *memory : x; }
     // Some key may be hidden from some query (padding or causal): without, masked_scores == scores.
-    bool masking() const { return key_padding_mask.has_value() || spec.causal; }
+    bool masking() const { return mask.masking(); }
 };
 
 // The array names a bundle may hold (math layout, and PyTorch's names for --layout torch).

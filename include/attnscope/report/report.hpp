@@ -38,6 +38,12 @@ struct TextOptions {
 // without colour, a character ramp.
 void write_heatmaps(std::ostream& out, const TraceView& view, const StageView& stage, const TextOptions& options);
 
+// What each view needs kept, besides the stages it shows. A front end adds these to
+// Compute::keep; a view missing one refuses with UsageError.
+inline const StageSet kHeatmapNeeds = StageSet().set(kMask);  // masked cells are marked
+inline const StageSet kPanelsNeeds = StageSet().set(kScores).set(kMaskedScores).set(kWeights).set(kMask);
+inline const StageSet kCellNeeds = StageSet().set(kQ).set(kK).set(kV).set(kScores).set(kMask).set(kMaskedScores).set(kWeights).set(kContext);
+
 // For each chosen batch item and head: scores | masked_scores | weights side by side.
 void write_panels(std::ostream& out, const TraceView& view, const TextOptions& options);
 

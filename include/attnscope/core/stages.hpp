@@ -1,0 +1,60 @@
+// attnscope — core: the stage table. Every stage of the pipeline is one row here: its
+// name (the same in printed headings, JSON keys, dump files, golden files and the
+// Python reference), axes, formula, kind of values, colour kind and prerequisites.
+// Reports, the memory plan and the command line read this table; none of them keeps
+// a list of stage names of its own. Adding a stage = a row here + its computation in
+// attend() + its line in the reference (scripts/attn_reference.py).
+#pragma once
+
+#include <array>
+#include <bitset>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attnscope {
+
+// Stage ids, in pipeline order (the order of the table).
+enum Stage : std::size_t { kQ, kK, kV, kScores, kMask, kMaskedScores, kWeights, kContext, kOutput, kStageCount };
+using StageSet = std::bitset<kStageCount>;
+
+// What a stage holds: numbers in the run's precision, or booleans.
+enum class ValueKind { number, boolean };
+
+// How a stage is coloured in heatmaps, HTML and SVG.
+enum class ColorKind {
+    diverging,    // signed features: blue-white-red around 0 (Q, K, V, context, output)
+    sequential,   // viridis over the finite min..max (scores, masked_scores)
+    probability,  // viridis over 0..1 (weights)
+    boolean       // visible / masked (mask)
+};
+
+struct StageInfo {
+    Stage id;
+    std::string_view name;
+    std::array<std::string_view, 4> axes;  // outermost first; the first `rank` are used
+    std::size_t rank;
+    std::string_view formula;  // as in DESIGN.md
+    ValueKind value;
+    ColorKind color;
+    StageSet needs;  // the stages it is computed from
+    std::vector<std::string_view> axis_list() const { return {axes.begin(), axes.begin() + long(rank)}; }
+    // A (query, key) matrix per batch item and head: scores-like stages drawn as heatmaps.
+    bool over_keys() const { return rank >= 2 && axes[rank - 2] == "Tq" && axes[rank - 1] == "Tk"; }
+};
+
+const std::array<StageInfo, kStageCount>& stage_table();
+inline const StageInfo& stage_info(Stage s) { return stage_table()[s]; }
+inline std::string stage_name(Stage s) { return std::string(stage_info(s).name); }
+
+// The stage called `name`, if any.
+std::optional<Stage> find_stage(std::string_view name);
+inline StageSet all_stages() { return StageSet().set(); }
+// `wanted` and every stage they are computed from, transitively.
+StageSet with_prerequisites(StageSet wanted);
+// The stages of `set` in pipeline order.
+std::vector<Stage> stages_in(StageSet set);
+
+}  // namespace attnscope

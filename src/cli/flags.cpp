@@ -1,0 +1,28 @@
+// Fields named in library messages, spelled as this command line's flags.
+#include "subcommand.hpp"
+
+#include <array>
+#include <utility>
+
+namespace attnscope::cli {
+
+std::string flag_of(std::string_view field) {
+    // Fields whose flag is not simply "--" + field.
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kSpelled = {{
+        {"zero_key", "--zero-key"},
+        {"svg_stage", "--svg-stage"},
+        {"max_memory", "--max-memory"},
+        {"causal_align", "--causal-align"},
+    }};
+    for (const auto& [f, flag] : kSpelled)
+        if (f == field) return std::string(flag);
+    static constexpr std::string_view kSame[] = {
+        "heads", "scale",  "temperature", "stages", "batch", "head", "cell", "dump",   "html", "svg",
+        "heatmap", "panels", "diagnose", "layout", "causal", "dtype", "x",  "memory", "W_Q",  "W_K",
+        "W_V",   "W_O",    "b_Q",      "b_K",    "b_V",    "b_O",   "key_padding_mask"};
+    for (std::string_view f : kSame)
+        if (f == field) return "--" + std::string(field);
+    return "{" + std::string(field) + "}";
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,30 @@
+// The command line's subcommands: each file under src/cli/ that defines one registers it
+// here (CLI11's pattern: an options struct, setup_x(app), run_x(options)).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace attnscope::cli {
+
+struct Subcommand {
+    CLI::App* app;            // the parsed subcommand, owned by the parent app
+    std::function<int()> run; // runs it once parsed; returns the exit code
+};
+
+// Adds the subcommand to `parent`; the options it parses into live as long as `run`.
+using SetupFn = Subcommand (*)(CLI::App& parent);
+
+Subcommand setup_run_command(CLI::App& parent);
+
+// Every subcommand, in the order --help lists them.
+inline constexpr SetupFn kSubcommands[] = {setup_run_command};
+
+// The command-line spelling of a field named in a library message ("zero_key" ->
+// "--zero-key"); an unknown field keeps its braces.
+std::string flag_of(std::string_view field);
+
+}  // namespace attnscope::cli

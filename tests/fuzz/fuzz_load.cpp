@@ -108,7 +108,7 @@ void check_problem(const Problem<T>& p, const Spec& spec) {
         if (labels->empty()) continue;
         ATTNSCOPE_FUZZ_CHECK(labels->size() == d.B);
         const std::size_t want = labels == &p.query_tokens ? d.Tq : d.Tk;
-        for (const auto& row : *labels) ATTNSCOPE_FUZZ_CHECK(row.size() == want);
+        for (std::size_t b = 0; b < labels->size(); ++b) ATTNSCOPE_FUZZ_CHECK((*labels)[b].size() == want);
     }
     ATTNSCOPE_FUZZ_CHECK(p.spec.scale ? p.scale == static_cast<T>(*spec.scale) : p.scale > T(0));
 

@@ -4,6 +4,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/report/report.hpp"
 
+#include "colour.hpp"
 #include "text_util.hpp"
 
 #include <algorithm>
@@ -18,27 +19,14 @@ namespace {
 
 using namespace text;
 
-// Viridis (perceptually uniform, colour-blind safe), 9 stops from dark to light.
-constexpr std::array<std::array<double, 3>, 9> kViridis = {{{68, 1, 84},
-                                                           {71, 44, 122},
-                                                           {59, 81, 139},
-                                                           {44, 113, 142},
-                                                           {33, 144, 141},
-                                                           {39, 173, 129},
-                                                           {92, 200, 99},
-                                                           {170, 220, 50},
-                                                           {253, 231, 37}}};
 constexpr const char* kRamp = " .:-=+*#%@";  // no colour: darker to denser
 constexpr const char* kReset = "\033[0m";
 constexpr const char* kMasked = "××";
 
+// Viridis at t in 0..1 (the palette of the HTML and SVG heatmaps), as bytes.
 std::array<int, 3> viridis(double t) {
-    t = std::clamp(t, 0.0, 1.0) * double(kViridis.size() - 1);
-    std::size_t k = std::min<std::size_t>(std::size_t(t), kViridis.size() - 2);
-    double f = t - double(k);
-    std::array<int, 3> c{};
-    for (int i = 0; i < 3; ++i) c[std::size_t(i)] = int(std::lround(kViridis[k][std::size_t(i)] * (1 - f) + kViridis[k + 1][std::size_t(i)] * f));
-    return c;
+    const colour::Rgb c = colour::at(colour::Palette::viridis, t);
+    return {colour::byte(c.r), colour::byte(c.g), colour::byte(c.b)};
 }
 
 std::string background(const std::array<int, 3>& c, ColorMode mode) {

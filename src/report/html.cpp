@@ -16,6 +16,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/report/report.hpp"
 
+#include "colour.hpp"
 #include "text_util.hpp"
 
 #include <algorithm>
@@ -195,60 +196,22 @@ std::string tick_text(double x) { return readable(x, "%.3g"); }
 // Colours
 // ---------------------------------------------------------------------------
 
-// Sequential: viridis (matplotlib), 16 stops from low to high.
-constexpr std::array<std::uint32_t, 16> kViridis = {0x440154, 0x481a6c, 0x472f7d, 0x414487, 0x39568c, 0x31688e,
-                                                    0x2a788e, 0x23888e, 0x1f988b, 0x22a884, 0x35b779, 0x54c568,
-                                                    0x7ad151, 0xa5db36, 0xd2e21b, 0xfde725};
-// Diverging: ColorBrewer RdBu, 11 stops from negative (blue) through 0 (white) to positive (red).
-constexpr std::array<std::uint32_t, 11> kBlueRed = {0x053061, 0x2166ac, 0x4393c3, 0x92c5de, 0xd1e5f0, 0xf7f7f7,
-                                                    0xfddbc7, 0xf4a582, 0xd6604d, 0xb2182b, 0x67001f};
 constexpr const char* kAllowed = "#21918c";  // a visible key in the mask stage (viridis at 0.5)
 constexpr const char* kHatchDark = "#ababab";
 constexpr const char* kHatchLight = "#ebebeb";
 
-enum class Palette { viridis, blue_red };
-
-struct Rgb {
-    double r, g, b;  // 0..255
-};
-
-template <std::size_t N>
-Rgb interpolate(const std::array<std::uint32_t, N>& stops, double t) {
-    const double x = std::clamp(t, 0.0, 1.0) * double(N - 1);
-    const std::size_t k = std::min(static_cast<std::size_t>(x), N - 2);
-    const double f = x - double(k);
-    const auto channel = [&](unsigned shift) {
-        const double a = double((stops[k] >> shift) & 0xFF), b = double((stops[k + 1] >> shift) & 0xFF);
-        return a + (b - a) * f;
-    };
-    return {channel(16), channel(8), channel(0)};
-}
-
-Rgb colour(Palette p, double t) { return p == Palette::viridis ? interpolate(kViridis, t) : interpolate(kBlueRed, t); }
-
-std::string hex(Rgb c) {
-    const auto byte = [](double u) { return static_cast<unsigned>(std::lround(std::clamp(u, 0.0, 255.0))); };
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "#%02x%02x%02x", byte(c.r), byte(c.g), byte(c.b));
-    return buf;
-}
-
-// True when white text reads better than black on `c` (WCAG relative luminance).
-bool dark(Rgb c) {
-    const auto lin = [](double u) {
-        u /= 255;
-        return u <= 0.04045 ? u / 12.92 : std::pow((u + 0.055) / 1.055, 2.4);
-    };
-    return 0.2126 * lin(c.r) + 0.7152 * lin(c.g) + 0.0722 * lin(c.b) < 0.179;
-}
+using colour::dark;
+using colour::hex;
+using colour::Palette;
+using colour::Rgb;
 
 // The palette as CSS/SVG gradient stops "#440154 0%,...".
 std::string gradient_stops(Palette p, bool svg) {
     std::string r;
-    const std::size_t n = p == Palette::viridis ? kViridis.size() : kBlueRed.size();
+    const std::size_t n = colour::stop_count(p);
     for (std::size_t k = 0; k < n; ++k) {
         const double t = double(k) / double(n - 1);
-        const std::string c = hex(colour(p, t));
+        const std::string c = hex(colour::at(p, t));
         char pct[16];
         std::snprintf(pct, sizeof pct, "%.1f%%", 100 * t);
         if (svg) r += "<stop offset=\"" + std::string(pct) + "\" stop-color=\"" + c + "\"/>";
@@ -503,7 +466,7 @@ table.heat { border-collapse: collapse; font-variant-numeric: tabular-nums; }
     for (const Palette p : {Palette::viridis, Palette::blue_red})
         for (int level = 0; level < kLevels; ++level) {
             const double t = double(level) / double(kLevels - 1);
-            const Rgb c = colour(p, t);
+            const Rgb c = colour::at(p, t);
             css += "." + colour_class(p, t) + "{background:" + hex(c) + ";color:" + (dark(c) ? "#fff" : "#111") + "}\n";
         }
     return css;
@@ -823,7 +786,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
             const std::string fill = c.masked                ? "url(#masked)"
                                      : kind == Kind::boolean ? std::string(kAllowed)
                                      : c.nan                 ? "#fff"
-                                                             : hex(colour(sc.palette, c.position));
+                                                             : hex(colour::at(sc.palette, c.position));
             const double x = grid_x + cell * double(q), y = grid_y + cell * double(p);
             if (hover)
                 out << "<g class=\"cell" << (c.masked ? " masked" : "") << "\" data-value=\"" << m.exact(i, j)
@@ -833,7 +796,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
                 << px(cell) << "\" fill=\"" << fill << "\"/>";
             const bool mark = kind == Kind::boolean && !c.masked;  // ✓ on a visible key of the mask
             if ((numbers && !c.masked) || (mark && cell >= 12)) {
-                const bool white = kind == Kind::boolean || (!c.nan && dark(colour(sc.palette, c.position)));
+                const bool white = kind == Kind::boolean || (!c.nan && dark(colour::at(sc.palette, c.position)));
                 out << "<text x=\"" << px(x + cell / 2) << "\" y=\"" << px(y + cell / 2)
                     << "\" dy=\"0.35em\" text-anchor=\"middle\" stroke=\"none\" font-size=\""
                     << px(mark ? std::min(cell * 0.5, 22.0) : number_font) << "\" fill=\""

@@ -29,9 +29,6 @@ using namespace testutil;
 
 namespace {
 
-
-bool exists(const std::string& path) { return std::filesystem::exists(path); }
-
 // Random self-attention weights for (B, T, Dm) inputs and H heads of width D, with the
 // last `padded` keys of every batch item masked (none when 0).
 Bundle random_bundle(unsigned seed, std::size_t B, std::size_t T, std::size_t Dm, std::size_t H, std::size_t D,
@@ -271,31 +268,4 @@ TEST_CASE("threads: the same stages, bit for bit, on one thread and on several")
         CHECK(maxdiff(a.context, c.context) == 0.0);
         CHECK(maxdiff(a.output, c.output) == 0.0);
     }
-}
-
-TEST_CASE("dump: remove_unfinished_outputs removes what is being written, and nothing else") {
-    TempDir dir;
-    const std::string made = dir / "made", full = dir / "full", kept = dir / "kept.npy";
-    REQUIRE(::mkdir(made.c_str(), 0777) == 0);
-    REQUIRE(::mkdir(full.c_str(), 0777) == 0);
-    {
-        AtomicFile f(kept);
-        f.commit();  // committed: no longer listed
-    }
-    {
-        AtomicFile inside(full + "/other.npy");  // a file in `full` that nobody removes
-        inside.commit();
-    }
-    const int made_slot = register_unfinished(made, true), full_slot = register_unfinished(full, true);
-    REQUIRE(made_slot >= 0);
-    REQUIRE(full_slot >= 0);
-    AtomicFile writing(made + "/scores.npy");  // its temporary, inside `made`
-    CHECK(TempDir::entries_of(made).size() == 1);
-    remove_unfinished_outputs();  // what a signal handler calls
-    CHECK(!exists(made));         // the temporary, then the emptied directory
-    CHECK(exists(full));          // not empty: kept
-    CHECK(exists(full + "/other.npy"));
-    CHECK(exists(kept));
-    unregister_unfinished(full_slot);
-    unregister_unfinished(made_slot);
 }

@@ -8,16 +8,6 @@
 using namespace attnscope;
 using namespace testutil;
 
-namespace {
-
-Array eye(std::size_t n) {
-    std::vector<double> v(n * n, 0.0);
-    for (std::size_t i = 0; i < n; ++i) v[i * n + i] = 1.0;
-    return arr({n, n}, v);
-}
-
-}  // namespace
-
 TEST_CASE("hand: two orthogonal tokens, identity weights") {
     // x = I2, W_Q = W_K = W_V = I2, one head: Q = K = V = x, Dk = 2, scale = 1/sqrt(2).
     // scores = I * a with a = 1/sqrt(2); row 0: [a, 0] -> weights [e^a, 1] / (e^a + 1).
@@ -161,56 +151,4 @@ TEST_CASE("hand: a custom scale multiplies the scores") {
     s.scale = 0.25;
     auto tr = run<double>(b, s);
     CHECK(tr.scores(0, 0, 0, 0) == 1.0);  // 2 * 2 * 0.25
-}
-
-TEST_CASE("shape errors say what was expected and found") {
-    std::mt19937 rng(1);
-    Array x = random_array(rng, {4, 8});
-    Bundle ok = bundle({{"x", x}, {"W_Q", random_array(rng, {8, 8})}, {"W_K", random_array(rng, {8, 8})},
-                        {"W_V", random_array(rng, {8, 6})}});
-    auto message = [](auto&& f) -> std::string {
-        try {
-            f();
-        } catch (const std::exception& e) {
-            return e.what();
-        }
-        return "no error";
-    };
-    SUBCASE("heads that do not divide the width") {
-        Spec s;
-        s.heads = 3;
-        CHECK_THROWS_AS(make_problem<double>(ok, s), UsageError);
-        CHECK(message([&] { make_problem<double>(ok, s); }).find("does not divide") != std::string::npos);
-    }
-    SUBCASE("queries and keys share one width") {
-        Bundle b = ok;
-        b.arrays["W_K"] = random_array(rng, {8, 4});
-        std::string m = message([&] { make_problem<double>(b, Spec{}); });
-        CHECK(m.find("share one width") != std::string::npos);
-        CHECK(m.find("(8, 4)") != std::string::npos);
-    }
-    SUBCASE("a transposed weight names the layout field (torch)") {
-        Bundle b = ok;
-        b.arrays["W_V"] = random_array(rng, {6, 8});
-        std::string m = message([&] { make_problem<double>(b, Spec{}); });
-        CHECK(m.find("transpose would fit") != std::string::npos);
-        CHECK(m.find("layout torch") != std::string::npos);
-    }
-    SUBCASE("memory of the wrong width for W_K") {
-        Bundle b = ok;
-        b.arrays["memory"] = random_array(rng, {5, 7});
-        std::string m = message([&] { make_problem<double>(b, Spec{}); });
-        CHECK(m.find("expected 7 rows (Dkv") != std::string::npos);
-    }
-    SUBCASE("missing W_Q") {
-        Bundle b = ok;
-        b.arrays.erase("W_Q");
-        CHECK_THROWS_AS(make_problem<double>(b, Spec{}), InputError);
-    }
-    SUBCASE("a padding mask with other values than 0/1") {
-        Bundle b = ok;
-        b.arrays["key_padding_mask"] = arr({4}, {0, 0, -INFINITY, 0});
-        std::string m = message([&] { make_problem<double>(b, Spec{}); });
-        CHECK(m.find("additive float masks") != std::string::npos);
-    }
 }

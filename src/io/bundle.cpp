@@ -1,6 +1,7 @@
 // Choosing the reader for a bundle or a single array: by file name and magic bytes.
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
+#include "bytes.hpp"
 
 #include <iostream>
 #include <iterator>
@@ -9,9 +10,7 @@
 namespace attnscope {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using io_detail::ends_with;
 
 std::string read_stdin() {
     std::string s((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());

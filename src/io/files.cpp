@@ -1,24 +1,18 @@
 // Reading whole files: checked, bounded by the memory limit, mapped where possible.
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
+#include "bytes.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-
-#include <algorithm>
-#include <bit>
-#include <cmath>
-#include <limits>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
-#include <sstream>
-#include <type_traits>
+#include <memory>
+#include <string>
+#include <string_view>
 
 namespace attnscope {
 
@@ -46,8 +40,8 @@ struct stat open_checked(const std::string& path, std::size_t max_bytes, int& fd
     }
     if (S_ISREG(st.st_mode) && std::size_t(st.st_size) > max_bytes) {
         ::close(fd);
-        throw MemoryLimitError(path + ": the file holds " + format_bytes(std::size_t(st.st_size)) +
-                               ", over the memory limit of " + format_bytes(max_bytes) + " ({max_memory})");
+        throw MemoryLimitError(path + ": the file holds " + format_bytes(std::size_t(st.st_size)) + ", over " +
+                               io_detail::memory_limit_of(max_bytes));
     }
     return st;
 }
@@ -63,8 +57,7 @@ std::string read_all(int fd, const struct stat& st, const std::string& path, std
         if (have == bytes.size()) {
             if (sized) break;
             if (bytes.size() > max_bytes)
-                throw MemoryLimitError(path + ": the file holds more than the memory limit of " +
-                                       format_bytes(max_bytes) + " ({max_memory})");
+                throw MemoryLimitError(path + ": the file holds more than " + io_detail::memory_limit_of(max_bytes));
             bytes.resize(bytes.size() * 2);
         }
         const ssize_t n = ::read(fd, bytes.data() + have, bytes.size() - have);

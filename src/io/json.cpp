@@ -8,19 +8,22 @@
 // it reports ragged or non-numeric data with the element's path, e.g. W_Q[3][1].
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
+#include "bytes.hpp"
 
-#include <algorithm>
 #include <charconv>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
-#include <iterator>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace attnscope {
 namespace {
+
+using io_detail::ends_with;
 
 constexpr std::size_t kMaxDims = 32;
 
@@ -32,13 +35,7 @@ bool nonfinite_from_string(const std::string& s, double& out) {
     return true;
 }
 
-bool is_token_name(const std::string& name) {
-    return name.size() > 7 && name.compare(name.size() - 7, 7, "_tokens") == 0;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+bool is_token_name(const std::string& name) { return name.size() > 7 && ends_with(name, "_tokens"); }
 
 class JsonReader {
 public:
@@ -101,7 +98,7 @@ public:
                         } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
                             syntax("unpaired surrogate in \\u escape");
                         }
-                        utf8(out, cp);
+                        io_detail::append_utf8(out, cp);
                         break;
                     }
                     default: syntax(std::string("invalid escape \\") + e);
@@ -186,7 +183,7 @@ public:
             scalar(v);
         }
         account(v);
-        held_ += a.values.size() * sizeof(double) + a.strings.size() * sizeof(std::string);
+        held_ += io_detail::held_bytes(a);
         return std::move(a);
     }
 
@@ -242,16 +239,6 @@ private:
             else syntax("invalid \\u escape");
         }
         return v;
-    }
-
-    static void utf8(std::string& out, std::uint32_t cp) {
-        if (cp < 0x80) out += char(cp);
-        else if (cp < 0x800) out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
-        else if (cp < 0x10000)
-            out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
-        else
-            out += char(0xF0 | (cp >> 18)), out += char(0x80 | ((cp >> 12) & 0x3F)),
-                out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
     }
 
     // "data.json: W_Q[3][1]": the array, then the element's indices down `levels` lists.
@@ -358,10 +345,10 @@ private:
 
     // Values are held as doubles (text: about a string each): all arrays together within the limit.
     void account(const Value& v) {
-        const std::size_t now = v.a.values.size() * sizeof(double) + v.a.strings.size() * sizeof(std::string);
+        const std::size_t now = io_detail::held_bytes(v.a);
         if (held_ + now > max_bytes_)
-            throw MemoryLimitError(v.origin + ": the values read so far need " + format_bytes(held_ + now) +
-                                   ", over the memory limit of " + format_bytes(max_bytes_) + " ({max_memory})");
+            throw MemoryLimitError(v.origin + ": the values read so far need " + format_bytes(held_ + now) + ", over " +
+                                   io_detail::memory_limit_of(max_bytes_));
     }
 
     const char* begin_;

@@ -2,19 +2,17 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
 #include "attnscope/io/write.hpp"
-
+#include "bytes.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <limits>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
-#include <sstream>
-#include <type_traits>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace attnscope {
 
@@ -247,17 +245,6 @@ double load_number(const char* p, const ElementType& t) {
     }
 }
 
-void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) out += char(cp);
-    else if (cp < 0x800) { out += char(0xC0 | (cp >> 6)); out += char(0x80 | (cp & 0x3F)); }
-    else if (cp < 0x10000) {
-        out += char(0xE0 | (cp >> 12)); out += char(0x80 | ((cp >> 6) & 0x3F)); out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xF0 | (cp >> 18)); out += char(0x80 | ((cp >> 12) & 0x3F));
-        out += char(0x80 | ((cp >> 6) & 0x3F)); out += char(0x80 | (cp & 0x3F));
-    }
-}
-
 std::string dtype_name(const ElementType& t) {
     switch (t.kind) {
         case 'f': return "float" + std::to_string(t.size * 8);
@@ -278,13 +265,11 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
     unsigned major = static_cast<unsigned char>(bytes[6]);
     std::size_t header_len, header_start;
     if (major == 1) {
-        header_len = std::size_t(static_cast<unsigned char>(bytes[8])) |
-                     std::size_t(static_cast<unsigned char>(bytes[9])) << 8;
+        header_len = std::size_t(io_detail::load_le(bytes, 8, 2));
         header_start = 10;
     } else if (major == 2 || major == 3) {
         if (bytes.size() < 12) throw InputError(origin + ": truncated .npy header");
-        header_len = 0;
-        for (int k = 3; k >= 0; --k) header_len = header_len << 8 | static_cast<unsigned char>(bytes[8 + std::size_t(k)]);
+        header_len = std::size_t(io_detail::load_le(bytes, 8, 4));
         header_start = 12;
     } else {
         throw InputError(origin + ": unsupported .npy format version " + std::to_string(major) + " (expected 1, 2 or 3)");
@@ -314,7 +299,7 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
         widened > max_bytes)
         throw MemoryLimitError(origin + ": shape " + shape_str(h.shape) + " needs " +
                                (widened ? format_bytes(widened) : std::string("more than can be addressed")) +
-                               " in memory, over the memory limit of " + format_bytes(max_bytes) + " ({max_memory})");
+                               " in memory, over " + io_detail::memory_limit_of(max_bytes));
 
     Array a;
     a.shape = h.shape;
@@ -345,7 +330,7 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
                 auto cp = load_raw<std::uint32_t>(data.data() + k * t.size + c * 4, t.swap);
                 if (cp == 0) break;
                 if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) throw InputError(origin + ": text element " + std::to_string(k) + " is not valid Unicode");
-                append_utf8(s, cp);
+                io_detail::append_utf8(s, cp);
             }
             a.strings[next_c_position(k)] = std::move(s);
         }
@@ -383,13 +368,9 @@ std::string npy_header(const OutArray& a, std::size_t align) {
     dict += '\n';
     std::string out("\x93NUMPY", 6);
     std::size_t hl = dict.size();
-    if (pre == 10) {
-        out += '\x01'; out += '\x00';
-        out += char(hl & 0xff); out += char(hl >> 8 & 0xff);
-    } else {
-        out += '\x02'; out += '\x00';
-        for (int k = 0; k < 4; ++k) out += char(hl >> (8 * k) & 0xff);
-    }
+    out += pre == 10 ? '\x01' : '\x02';  // format version 1.0 or 2.0
+    out += '\x00';
+    io_detail::put_le(out, hl, pre == 10 ? 2 : 4);
     return out + dict;
 }
 

@@ -3,6 +3,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
 #include "attnscope/io/write.hpp"
+#include "bytes.hpp"
 
 #include <zlib.h>
 
@@ -114,11 +115,7 @@ constexpr std::uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEndSi
                         kZip64EndSig = 0x06064b50, kZip64LocatorSig = 0x07064b50;
 constexpr std::uint32_t k32 = 0xffffffffu;
 
-std::uint64_t le(std::string_view b, std::size_t at, int n) {
-    std::uint64_t v = 0;
-    for (int k = n - 1; k >= 0; --k) v = v << 8 | static_cast<unsigned char>(b[at + std::size_t(k)]);
-    return v;
-}
+using io_detail::load_le;
 
 struct Member {
     std::string name;
@@ -139,7 +136,7 @@ public:
     }
     std::uint64_t u(std::uint64_t at, int n) const {
         need(at, std::uint64_t(n));
-        return le(b_, std::size_t(at), n);
+        return load_le(b_, std::size_t(at), n);
     }
 
     std::vector<Member> members() const {
@@ -148,7 +145,7 @@ public:
         std::size_t end = std::string::npos;
         std::size_t lowest = b_.size() > 22 + 65535 ? b_.size() - 22 - 65535 : 0;
         for (std::size_t at = b_.size() - 22 + 1; at-- > lowest;)
-            if (le(b_, at, 4) == kEndSig) { end = at; break; }
+            if (load_le(b_, at, 4) == kEndSig) { end = at; break; }
         if (end == std::string::npos) fail("no end-of-directory record");
         std::uint64_t count = u(end + 10, 2), dir_size = u(end + 12, 4), dir_offset = u(end + 16, 4);
         // 2. zip64: the locator just before it points to the zip64 end record.
@@ -277,13 +274,12 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
                              " of deflate data, more than deflate can expand (corrupt, or a decompression bomb)");
         if (__builtin_add_overflow(declared, std::size_t(m.size), &declared) || declared > max_bytes)
             throw MemoryLimitError(source + ": its members would need " + format_bytes(declared) +
-                                   " decompressed, over the memory limit of " + format_bytes(max_bytes) +
-                                   " ({max_memory})");
+                                   " decompressed, over " + io_detail::memory_limit_of(max_bytes));
     }
     std::size_t held = 0;  // bytes of the arrays read so far: the limit covers them together
     for (const Member& m : members) {
         std::string name = m.name;
-        if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
+        if (name.size() > 4 && io_detail::ends_with(name, ".npy")) name.resize(name.size() - 4);
         else throw InputError(source + ": member '" + m.name + "' is not a .npy array");
         if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
         try {
@@ -294,11 +290,11 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
             bundle.arrays[name] = parse_npy(member, source + ": " + name, max_bytes - held, inflated ? inflated : keep);
         } catch (const MemoryLimitError&) {
             if (held == 0) throw;  // this array alone is too large: its own message says so
-            throw MemoryLimitError(source + ": its arrays together (reaching '" + name + "') are over the memory limit of " +
-                                   format_bytes(max_bytes) + " ({max_memory})");
+            throw MemoryLimitError(source + ": its arrays together (reaching '" + name + "') are over " +
+                                   io_detail::memory_limit_of(max_bytes));
         }
         const Array& a = bundle.arrays[name];
-        held += a.count() * sizeof(double) + a.strings.size() * sizeof(std::string);
+        held += io_detail::held_bytes(a);
     }
     return bundle;
 }
@@ -306,9 +302,7 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
 // ---- writer -------------------------------------------------------------------------
 namespace {
 
-void put(std::string& s, std::uint64_t v, int n) {
-    for (int k = 0; k < n; ++k) s += char(v >> (8 * k) & 0xff);
-}
+using io_detail::put_le;
 
 std::uint32_t crc_of(const std::string& head, const void* data, std::size_t n) {
     const std::uint32_t crc = crc32_bytes(0, reinterpret_cast<const unsigned char*>(head.data()), head.size());
@@ -330,77 +324,77 @@ void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays) {
         std::uint32_t crc = crc_of(head, a.data, nbytes);
 
         std::string local;
-        put(local, kLocalSig, 4);
-        put(local, 45, 2);         // version needed: 4.5 (zip64)
-        put(local, 0, 2);          // flags
-        put(local, 0, 2);          // stored
-        put(local, 0, 2);          // time
-        put(local, 0x21, 2);       // date 1980-01-01
-        put(local, crc, 4);
-        put(local, k32, 4);        // sizes are in the zip64 extra field
-        put(local, k32, 4);
-        put(local, name.size(), 2);
-        put(local, 20, 2);         // extra field length
+        put_le(local, kLocalSig, 4);
+        put_le(local, 45, 2);         // version needed: 4.5 (zip64)
+        put_le(local, 0, 2);          // flags
+        put_le(local, 0, 2);          // stored
+        put_le(local, 0, 2);          // time
+        put_le(local, 0x21, 2);       // date 1980-01-01
+        put_le(local, crc, 4);
+        put_le(local, k32, 4);        // sizes are in the zip64 extra field
+        put_le(local, k32, 4);
+        put_le(local, name.size(), 2);
+        put_le(local, 20, 2);         // extra field length
         local += name;
-        put(local, 1, 2);          // zip64 extra: uncompressed, compressed size
-        put(local, 16, 2);
-        put(local, size, 8);
-        put(local, size, 8);
+        put_le(local, 1, 2);          // zip64 extra: uncompressed, compressed size
+        put_le(local, 16, 2);
+        put_le(local, size, 8);
+        put_le(local, size, 8);
         file.write(local);
         file.write(head);
         file.write(a.data, nbytes);
 
-        put(central, kCentralSig, 4);
-        put(central, 45, 2);       // made by
-        put(central, 45, 2);       // needed
-        put(central, 0, 2);
-        put(central, 0, 2);
-        put(central, 0, 2);
-        put(central, 0x21, 2);
-        put(central, crc, 4);
-        put(central, k32, 4);
-        put(central, k32, 4);
-        put(central, name.size(), 2);
-        put(central, 28, 2);       // extra length
-        put(central, 0, 2);        // comment length
-        put(central, 0, 2);        // disk
-        put(central, 0, 2);        // internal attributes
-        put(central, 0x81a4u << 16, 4);  // external: regular file, rw-r--r--
-        put(central, k32, 4);      // offset in the zip64 extra field
+        put_le(central, kCentralSig, 4);
+        put_le(central, 45, 2);       // made by
+        put_le(central, 45, 2);       // needed
+        put_le(central, 0, 2);
+        put_le(central, 0, 2);
+        put_le(central, 0, 2);
+        put_le(central, 0x21, 2);
+        put_le(central, crc, 4);
+        put_le(central, k32, 4);
+        put_le(central, k32, 4);
+        put_le(central, name.size(), 2);
+        put_le(central, 28, 2);       // extra length
+        put_le(central, 0, 2);        // comment length
+        put_le(central, 0, 2);        // disk
+        put_le(central, 0, 2);        // internal attributes
+        put_le(central, 0x81a4u << 16, 4);  // external: regular file, rw-r--r--
+        put_le(central, k32, 4);      // offset in the zip64 extra field
         central += name;
-        put(central, 1, 2);
-        put(central, 24, 2);
-        put(central, size, 8);
-        put(central, size, 8);
-        put(central, offset, 8);
+        put_le(central, 1, 2);
+        put_le(central, 24, 2);
+        put_le(central, size, 8);
+        put_le(central, size, 8);
+        put_le(central, offset, 8);
         offset = file.written();
     }
     std::uint64_t dir_offset = file.written();
     file.write(central);
     std::uint64_t z64 = file.written();
     std::string tail;
-    put(tail, kZip64EndSig, 4);
-    put(tail, 44, 8);              // size of the rest of this record
-    put(tail, 45, 2);
-    put(tail, 45, 2);
-    put(tail, 0, 4);
-    put(tail, 0, 4);
-    put(tail, arrays.size(), 8);
-    put(tail, arrays.size(), 8);
-    put(tail, central.size(), 8);
-    put(tail, dir_offset, 8);
-    put(tail, kZip64LocatorSig, 4);
-    put(tail, 0, 4);
-    put(tail, z64, 8);
-    put(tail, 1, 4);
-    put(tail, kEndSig, 4);
-    put(tail, 0, 2);
-    put(tail, 0, 2);
-    put(tail, 0xffff, 2);
-    put(tail, 0xffff, 2);
-    put(tail, k32, 4);
-    put(tail, k32, 4);
-    put(tail, 0, 2);
+    put_le(tail, kZip64EndSig, 4);
+    put_le(tail, 44, 8);              // size of the rest of this record
+    put_le(tail, 45, 2);
+    put_le(tail, 45, 2);
+    put_le(tail, 0, 4);
+    put_le(tail, 0, 4);
+    put_le(tail, arrays.size(), 8);
+    put_le(tail, arrays.size(), 8);
+    put_le(tail, central.size(), 8);
+    put_le(tail, dir_offset, 8);
+    put_le(tail, kZip64LocatorSig, 4);
+    put_le(tail, 0, 4);
+    put_le(tail, z64, 8);
+    put_le(tail, 1, 4);
+    put_le(tail, kEndSig, 4);
+    put_le(tail, 0, 2);
+    put_le(tail, 0, 2);
+    put_le(tail, 0xffff, 2);
+    put_le(tail, 0xffff, 2);
+    put_le(tail, k32, 4);
+    put_le(tail, k32, 4);
+    put_le(tail, 0, 2);
     file.write(tail);
 }
 

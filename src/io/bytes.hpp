@@ -1,0 +1,64 @@
+// attnscope — io layer, private: small helpers the readers and writers share (byte
+// order, file names, memory-limit messages, UTF-8). Not installed; src/io/ only.
+#pragma once
+
+#include "attnscope/io/array.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace attnscope::io_detail {
+
+// The n-byte (n <= 8) little-endian unsigned integer at b[at, at + n); the caller has
+// checked that those bytes exist.
+inline std::uint64_t load_le(std::string_view b, std::size_t at, int n) {
+    std::uint64_t v = 0;
+    for (int k = n - 1; k >= 0; --k) v = v << 8 | static_cast<unsigned char>(b[at + std::size_t(k)]);
+    return v;
+}
+
+// Appends the low n bytes of v to s, little-endian.
+inline void put_le(std::string& s, std::uint64_t v, int n) {
+    for (int k = 0; k < n; ++k) s += char(v >> (8 * k) & 0xff);
+}
+
+inline bool ends_with(std::string_view s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// "the memory limit of 1.0 GiB ({max_memory})": the end of every MemoryLimitError
+// message the io layer builds ("... over the memory limit of ...", "... more than the
+// memory limit of ..."), the option named as its field.
+inline std::string memory_limit_of(std::size_t max_bytes) {
+    return "the memory limit of " + format_bytes(max_bytes) + " ({max_memory})";
+}
+
+// What an array read counts against the memory limit: its numbers as doubles (whether
+// held as doubles or kept as stored: what a float64 run holds of them), and a string
+// object per text element.
+inline std::size_t held_bytes(const Array& a) {
+    return a.count() * sizeof(double) + a.strings.size() * sizeof(std::string);
+}
+
+// Appends code point cp (at most 0x10FFFF, not a surrogate: the callers check) as UTF-8.
+inline void append_utf8(std::string& out, std::uint32_t cp) {
+    if (cp < 0x80) {
+        out += char(cp);
+    } else if (cp < 0x800) {
+        out += char(0xC0 | (cp >> 6));
+        out += char(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += char(0xE0 | (cp >> 12));
+        out += char(0x80 | ((cp >> 6) & 0x3F));
+        out += char(0x80 | (cp & 0x3F));
+    } else {
+        out += char(0xF0 | (cp >> 18));
+        out += char(0x80 | ((cp >> 12) & 0x3F));
+        out += char(0x80 | ((cp >> 6) & 0x3F));
+        out += char(0x80 | (cp & 0x3F));
+    }
+}
+
+}  // namespace attnscope::io_detail

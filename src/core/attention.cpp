@@ -157,9 +157,13 @@ template <typename T>
 void check_memory_limit(const Bundle& bundle, const Problem<T>& p, const Compute& how, std::size_t limit) {
     const Dims& d = p.dims;
     std::size_t read = 0;
-    for (const auto& [name, a] : bundle.arrays) read += a.values.size() * sizeof(double) + a.stored.size();
+    for (const auto& [name, a] : bundle.arrays) {
+        read += a.values.size() * sizeof(double) + a.stored.size();
+        for (const auto& s : a.strings) read += sizeof(std::string) + s.capacity();  // token labels as read
+    }
     std::size_t typed = sizeof(T) * (d.B * d.Tq * d.Dm + (p.cross ? d.B * d.Tk * d.Dkv : 0) + d.Dm * d.H * d.Dk +
                                      d.Dkv * d.H * (d.Dk + d.Dv) + (p.W_O ? d.H * d.Dv * d.Dout : 0));
+    typed += p.query_tokens.bytes() + (p.key_tokens.same_as(p.query_tokens) ? 0 : p.key_tokens.bytes());
     std::size_t run = planned_bytes(d, sizeof(T), how, p.masking());
     std::size_t total = read + typed;
     if (__builtin_add_overflow(total, run, &total)) total = std::numeric_limits<std::size_t>::max();

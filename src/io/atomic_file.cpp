@@ -9,6 +9,7 @@
 
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -23,10 +24,23 @@
 namespace attnscope {
 
 AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
-    temp_ = target_ + ".tmp-XXXXXX";
-    fd_ = ::mkstemp(temp_.data());
-    if (fd_ < 0) throw RuntimeFailure(target_ + ": cannot create output file: " + std::strerror(errno));
-    slot_ = register_unfinished(temp_, false);
+    // The temporary is listed for the signal handlers before it is created (O_EXCL), so
+    // no moment exists in which it is on disk but unknown to them. (A signal may reach any
+    // thread, e.g. a BLAS worker, so blocking signals on this one would not close that gap.)
+    static std::atomic<unsigned> counter{0};
+    for (int attempt = 0;; ++attempt) {
+        char suffix[32];
+        std::snprintf(suffix, sizeof suffix, ".tmp-%06x", unsigned(::getpid() * 2654435761u + counter++ * 40503u) & 0xffffffu);
+        temp_ = target_ + suffix;
+        slot_ = register_unfinished(temp_, false);
+        fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd_ >= 0) break;
+        const int err = errno;
+        unregister_unfinished(slot_);
+        slot_ = -1;
+        if (err != EEXIST || attempt == 100)
+            throw RuntimeFailure(target_ + ": cannot create output file: " + std::strerror(err));
+    }
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept

@@ -12,6 +12,28 @@
 
 namespace attnscope {
 
+TokenLabels TokenLabels::shared(std::vector<std::string> list, std::size_t items) {
+    TokenLabels t;
+    t.lists_ = std::make_shared<const std::vector<std::vector<std::string>>>(1, std::move(list));
+    t.items_ = items;
+    return t;
+}
+
+TokenLabels TokenLabels::per_item(std::vector<std::vector<std::string>> lists) {
+    TokenLabels t;
+    t.items_ = lists.size();
+    t.lists_ = std::make_shared<const std::vector<std::vector<std::string>>>(std::move(lists));
+    return t;
+}
+
+std::size_t TokenLabels::bytes() const {
+    std::size_t n = 0;
+    if (lists_)
+        for (const auto& list : *lists_)
+            for (const auto& s : list) n += sizeof(std::string) + s.capacity();
+    return n;
+}
+
 const std::vector<std::string>& known_array_names() {
     static const std::vector<std::string> names = {
         "x", "memory", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "key_padding_mask",
@@ -202,11 +224,12 @@ TokenLabels tokens(const Builder& bld, const std::string& name, std::size_t B, s
     const Array* a = bld.find(name);
     if (!a) return {};
     if (!a->is_text()) bld.fail(*a, "expected a list of strings (token labels), found numbers");
-    if (a->ndim() == 1 && a->shape[0] == T) return TokenLabels(B, a->strings);
+    if (a->ndim() == 1 && a->shape[0] == T) return TokenLabels::shared(a->strings, B);
     if (a->ndim() == 2 && a->shape[0] == B && a->shape[1] == T) {
-        TokenLabels out(B);
-        for (std::size_t b = 0; b < B; ++b) out[b].assign(a->strings.begin() + long(b * T), a->strings.begin() + long((b + 1) * T));
-        return out;
+        std::vector<std::vector<std::string>> lists(B);
+        for (std::size_t b = 0; b < B; ++b)
+            lists[b].assign(a->strings.begin() + long(b * T), a->strings.begin() + long((b + 1) * T));
+        return TokenLabels::per_item(std::move(lists));
     }
     bld.fail(*a, "expected " + std::to_string(T) + " labels (" + axis + " = " + std::to_string(T) + ")" +
                      (batched ? " or shape (" + std::to_string(B) + ", " + std::to_string(T) + ")" : "") + ", found shape " +

@@ -70,10 +70,11 @@ Dump::Dump(std::string path, std::vector<std::string> stages) : impl_(std::make_
     if (::stat(d.path.c_str(), &st) == 0) {
         if (!S_ISDIR(st.st_mode))
             throw UsageError("{dump} " + d.path + ": exists and is not a directory (a dump is a directory or a .npz file)");
-    } else if (::mkdir(d.path.c_str(), 0777) == 0) {
-        d.created = true;
-        d.slot = register_unfinished(d.path, true);
+    } else if (d.slot = register_unfinished(d.path, true); ::mkdir(d.path.c_str(), 0777) == 0) {
+        d.created = true;  // listed for the signal handlers before it existed
     } else {
+        unregister_unfinished(d.slot);
+        d.slot = -1;
         throw RuntimeFailure("{dump} " + d.path + ": cannot create directory: " + std::strerror(errno));
     }
     // Refuse before writing anything when a target cannot be replaced by a file, so a

@@ -21,6 +21,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,8 +48,26 @@ struct Dims {
     std::size_t B = 0, Tq = 0, Tk = 0, Dm = 0, Dkv = 0, H = 0, Dk = 0, Dv = 0, Dout = 0;
 };
 
-// Token labels, one list per batch item (a single list given for all items is repeated).
-using TokenLabels = std::vector<std::vector<std::string>>;
+// Token labels: a list per batch item, or one list that every item shares (never
+// copied per item: a (Tq,) list serves a batch of any size). Copies share the strings.
+class TokenLabels {
+public:
+    TokenLabels() = default;
+    // One list for all `items` batch items.
+    static TokenLabels shared(std::vector<std::string> list, std::size_t items);
+    // A list per batch item.
+    static TokenLabels per_item(std::vector<std::vector<std::string>> lists);
+
+    bool empty() const { return items_ == 0; }
+    std::size_t size() const { return items_; }  // batch items
+    const std::vector<std::string>& operator[](std::size_t b) const { return (*lists_)[lists_->size() == 1 ? 0 : b]; }
+    std::size_t bytes() const;  // what the labels hold in memory
+    bool same_as(const TokenLabels& o) const { return lists_ == o.lists_; }
+
+private:
+    std::shared_ptr<const std::vector<std::vector<std::string>>> lists_;
+    std::size_t items_ = 0;
+};
 
 template <typename T>
 struct Problem {

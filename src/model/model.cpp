@@ -1,14 +1,15 @@
 // Model layer: named arrays + Spec -> a validated Problem<T>. Every shape is checked
 // against every other here, before the core does any arithmetic.
-#include "attnscope/base/errors.hpp"
 #include "attnscope/model/model.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <set>
+
+#include "attnscope/base/errors.hpp"
 
 namespace attnscope {
 
@@ -35,19 +36,18 @@ std::size_t TokenLabels::bytes() const {
 }
 
 const std::vector<std::string>& known_array_names() {
-    static const std::vector<std::string> names = {
-        "x", "memory", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "key_padding_mask",
-        "query_tokens", "key_tokens",
-        // PyTorch nn.MultiheadAttention state dict (with {layout} torch)
-        "in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight", "v_proj_weight",
-        "out_proj.weight", "out_proj.bias"};
+    static const std::vector<std::string> names = {"x", "memory", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V",
+                                                   "b_O", "key_padding_mask", "query_tokens", "key_tokens",
+                                                   // PyTorch nn.MultiheadAttention state dict (with {layout} torch)
+                                                   "in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight",
+                                                   "v_proj_weight", "out_proj.weight", "out_proj.bias"};
     return names;
 }
 
 namespace {
 
-const std::set<std::string> kTorchNames = {"in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight",
-                                           "v_proj_weight", "out_proj.weight", "out_proj.bias"};
+const std::set<std::string> kTorchNames = {"in_proj_weight", "in_proj_bias",    "q_proj_weight", "k_proj_weight",
+                                           "v_proj_weight",  "out_proj.weight", "out_proj.bias"};
 
 std::string join(const std::vector<std::string>& v) {
     std::string s;
@@ -61,10 +61,12 @@ std::string join(const std::vector<std::string>& v) {
 struct Mat {
     std::size_t rows = 0, cols = 0;
     const Array* a = nullptr;
-    std::size_t row0 = 0;     // first row taken from `a` (before transposing)
+    std::size_t row0 = 0;  // first row taken from `a` (before transposing)
     bool transposed = false;
     Mat transpose() const { return {cols, rows, a, row0, !transposed}; }
-    Mat row_block(std::size_t r0, std::size_t n) const { return {n, cols, a, row0 + r0, transposed}; }  // untransposed only
+    Mat row_block(std::size_t r0, std::size_t n) const {
+        return {n, cols, a, row0 + r0, transposed};
+    }  // untransposed only
 };
 
 // A 1-D run of numbers: elements [begin, begin + n) of an input array.
@@ -74,7 +76,7 @@ struct Vec {
 };
 
 class Builder {
-public:
+   public:
     Builder(const Bundle& b, const Spec& s) : b_(b), spec_(s) {}
 
     const Array* find(const std::string& name) const {
@@ -115,12 +117,14 @@ public:
     void check_in(const Mat& m, const Array& a, std::size_t in, const std::string& in_name,
                   const std::string& source_desc, std::size_t out) const {
         if (m.rows == in) return;
-        std::string layout = spec_.layout == Layout::torch ? "(out, in) layout, {layout} torch" : "math layout (in, out)";
+        std::string layout =
+            spec_.layout == Layout::torch ? "(out, in) layout, {layout} torch" : "math layout (in, out)";
         std::string what = "expected " + std::to_string(in) + " rows (" + in_name + ", the width of " + source_desc +
                            ") in the " + layout + ", found shape " + shape_str(a.shape);
         if (m.cols == in && (out == 0 || m.rows == out))
             what += spec_.layout == Layout::math
-                        ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass {layout} torch"
+                        ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass "
+                          "{layout} torch"
                         : "; its transpose would fit: it looks stored (in, out), so drop {layout} torch";
         fail(a, what);
     }
@@ -132,7 +136,8 @@ public:
                 throw InputError(b_.source + ": unknown array '" + name + "' (a bundle may hold: " + join(known) + ")");
             if (kTorchNames.count(name) && spec_.layout != Layout::torch)
                 throw InputError(b_.source + ": " + name +
-                                 " is a PyTorch nn.MultiheadAttention parameter (weights stored (out, in)); pass {layout} torch to read it");
+                                 " is a PyTorch nn.MultiheadAttention parameter (weights stored (out, in)); pass "
+                                 "{layout} torch to read it");
         }
     }
 
@@ -143,7 +148,7 @@ public:
 // The non-finite numbers of each input array, found while it is copied out (every
 // numeric input is copied whole exactly once) or, for one never copied, by a scan.
 class NonFiniteLog {
-public:
+   public:
     void note(const Array& a, const NonFinite& nf) { found_.emplace(&a, nf); }
     bool has(const Array& a) const { return found_.count(&a) != 0; }
 
@@ -167,12 +172,12 @@ public:
         for (std::size_t i : idx) where += "[" + std::to_string(i) + "]";
         char buf[32];
         std::snprintf(buf, sizeof buf, "%g", nf.first_value);
-        warnings.push_back(a.origin + ": " + std::to_string(nf.count) + " non-finite value" + (nf.count > 1 ? "s" : "") +
-                           (std::isfinite(nf.first_value) ? " in this precision" : "") + ", the first " + buf + " at " +
-                           where + "; every stage it reaches will carry it");
+        warnings.push_back(a.origin + ": " + std::to_string(nf.count) + " non-finite value" +
+                           (nf.count > 1 ? "s" : "") + (std::isfinite(nf.first_value) ? " in this precision" : "") +
+                           ", the first " + buf + " at " + where + "; every stage it reaches will carry it");
     }
 
-private:
+   private:
     std::map<const Array*, NonFinite> found_;
 };
 
@@ -232,26 +237,30 @@ TokenLabels tokens(const Builder& bld, const std::string& name, std::size_t B, s
         return TokenLabels::per_item(std::move(lists));
     }
     bld.fail(*a, "expected " + std::to_string(T) + " labels (" + axis + " = " + std::to_string(T) + ")" +
-                     (batched ? " or shape (" + std::to_string(B) + ", " + std::to_string(T) + ")" : "") + ", found shape " +
-                     shape_str(a->shape));
+                     (batched ? " or shape (" + std::to_string(B) + ", " + std::to_string(T) + ")" : "") +
+                     ", found shape " + shape_str(a->shape));
 }
 
-}  // namespace
-
-template <typename T>
-Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
-    Builder bld(bundle, spec);
-    NonFiniteLog nonfinite;
-    Problem<T> p;
-    p.spec = spec;
-    Dims& d = p.dims;
-
+// The spec's own numbers, before any array is looked at.
+void check_spec(const Spec& spec) {
     if (spec.heads == 0) throw UsageError("{heads}: expected a positive number of heads, found 0");
     if (spec.scale && !std::isfinite(*spec.scale)) throw UsageError("{scale}: expected a finite number");
     if (!(spec.temperature > 0) || !std::isfinite(spec.temperature))
         throw UsageError("{temperature}: expected a positive number");
-    bld.check_names();
+}
 
+// The weights as the bundle describes them (not yet copied out): in math layout (in, out).
+struct Weights {
+    Mat wq, wk, wv;
+    std::optional<Mat> wo;
+    std::optional<Vec> bq, bk, bv, bo;
+    const Array* in_proj = nullptr;
+};
+
+// 1. Inputs: x and memory, which fix B, Tq, Tk, Dm and Dkv.
+template <typename T>
+void read_inputs(const Builder& bld, const Bundle& bundle, Problem<T>& p, NonFiniteLog& nonfinite) {
+    Dims& d = p.dims;
     // 1. Inputs: x (Tq, Dm) or (B, Tq, Dm); memory (Tk, Dkv) or (B, Tk, Dkv).
     const Array* x = bld.find("x");
     if (!x) throw InputError(bundle.source + ": no array 'x' (the query input, shape (Tq, Dm) or (B, Tq, Dm))");
@@ -262,7 +271,8 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     d.B = p.batched ? x->shape[0] : 1;
     d.Tq = x->shape[x->ndim() - 2];
     d.Dm = x->shape[x->ndim() - 1];
-    if (d.B == 0 || d.Tq == 0 || d.Dm == 0) bld.fail(*x, "expected a non-empty array, found shape " + shape_str(x->shape));
+    if (d.B == 0 || d.Tq == 0 || d.Dm == 0)
+        bld.fail(*x, "expected a non-empty array, found shape " + shape_str(x->shape));
     p.x = to_tensor<T, 3>(*x, {d.B, d.Tq, d.Dm}, nonfinite);
     nonfinite.warn<T>(*x, p.warnings);
 
@@ -271,10 +281,12 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     if (mem) {
         bld.numeric(*mem);
         if (mem->ndim() != x->ndim())
-            bld.fail(*mem, std::string("expected ") + (p.batched ? "(B, Tk, Dkv) like x's (B, Tq, Dm)" : "(Tk, Dkv) like x's (Tq, Dm)") +
+            bld.fail(*mem, std::string("expected ") +
+                               (p.batched ? "(B, Tk, Dkv) like x's (B, Tq, Dm)" : "(Tk, Dkv) like x's (Tq, Dm)") +
                                ", found shape " + shape_str(mem->shape));
         if (p.batched && mem->shape[0] != d.B)
-            bld.fail(*mem, "expected batch size B = " + std::to_string(d.B) + " (as in x), found shape " + shape_str(mem->shape));
+            bld.fail(*mem, "expected batch size B = " + std::to_string(d.B) + " (as in x), found shape " +
+                               shape_str(mem->shape));
         d.Tk = mem->shape[mem->ndim() - 2];
         d.Dkv = mem->shape[mem->ndim() - 1];
         if (d.Tk == 0 || d.Dkv == 0) bld.fail(*mem, "expected a non-empty array, found shape " + shape_str(mem->shape));
@@ -284,94 +296,125 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         d.Tk = d.Tq;
         d.Dkv = d.Dm;
     }
-    const std::string src_desc = p.cross ? "memory" : "x";
+}
 
-    // 2. Projection weights, in math layout (in, out).
-    Mat wq, wk, wv;
-    std::optional<Mat> wo;
-    std::optional<Vec> bq, bk, bv, bo;
+// 2a. nn.MultiheadAttention's state dict: in_proj_weight, or q/k/v_proj_weight.
+void read_torch_weights(const Builder& bld, const Bundle& bundle, const Dims& d, bool cross, Weights& out,
+                        const std::vector<std::string>& separate) {
+    Mat &wq = out.wq, &wk = out.wk, &wv = out.wv;
+    std::optional<Mat>& wo = out.wo;
+    std::optional<Vec>&bq = out.bq, &bk = out.bk, &bv = out.bv;
+    const Array* in_proj = out.in_proj;
+    const Array* q_proj = bld.find("q_proj_weight");
+    const std::string src_desc = cross ? "memory" : "x";
+    // nn.MultiheadAttention: y = x Wᵀ + b, the q, k, v blocks stacked along axis 0.
+    for (const char* n : {"W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"})
+        if (const Array* a = bld.find(n))
+            bld.fail(*a, std::string("given together with PyTorch's nn.MultiheadAttention weights; keep one set"));
+    if (in_proj) {
+        Mat w = bld.matrix(*in_proj);
+        if (w.rows % 3 != 0 || w.rows / 3 != w.cols)
+            bld.fail(*in_proj, "expected shape (3E, E) with E = embed_dim, found " + shape_str(in_proj->shape));
+        std::size_t E = w.cols;
+        if (E != d.Dm || E != d.Dkv)
+            bld.fail(*in_proj, "expected E = " + std::to_string(d.Dm) + " (x's width" +
+                                   (cross ? " and memory's width " + std::to_string(d.Dkv) : std::string()) +
+                                   "), found shape " + shape_str(in_proj->shape) +
+                                   (cross ? "; for other widths nn.MultiheadAttention uses q/k/v_proj_weight" : ""));
+        wq = w.row_block(0, E).transpose();
+        wk = w.row_block(E, E).transpose();
+        wv = w.row_block(2 * E, E).transpose();
+    } else {
+        const Array* k_proj = bld.find("k_proj_weight");
+        const Array* v_proj = bld.find("v_proj_weight");
+        if (!q_proj || !k_proj || !v_proj) {
+            std::vector<std::string> missing;
+            for (const char* n : {"q_proj_weight", "k_proj_weight", "v_proj_weight"})
+                if (!bld.find(n)) missing.emplace_back(n);
+            throw InputError(bundle.source + ": " + separate[0] + " needs " +
+                             (missing.size() == 1 ? missing[0] : missing[0] + " and " + missing[1]) + " beside it");
+        }
+        wq = bld.weight(*q_proj, d.Dm, "Dm", "x");
+        wk = bld.weight(*k_proj, d.Dkv, "Dkv", src_desc, wq.cols);
+        wv = bld.weight(*v_proj, d.Dkv, "Dkv", src_desc);
+        if (wv.cols != wq.cols)  // nn.MultiheadAttention projects q, k and v to embed_dim alike
+            bld.fail(*v_proj, "expected E = " + std::to_string(wq.cols) +
+                                  " outputs like q_proj_weight (E = embed_dim), found shape " +
+                                  shape_str(v_proj->shape));
+    }
+    if (const Array* b = bld.find("in_proj_bias")) {
+        std::size_t E = wq.cols;
+        const Vec v = bld.vector(*b, 3 * E, "3E");
+        bq = Vec{v.a, 0, E};
+        bk = Vec{v.a, E, E};
+        bv = Vec{v.a, 2 * E, E};
+    }
+    if (const Array* a = bld.find("out_proj.weight"))
+        wo = bld.matrix(*a).transpose();
+    else if (const Array* b = bld.find("out_proj.bias"))
+        bld.fail(*b, "an output bias needs out_proj.weight beside it");
+}
+
+// 2b. W_Q, W_K, W_V (and W_O), in the spec's layout.
+void read_named_weights(const Builder& bld, const Bundle& bundle, const Spec& spec, const Dims& d, bool cross,
+                        Weights& w) {
+    Mat &wq = w.wq, &wk = w.wk, &wv = w.wv;
+    std::optional<Mat>& wo = w.wo;
+    const std::string src_desc = cross ? "memory" : "x";
+    // What is left of the state dict's names would be ignored (or taken for b_O) here.
+    for (const char* n : {"in_proj_bias", "out_proj.weight", "out_proj.bias"})
+        if (const Array* a = bld.find(n))
+            bld.fail(*a, "an nn.MultiheadAttention parameter without in_proj_weight or q/k/v_proj_weight" +
+                             std::string(bld.find("W_Q") ? ", given together with W_Q, W_K, W_V; keep one set" : ""));
+    for (const char* n : {"W_Q", "W_K", "W_V"})
+        if (!bld.find(n))
+            throw InputError(bundle.source + ": no array '" + n + "' (the " + std::string(n).substr(2) +
+                             " projection, shape (in, out))");
+    wq = bld.weight(*bld.find("W_Q"), d.Dm, "Dm", "x");
+    wk = bld.weight(*bld.find("W_K"), d.Dkv, "Dkv", src_desc, wq.cols);
+    wv = bld.weight(*bld.find("W_V"), d.Dkv, "Dkv", src_desc);
+    if (const Array* a = bld.find("W_O")) {
+        wo = bld.matrix(*a);
+        if (spec.layout == Layout::torch) *wo = wo->transpose();
+    }
+}
+
+// 2. Projection weights: one of the two forms, never both.
+Weights read_weights(const Builder& bld, const Bundle& bundle, const Spec& spec, const Dims& d, bool cross) {
+    Weights w;
     // Two forms, never mixed: W_Q, W_K, W_V (W_O, b_*), or nn.MultiheadAttention's state
     // dict, whose q, k, v weights are in_proj_weight or else q/k/v_proj_weight, never both.
-    const Array* in_proj = bld.find("in_proj_weight");
-    const Array* q_proj = bld.find("q_proj_weight");
+    w.in_proj = bld.find("in_proj_weight");
+    const Array* in_proj = w.in_proj;
     std::vector<std::string> separate;  // q/k/v_proj_weight given
     for (const char* n : {"q_proj_weight", "k_proj_weight", "v_proj_weight"})
         if (bld.find(n)) separate.emplace_back(n);
     if (in_proj && !separate.empty())  // nn.MultiheadAttention has in_proj_weight exactly when kdim = vdim = embed_dim
-        throw InputError(bundle.source + ": both forms of nn.MultiheadAttention's q, k, v weights given: in_proj_weight and " +
+        throw InputError(bundle.source +
+                         ": both forms of nn.MultiheadAttention's q, k, v weights given: in_proj_weight and " +
                          join(separate) + "; remove " +
                          (d.Dkv == d.Dm ? join(separate) + " (inputs of one width, as here, take in_proj_weight)"
                                         : "in_proj_weight (memory's width " + std::to_string(d.Dkv) + " is not x's " +
                                               std::to_string(d.Dm) + ": that takes q/k/v_proj_weight)"));
-    if (in_proj || !separate.empty()) {
-        // nn.MultiheadAttention: y = x Wᵀ + b, the q, k, v blocks stacked along axis 0.
-        for (const char* n : {"W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"})
-            if (const Array* a = bld.find(n))
-                bld.fail(*a, std::string("given together with PyTorch's nn.MultiheadAttention weights; keep one set"));
-        if (in_proj) {
-            Mat w = bld.matrix(*in_proj);
-            if (w.rows % 3 != 0 || w.rows / 3 != w.cols)
-                bld.fail(*in_proj, "expected shape (3E, E) with E = embed_dim, found " + shape_str(in_proj->shape));
-            std::size_t E = w.cols;
-            if (E != d.Dm || E != d.Dkv)
-                bld.fail(*in_proj, "expected E = " + std::to_string(d.Dm) + " (x's width" +
-                                       (p.cross ? " and memory's width " + std::to_string(d.Dkv) : std::string()) +
-                                       "), found shape " + shape_str(in_proj->shape) +
-                                       (p.cross ? "; for other widths nn.MultiheadAttention uses q/k/v_proj_weight" : ""));
-            wq = w.row_block(0, E).transpose();
-            wk = w.row_block(E, E).transpose();
-            wv = w.row_block(2 * E, E).transpose();
-        } else {
-            const Array* k_proj = bld.find("k_proj_weight");
-            const Array* v_proj = bld.find("v_proj_weight");
-            if (!q_proj || !k_proj || !v_proj) {
-                std::vector<std::string> missing;
-                for (const char* n : {"q_proj_weight", "k_proj_weight", "v_proj_weight"})
-                    if (!bld.find(n)) missing.emplace_back(n);
-                throw InputError(bundle.source + ": " + separate[0] + " needs " +
-                                 (missing.size() == 1 ? missing[0] : missing[0] + " and " + missing[1]) + " beside it");
-            }
-            wq = bld.weight(*q_proj, d.Dm, "Dm", "x");
-            wk = bld.weight(*k_proj, d.Dkv, "Dkv", src_desc, wq.cols);
-            wv = bld.weight(*v_proj, d.Dkv, "Dkv", src_desc);
-            if (wv.cols != wq.cols)  // nn.MultiheadAttention projects q, k and v to embed_dim alike
-                bld.fail(*v_proj, "expected E = " + std::to_string(wq.cols) + " outputs like q_proj_weight (E = embed_dim), found shape " +
-                                      shape_str(v_proj->shape));
-        }
-        if (const Array* b = bld.find("in_proj_bias")) {
-            std::size_t E = wq.cols;
-            const Vec v = bld.vector(*b, 3 * E, "3E");
-            bq = Vec{v.a, 0, E};
-            bk = Vec{v.a, E, E};
-            bv = Vec{v.a, 2 * E, E};
-        }
-        if (const Array* a = bld.find("out_proj.weight")) wo = bld.matrix(*a).transpose();
-        else if (const Array* b = bld.find("out_proj.bias"))
-            bld.fail(*b, "an output bias needs out_proj.weight beside it");
-    } else {
-        // What is left of the state dict's names would be ignored (or taken for b_O) here.
-        for (const char* n : {"in_proj_bias", "out_proj.weight", "out_proj.bias"})
-            if (const Array* a = bld.find(n))
-                bld.fail(*a, "an nn.MultiheadAttention parameter without in_proj_weight or q/k/v_proj_weight" +
-                                 std::string(bld.find("W_Q") ? ", given together with W_Q, W_K, W_V; keep one set" : ""));
-        for (const char* n : {"W_Q", "W_K", "W_V"})
-            if (!bld.find(n))
-                throw InputError(bundle.source + ": no array '" + n + "' (the " + std::string(n).substr(2) +
-                                 " projection, shape (in, out))");
-        wq = bld.weight(*bld.find("W_Q"), d.Dm, "Dm", "x");
-        wk = bld.weight(*bld.find("W_K"), d.Dkv, "Dkv", src_desc, wq.cols);
-        wv = bld.weight(*bld.find("W_V"), d.Dkv, "Dkv", src_desc);
-        if (const Array* a = bld.find("W_O")) {
-            wo = bld.matrix(*a);
-            if (spec.layout == Layout::torch) *wo = wo->transpose();
-        }
-    }
+    if (in_proj || !separate.empty())
+        read_torch_weights(bld, bundle, d, cross, w, separate);
+    else
+        read_named_weights(bld, bundle, spec, d, cross, w);
+    return w;
+}
 
-    // 3. Widths: queries and keys share one width; heads split both it and the value width.
-    const Array& wk_arr = bld.find("W_K") ? *bld.find("W_K") : bld.find("k_proj_weight") ? *bld.find("k_proj_weight") : *in_proj;
+// 3. Widths: queries and keys share one width; heads split both it and the value width.
+void split_widths(const Builder& bld, const Bundle& bundle, const Spec& spec, const Weights& w, Dims& d) {
+    const Mat &wq = w.wq, &wk = w.wk, &wv = w.wv;
+    const std::optional<Mat>& wo = w.wo;
+    const Array* in_proj = w.in_proj;
+    const Array& wk_arr = bld.find("W_K")             ? *bld.find("W_K")
+                          : bld.find("k_proj_weight") ? *bld.find("k_proj_weight")
+                                                      : *in_proj;
     if (wk.cols != wq.cols)
         bld.fail(wk_arr, "queries and keys must share one width: W_Q gives H*Dk = " + std::to_string(wq.cols) +
-                             " columns but W_K gives " + std::to_string(wk.cols) + " (shape " + shape_str(wk_arr.shape) + ")");
+                             " columns but W_K gives " + std::to_string(wk.cols) + " (shape " +
+                             shape_str(wk_arr.shape) + ")");
     if (wq.cols == 0 || wv.cols == 0)
         throw InputError(bundle.source + ": W_Q and W_V must have at least one output column");
     d.H = spec.heads;
@@ -387,18 +430,24 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     if (wo) {
         const Array& a = bld.find("W_O") ? *bld.find("W_O") : *bld.find("out_proj.weight");
         if (wo->rows != d.H * d.Dv)
-            bld.fail(a, "expected " + std::to_string(d.H * d.Dv) + " rows (H*Dv, the concatenated heads' width, in the " +
-                            (spec.layout == Layout::torch ? "(out, in) layout" : "math layout (in, out)") + "), found shape " +
-                            shape_str(a.shape) +
+            bld.fail(a, "expected " + std::to_string(d.H * d.Dv) +
+                            " rows (H*Dv, the concatenated heads' width, in the " +
+                            (spec.layout == Layout::torch ? "(out, in) layout" : "math layout (in, out)") +
+                            "), found shape " + shape_str(a.shape) +
                             (wo->cols == d.H * d.Dv && spec.layout == Layout::math
-                                 ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, pass {layout} torch"
+                                 ? "; its transpose would fit: if it is stored (out, in) as PyTorch's nn.Linear does, "
+                                   "pass {layout} torch"
                                  : ""));
         d.Dout = wo->cols;
     } else {
         d.Dout = d.H * d.Dv;
     }
+}
 
-    // 4. Biases.
+// 4. Biases, checked against the widths.
+void read_biases(const Builder& bld, const Dims& d, Weights& w) {
+    const std::optional<Mat>& wo = w.wo;
+    std::optional<Vec>&bq = w.bq, &bk = w.bk, &bv = w.bv, &bo = w.bo;
     auto bias = [&](const char* name, std::size_t n, const char* expect, std::optional<Vec>& out) {
         if (const Array* a = bld.find(name)) out = bld.vector(*a, n, expect);
     };
@@ -408,7 +457,14 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     if (bld.find("b_O") && !wo) bld.fail(*bld.find("b_O"), "an output bias needs W_O beside it");
     bias("b_O", d.Dout, "Dout", bo);
     bias("out_proj.bias", d.Dout, "Dout", bo);
+}
 
+// The weights and biases copied out once, into typed tensors.
+template <typename T>
+void copy_weights(const Bundle& bundle, const Weights& w, Problem<T>& p, NonFiniteLog& nonfinite) {
+    const Mat &wq = w.wq, &wk = w.wk, &wv = w.wv;
+    const std::optional<Mat>& wo = w.wo;
+    const std::optional<Vec>&bq = w.bq, &bk = w.bk, &bv = w.bv, &bo = w.bo;
     p.W_Q = to_tensor<T>(wq, nonfinite);
     p.W_K = to_tensor<T>(wk, nonfinite);
     p.W_V = to_tensor<T>(wv, nonfinite);
@@ -424,17 +480,22 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     for (const auto& [name, arr] : bundle.arrays)
         if (!arr.is_text() && name != "x" && name != "memory" && name != "key_padding_mask")
             nonfinite.warn<T>(arr, p.warnings);
+}
 
-    // 5. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD; with the causal rule, the mask rule.
+// 5. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD; with the causal rule, the mask rule.
+template <typename T>
+void read_mask(const Builder& bld, const Spec& spec, Problem<T>& p) {
+    const Dims& d = p.dims;
     std::optional<xt::xtensor<bool, 2>> key_padding;
     if (const Array* m = bld.find("key_padding_mask")) {
         bld.numeric(*m);
-        bool fits = (m->ndim() == 1 && m->shape[0] == d.Tk) ||
-                    (m->ndim() == 2 && m->shape[0] == d.B && m->shape[1] == d.Tk);
+        bool fits =
+            (m->ndim() == 1 && m->shape[0] == d.Tk) || (m->ndim() == 2 && m->shape[0] == d.B && m->shape[1] == d.Tk);
         if (!fits)
-            bld.fail(*m, "expected (Tk,) = (" + std::to_string(d.Tk) + ",)" +
-                             (p.batched ? " or (B, Tk) = (" + std::to_string(d.B) + ", " + std::to_string(d.Tk) + ")" : "") +
-                             " with 1/true = PAD, found shape " + shape_str(m->shape));
+            bld.fail(
+                *m, "expected (Tk,) = (" + std::to_string(d.Tk) + ",)" +
+                        (p.batched ? " or (B, Tk) = (" + std::to_string(d.B) + ", " + std::to_string(d.Tk) + ")" : "") +
+                        " with 1/true = PAD, found shape " + shape_str(m->shape));
         xt::xtensor<bool, 2> pad = xt::xtensor<bool, 2>::from_shape({d.B, d.Tk});
         for (std::size_t b = 0; b < d.B; ++b)
             for (std::size_t j = 0; j < d.Tk; ++j) {
@@ -448,13 +509,12 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
         key_padding = std::move(pad);
     }
     p.mask = MaskRule(d.B, d.Tq, d.Tk, std::move(key_padding), spec.causal, spec.causal_align);
+}
 
-    // 6. Token labels.
-    p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
-    p.key_tokens = tokens(bld, "key_tokens", d.B, d.Tk, p.batched, "Tk");
-    if (p.key_tokens.empty() && !p.cross) p.key_tokens = p.query_tokens;
-
-    // 7. Scale: 1/sqrt(Dk) unless given.
+// 7. Scale: 1/sqrt(Dk) unless given.
+template <typename T>
+void choose_scale(const Spec& spec, Problem<T>& p) {
+    const Dims& d = p.dims;
     if (spec.scale) {
         p.scale = static_cast<T>(*spec.scale);
         p.scale_source = spec.scale_text.empty() ? "--scale" : "--scale " + spec.scale_text;
@@ -470,6 +530,31 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     if (spec.zero_key && *spec.zero_key >= d.Tk)
         throw UsageError("{zero_key} " + std::to_string(*spec.zero_key) + ": key does not exist (expected 0.." +
                          std::to_string(d.Tk - 1) + ")");
+}
+
+}  // namespace
+
+template <typename T>
+Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
+    Builder bld(bundle, spec);
+    NonFiniteLog nonfinite;
+    Problem<T> p;
+    p.spec = spec;
+    Dims& d = p.dims;
+    check_spec(spec);
+    bld.check_names();
+    read_inputs(bld, bundle, p, nonfinite);                   // 1. x, memory
+    Weights w = read_weights(bld, bundle, spec, d, p.cross);  // 2. projections
+    split_widths(bld, bundle, spec, w, d);                    // 3. H, Dk, Dv, Dout
+    read_biases(bld, d, w);                                   // 4. biases
+    copy_weights(bundle, w, p, nonfinite);
+    read_mask(bld, spec, p);  // 5. the mask rule
+    // 6. Token labels.
+    p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
+    p.key_tokens = tokens(bld, "key_tokens", d.B, d.Tk, p.batched, "Tk");
+    if (p.key_tokens.empty() && !p.cross) p.key_tokens = p.query_tokens;
+
+    choose_scale(spec, p);  // 7. scale
     return p;
 }
 

@@ -275,8 +275,18 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
 
 }  // namespace
 
-CLI::App* setup_run(CLI::App& app, RunOptions& o) {
-    auto* run = app.add_subcommand("run", "Compute attention on a bundle of arrays and show every stage");
+namespace {
+
+// The stages drawn as (query, key) heatmaps: --svg-stage takes one of them.
+std::vector<std::string> matrix_stage_names() {
+    std::vector<std::string> names;
+    for (const StageInfo& s : stage_table())
+        if (s.over_keys()) names.emplace_back(s.name);
+    return names;
+}
+
+// Options that choose the inputs: the bundle and arrays from their own files.
+void add_input_options(CLI::App* run, RunOptions& o) {
     run->add_option("bundle", o.bundle,
                     "Named arrays: a .npz archive, a .json object, or - for JSON on stdin "
                     "(x, memory, W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O, key_padding_mask, query_tokens, key_tokens)");
@@ -286,6 +296,10 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
             std::string("--") + name, [&o, name](const std::string& f) { o.array_files[name] = f; },
             std::string("File holding ") + name);
 
+}
+
+// Options of the model and the masks.
+void add_model_options(CLI::App* run, RunOptions& o) {
     run->add_option("--heads", o.heads, "Number of heads H (splits the projected widths)")
         ->capture_default_str()
         ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
@@ -304,6 +318,10 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
         ->capture_default_str()
         ->check(CLI::IsMember({"math", "torch"}));
 
+}
+
+// What is shown and written, and the limits of a run.
+void add_output_options(CLI::App* run, RunOptions& o) {
     run->add_option("--stages", o.stages, "Comma-separated stages to show/dump (default all): "
                                           "Q,K,V,scores,mask,masked_scores,weights,context,output, or none");
     run->add_option("--batch", o.batches, "Batch items to print or draw (text, heatmaps, --html; default all)")->delimiter(',');
@@ -323,6 +341,9 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     run->add_option("--max-memory", o.max_memory,
                     "Refuse runs needing more memory than this (e.g. 8G, 512M; default 3/4 of physical memory)");
     run->add_flag("--force", o.force, "Replace existing outputs (--dump, --html, --svg)");
+}
+
+void add_experiment_options(CLI::App* run, RunOptions& o) {
     auto* experiments = run->add_option_group("Experiments");
     experiments->add_option("--temperature", o.temperature, "Scale 1/(sqrt(Dk) * T): T > 1 flattens, T < 1 sharpens");
     experiments->add_option_function<std::size_t>(
@@ -330,6 +351,9 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     experiments->add_flag("--ignore-padding", o.ignore_padding, "Drop the key padding mask");
     experiments->add_option("--compare", o.compare,
                             "Compare with a second run that adds these options, e.g. --compare \"--scale none\"");
+}
+
+void add_view_options(CLI::App* run, RunOptions& o) {
     auto* views = run->add_option_group("Views");
     views->add_flag("--diagnose", o.diagnose,
                     "Per head and query: entropy, effective keys, max weight, uniform/one-hot flags, ||w·v||");
@@ -346,7 +370,18 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     run->add_option("--svg", o.svg, "Write one stage of one head as an SVG heatmap (the first --batch and --head)");
     run->add_option("--svg-stage", o.svg_stage, "Stage drawn by --svg")
         ->capture_default_str()
-        ->check(CLI::IsMember({"scores", "mask", "masked_scores", "weights"}));
+        ->check(CLI::IsMember(matrix_stage_names()));
+}
+
+}  // namespace
+
+CLI::App* setup_run(CLI::App& app, RunOptions& o) {
+    auto* run = app.add_subcommand("run", "Compute attention on a bundle of arrays and show every stage");
+    add_input_options(run, o);
+    add_model_options(run, o);
+    add_output_options(run, o);
+    add_experiment_options(run, o);
+    add_view_options(run, o);
     return run;
 }
 

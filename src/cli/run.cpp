@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -196,6 +197,17 @@ void warn_fully_masked(const std::vector<MaskedRow>& rows, bool batched) {
               << " no key (every key masked); their weights are all 0: " << list << '\n';
 }
 
+// Finite inputs whose arithmetic overflowed: say where a NaN or infinity first appears.
+template <typename T>
+void warn_overflow(const Problem<T>& problem, const Trace<T>& trace) {
+    if (!trace.first_nonfinite || !problem.warnings.empty()) return;  // non-finite inputs are reported already
+    const auto& f = *trace.first_nonfinite;
+    std::vector<std::size_t> at(f.at.begin() + (problem.batched ? 0 : 1), f.at.begin() + long(f.rank));
+    std::cerr << "attnscope: warning: every input is finite, but " << stage_name(f.stage)
+              << " holds a non-finite value, the first at " << shape_str(at)
+              << ": the numbers overflow; every later stage it reaches carries it\n";
+}
+
 // The files: --dump (prepared before the computation, committed here), --html, --svg.
 void write_files(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages,
                  std::optional<Dump>& dump) {
@@ -262,6 +274,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     const auto t2 = Clock::now();
     const TraceView view = view_of(bundle.source, problem, trace);
     warn_fully_masked(trace.fully_masked, problem.batched);
+    warn_overflow(problem, trace);
     write_files(o, view, stages, dump);
     write_stdout(o, view, stages, text, cell);
     if (o.timings) {
@@ -276,6 +289,16 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
 }  // namespace
 
 namespace {
+
+// Positions, heads and batch items are counted from 0. CLI11 would read "-1" into an
+// unsigned option as 18446744073709551615; this refuses it as what it is.
+const CLI::Validator kIndex(
+    [](std::string& s) -> std::string {
+        if (s.find_first_not_of(" \t") != std::string::npos && s[s.find_first_not_of(" \t")] == '-')
+            return "expected an index counted from 0, found " + s;
+        return {};
+    },
+    "INDEX");
 
 // The stages drawn as (query, key) heatmaps: --svg-stage takes one of them.
 std::vector<std::string> matrix_stage_names() {
@@ -324,8 +347,12 @@ void add_model_options(CLI::App* run, RunOptions& o) {
 void add_output_options(CLI::App* run, RunOptions& o) {
     run->add_option("--stages", o.stages, "Comma-separated stages to show/dump (default all): "
                                           "Q,K,V,scores,mask,masked_scores,weights,context,output, or none");
-    run->add_option("--batch", o.batches, "Batch items to print or draw (text, heatmaps, --html; default all)")->delimiter(',');
-    run->add_option("--head", o.heads_shown, "Heads to print or draw (text, heatmaps, --html; default all)")->delimiter(',');
+    run->add_option("--batch", o.batches, "Batch items to print or draw (text, heatmaps, --html; default all)")
+        ->delimiter(',')
+        ->check(kIndex);
+    run->add_option("--head", o.heads_shown, "Heads to print or draw (text, heatmaps, --html; default all)")
+        ->delimiter(',')
+        ->check(kIndex);
     run->add_option("--decimals", o.decimals, "Decimals in the printed report")
         ->capture_default_str()
         ->check(CLI::Range(0, 17));
@@ -347,7 +374,8 @@ void add_experiment_options(CLI::App* run, RunOptions& o) {
     auto* experiments = run->add_option_group("Experiments");
     experiments->add_option("--temperature", o.temperature, "Scale 1/(sqrt(Dk) * T): T > 1 flattens, T < 1 sharpens");
     experiments->add_option_function<std::size_t>(
-        "--zero-key", [&o](std::size_t j) { o.zero_key = j; }, "Set key vector J to 0 in every head (its score column collapses)");
+        "--zero-key", [&o](std::size_t j) { o.zero_key = j; }, "Set key vector J to 0 in every head (its score column collapses)")
+        ->check(kIndex);
     experiments->add_flag("--ignore-padding", o.ignore_padding, "Drop the key padding mask");
     experiments->add_option("--compare", o.compare,
                             "Compare with a second run that adds these options, e.g. --compare \"--scale none\"");
@@ -357,7 +385,10 @@ void add_view_options(CLI::App* run, RunOptions& o) {
     auto* views = run->add_option_group("Views");
     views->add_flag("--diagnose", o.diagnose,
                     "Per head and query: entropy, effective keys, max weight, uniform/one-hot flags, ||w·v||");
-    views->add_option("--cell", o.cell, "One weight's arithmetic: B,H,I,J (H,I,J for a 2-D x)")->delimiter(',')->expected(3, 4);
+    views->add_option("--cell", o.cell, "One weight's arithmetic: B,H,I,J (H,I,J for a 2-D x)")
+        ->delimiter(',')
+        ->expected(3, 4)
+        ->check(kIndex);
     views->add_flag("--heatmap", o.heatmap, "Draw scores, mask, masked_scores and weights as heatmaps");
     views->add_flag("--panels", o.panels, "Per head: scores | masked_scores | weights side by side, as heatmaps");
     views->add_flag("--explain", o.explain, "Narrate each stage: formula, shapes with numbers, what the masks hide");
@@ -399,13 +430,13 @@ Spec spec_of(const RunOptions& o) {
     if (o.scale_text == "none") {
         spec.scale = 1.0;
     } else if (!o.scale_text.empty()) {
-        std::size_t pos = 0;
-        try {
-            spec.scale = std::stod(o.scale_text, &pos);
-        } catch (const std::exception&) {
-            pos = 0;
-        }
-        if (pos != o.scale_text.size()) throw UsageError("--scale: expected a number or none, found '" + o.scale_text + "'");
+        // strtod, not stod: a subnormal such as 1e-320 is a number too (stod throws on ERANGE).
+        const char* begin = o.scale_text.c_str();
+        char* end = nullptr;
+        const double v = std::strtod(begin, &end);
+        if (end == begin || *end != '\0' || std::isspace(static_cast<unsigned char>(*begin)))
+            throw UsageError("--scale: expected a number or none, found '" + o.scale_text + "'");
+        spec.scale = v;
     }
     if (spec.scale && o.temperature != 1) throw UsageError("--temperature: contradicts --scale; give one of them");
     if (o.causal_align != "top-left" && !o.causal) throw UsageError("--causal-align: has no effect without --causal");
@@ -418,7 +449,12 @@ Bundle load_inputs(const RunOptions& o, std::size_t limit) {
     Bundle bundle;
     if (!o.bundle.empty()) bundle = load_bundle(o.bundle, limit);
     else bundle.source = "<options>";
-    for (const auto& [name, file] : o.array_files) bundle.arrays[name] = load_array(file, name, limit);
+    for (const auto& [name, file] : o.array_files) {
+        if (file == "-")  // one standard input: it can be read once, as the bundle
+            throw UsageError("--" + name + " -: standard input can only hold the whole bundle (run -); give " + name +
+                             " as a .npy or .json file");
+        bundle.arrays[name] = load_array(file, name, limit);
+    }
     if (o.ignore_padding) bundle.arrays.erase("key_padding_mask");
     return bundle;
 }

@@ -62,6 +62,13 @@ std::size_t thread_count(const Compute& how) {
     return std::max<std::size_t>(n, 1);
 }
 
+// Threads that hold a tile of their own: no more than there are tiles.
+std::size_t tile_workers(const Dims& d, std::size_t value_size, const Compute& how) {
+    const std::size_t rows = tile_rows(d, value_size);
+    const double tiles = double(d.B) * double(d.H) * double((d.Tq + rows - 1) / rows);
+    return std::max<std::size_t>(1, tiles < double(thread_count(how)) ? std::size_t(tiles) : thread_count(how));
+}
+
 // Runs work(item, worker) for item in [0, n) on `threads` threads; rethrows the first error.
 template <typename F>
 void parallel_for(std::size_t n, std::size_t threads, F&& work) {
@@ -139,7 +146,8 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
     // working set: flat projections, merged heads, per-thread tiles
     total = add(total, mul(vs, mul(d.B, add(mul(d.Tq, mul(d.H, d.Dk)), mul(d.Tk, mul(d.H, add(d.Dk, d.Dv)))))));
     total = add(total, mul(vs, mul(mul(d.B, d.Tq), mul(d.H, d.Dv))));
-    total = add(total, mul(thread_count(how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
+    // per-thread tiles: only as many threads as there are tiles ever hold one
+    total = add(total, mul(tile_workers(d, vs, how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
     // kept stages
     if (k[kQ]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dk)));
     if (k[kK]) total = add(total, mul(vs, mul(mul(bh, d.Tk), d.Dk)));
@@ -167,10 +175,20 @@ void check_memory_limit(const Bundle& bundle, const Problem<T>& p, const Compute
     std::size_t run = planned_bytes(d, sizeof(T), how, p.masking());
     std::size_t total = read + typed;
     if (__builtin_add_overflow(total, run, &total)) total = std::numeric_limits<std::size_t>::max();
-    if (total > limit)
-        throw MemoryLimitError("the run needs " + format_bytes(total) + " (inputs " + format_bytes(read + typed) +
-                               ", stages and working set " + format_bytes(run) + "), over the memory limit of " +
-                               format_bytes(limit) + "; keep fewer stages with {stages}, or raise {max_memory}");
+    if (total <= limit) return;
+    // Each thread holds tiles of its own: with many threads they can be most of the run.
+    Compute one = how;
+    one.threads = 1;
+    const std::size_t extra = run - std::min(run, planned_bytes(d, sizeof(T), one, p.masking()));
+    const bool threads_cost = extra > run / 2;
+    throw MemoryLimitError("the run needs " + format_bytes(total) + " (inputs " + format_bytes(read + typed) +
+                           ", stages and working set " + format_bytes(run) +
+                           (threads_cost ? ", of which " + format_bytes(extra) + " for the tiles of " +
+                                               std::to_string(tile_workers(d, sizeof(T), how)) + " threads"
+                                         : std::string()) +
+                           "), over the memory limit of " + format_bytes(limit) +
+                           (threads_cost ? "; use fewer {threads}, or raise {max_memory}"
+                                         : "; keep fewer stages with {stages}, or raise {max_memory}"));
 }
 
 template void check_memory_limit<float>(const Bundle&, const Problem<float>&, const Compute&, std::size_t);
@@ -197,7 +215,9 @@ public:
         mask();                  // 2) mask, fully masked rows
         if (!need_[kScores]) return std::move(tr_);
         allocate_tile_stages();  // 3) scores .. context, by tiles of query rows
+        scan_scores_ = !scores_bounded();
         attend_tiles();
+        note_nonfinite_heads(kContext, merged_, d_.Tq, d_.Dv);
         if (need_[kOutput]) output();  // 4) output
         return std::move(tr_);
     }
@@ -216,6 +236,41 @@ private:
     // ordinary memory). A PlaceNext holding it applies it to the stage's allocation.
     std::shared_ptr<Placement> place(Stage s, std::size_t n, std::size_t size) const {
         return how_.place && n > 0 ? how_.place(s, n * size) : nullptr;
+    }
+
+    // ---- where numbers first stop being finite ----------------------------------------
+    // Records stage s at `at` unless an earlier stage, or an earlier index of s, is noted.
+    void note_nonfinite(Stage s, std::array<std::size_t, 4> at, std::size_t rank) {
+        std::lock_guard<std::mutex> g(nonfinite_lock_);
+        auto& first = tr_.first_nonfinite;
+        if (!first || s < first->stage || (s == first->stage && at < first->at)) first = {{s, at, rank}};
+    }
+
+    // A flat (B, T, H*D) buffer of stage s, (B, H, T, D) as a stage.
+    void note_nonfinite_heads(Stage s, const Buffer<T>& flat, std::size_t T_, std::size_t D) {
+        const std::size_t H = d_.H;
+        for (std::size_t k = 0; k < flat.size(); ++k)
+            if (!std::isfinite(flat[k])) {
+                const std::size_t b = k / (T_ * H * D), t = k / (H * D) % T_, h = k % (H * D) / D, j = k % D;
+                return note_nonfinite(s, {b, h, t, j}, 4);
+            }
+    }
+
+    // The scores cannot leave float's range when max |q| · max |k| · |scale| is well inside
+    // it (|q · k| <= |q| |k|): then no tile needs scanning. Norms that overflow say nothing.
+    bool scores_bounded() const {
+        const std::size_t Dk = d_.Dk;
+        auto largest_norm = [&](const Buffer<T>& flat) {
+            double m = 0;
+            for (std::size_t r = 0; r < flat.size() / Dk; ++r) {
+                double n2 = 0;
+                for (std::size_t j = 0; j < Dk; ++j) n2 += double(flat[r * Dk + j]) * double(flat[r * Dk + j]);
+                m = std::max(m, n2);
+            }
+            return std::sqrt(m);
+        };
+        const double bound = largest_norm(qf_) * largest_norm(kf_) * std::fabs(double(p_.scale));
+        return std::isfinite(bound) && bound < 0.25 * double(std::numeric_limits<T>::max());
     }
 
     // (B, T, H*D) flat -> the kept stage (B, H, T, D).
@@ -249,6 +304,9 @@ private:
                 std::fill_n(kf_.data() + (b * d.Tk + *p_.spec.zero_key) * d.H * d.Dk, d.H * d.Dk, T(0));
         // (Rotary position embeddings, when they come, rotate Q and K here, between the
         // projections and the scores, as a stage of their own.)
+        note_nonfinite_heads(kQ, qf_, d.Tq, d.Dk);
+        note_nonfinite_heads(kK, kf_, d.Tk, d.Dk);
+        note_nonfinite_heads(kV, vf_, d.Tk, d.Dv);
         keep_heads(kQ, qf_, d.Tq, d.Dk, tr_.Q);
         keep_heads(kK, kf_, d.Tk, d.Dk, tr_.K);
         keep_heads(kV, vf_, d.Tk, d.Dv, tr_.V);
@@ -322,6 +380,12 @@ private:
         T* W = keep_[kWeights] ? &tr_.weights(b, h, i0, 0) : keep_[kScores] ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w) : S;
         gemm<T>(false, true, n, Tk, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
                 kf_.data() + b * Tk * H * Dk + kv_head(h) * Dk, H * Dk, T(0), S, Tk);
+        if (scan_scores_)
+            for (std::size_t k = 0; k < n * Tk; ++k)
+                if (!std::isfinite(S[k])) {
+                    note_nonfinite(kScores, {b, h, i0 + k / Tk, k % Tk}, 4);
+                    break;
+                }
         const bool masking = p_.masking();
         if (masking) sc.visible.resize(Tk);
         bool* visible = reinterpret_cast<bool*>(sc.visible.data());
@@ -357,6 +421,11 @@ private:
         if (p_.W_O) project(merged_.data(), d.B * d.Tq, d.H * d.Dv, *p_.W_O, p_.b_O, tr_.output.data(), threads_);
         else std::copy(merged_.begin(), merged_.end(), tr_.output.begin());
         check_shape(tr_.output, std::array{d.B, d.Tq, d.Dout}, "output");
+        for (std::size_t k = 0; k < tr_.output.size(); ++k)
+            if (!std::isfinite(tr_.output.data()[k])) {
+                note_nonfinite(kOutput, {k / (d.Tq * d.Dout), k / d.Dout % d.Tq, k % d.Dout, 0}, 3);
+                break;
+            }
     }
 
     const Problem<T>& p_;
@@ -365,6 +434,8 @@ private:
     StageSet keep_, need_;
     std::size_t threads_ = 1, rows_ = 1;
     Trace<T> tr_;
+    bool scan_scores_ = false;
+    std::mutex nonfinite_lock_;
     Buffer<T> qf_, kf_, vf_, merged_;  // (B, Tq, H*Dk), (B, Tk, H*Dk), (B, Tk, H*Dv), (B, Tq, H*Dv)
 };
 

@@ -94,6 +94,8 @@ class Builder {
     Mat matrix(const Array& a) const {
         numeric(a);
         if (a.ndim() != 2) fail(a, "expected a 2-D matrix, found shape " + shape_str(a.shape));
+        if (a.shape[0] == 0 || a.shape[1] == 0)  // a zero-width projection has nothing to compute
+            fail(a, "expected a matrix with at least one row and one column, found shape " + shape_str(a.shape));
         return {a.shape[0], a.shape[1], &a};
     }
 
@@ -526,6 +528,15 @@ void choose_scale(const Spec& spec, Problem<T>& p) {
     } else {
         p.scale = static_cast<T>(1.0 / std::sqrt(double(d.Dk)));
         p.scale_source = "1/sqrt(Dk) = 1/sqrt(" + std::to_string(d.Dk) + ")";
+    }
+    // The scale as the run's precision holds it: 1e39 is finite in float64, infinite in float32.
+    if (!std::isfinite(p.scale) || (p.scale == T(0) && (spec.scale ? *spec.scale != 0 : true))) {
+        char v[32];
+        std::snprintf(v, sizeof v, "%g", spec.scale ? *spec.scale : 1.0 / (std::sqrt(double(d.Dk)) * spec.temperature));
+        throw UsageError(std::string(spec.scale ? "{scale}" : "{temperature}") + ": gives the scale " + v + ", which " +
+                         (p.scale == T(0) ? "rounds to 0" : "is infinite") + " in " +
+                         (sizeof(T) == 4 ? "float32" : "float64") + "; expected a scale float" +
+                         (sizeof(T) == 4 ? "32" : "64") + " can hold");
     }
     if (spec.zero_key && *spec.zero_key >= d.Tk)
         throw UsageError("{zero_key} " + std::to_string(*spec.zero_key) + ": key does not exist (expected 0.." +

@@ -31,6 +31,7 @@
 #include <array>
 #include <atomic>
 #include <bitset>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <string>
@@ -86,6 +87,16 @@ struct Trace {
     Tensor<T, 4> context;        // (B, H, Tq, Dv)
     Tensor<T, 3> output;         // (B, Tq, Dout)
     std::vector<MaskedRow> fully_masked;
+    // The first stage (in pipeline order) where a NaN or an infinity appears, and its
+    // index in that stage's shape, e.g. scores at (0, 1, 3, 2) when the dot products
+    // overflow. Masked cells' -inf do not count. With finite inputs, this is where the
+    // arithmetic left the numbers a float can hold.
+    struct NonFiniteAt {
+        Stage stage;
+        std::array<std::size_t, 4> at;
+        std::size_t rank;
+    };
+    std::optional<NonFiniteAt> first_nonfinite;
     // The masked_scores stage. When nothing is masked it equals scores, and if both are
     // kept only scores is held (a T² tensor less): this returns scores then.
     const Tensor<T, 4>& masked() const { return masked_is_scores ? scores : masked_scores; }

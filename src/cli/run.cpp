@@ -94,22 +94,22 @@ std::size_t memory_limit(const RunOptions& o) {
 void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) {
     if (!o.svg.empty() && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end())
         throw UsageError("--svg-stage " + o.svg_stage + ": not among the chosen --stages");
-    if (o.force) return;
-    struct stat st {};
-    for (const std::string* f : {&o.html, &o.svg})
-        if (!f->empty() && ::stat(f->c_str(), &st) == 0)
-            throw UsageError(*f + ": exists; pass --force to replace it");
+    // Every output path, before any work: a run never computes for minutes and then fails
+    // on a missing directory, nor leaves some outputs behind for another one that failed.
+    for (const std::string* f : {&o.html, &o.svg, &o.dump})
+        if (!f->empty() && describe_path(*f) == "a symbolic link to a regular file" && o.force)
+            std::cerr << "attnscope: note: " << *f << " is a symbolic link; --force replaces the link itself "
+                      << "(the file it points to is kept)\n";
+    if (!o.html.empty()) check_output_target(o.html, o.force, o.html);
+    if (!o.svg.empty()) check_output_target(o.svg, o.force, o.svg);
     if (o.dump.empty()) return;
-    if (dump_is_npz(o.dump)) {
-        if (::stat(o.dump.c_str(), &st) == 0)
-            throw UsageError("--dump " + o.dump + ": exists; pass --force to replace it");
-        return;
-    }
-    for (const auto& s : stages) {
-        std::string target = o.dump + "/" + s + ".npy";
-        if (::stat(target.c_str(), &st) == 0)
-            throw UsageError("--dump " + o.dump + ": " + target + " exists; pass --force to replace it");
-    }
+    if (dump_is_npz(o.dump)) return check_output_target(o.dump, o.force, "{dump} " + o.dump);
+    const std::string found = describe_path(o.dump);
+    if (found == "absent") return check_output_target(o.dump, false, "{dump} " + o.dump);
+    if (found != "a directory")
+        throw UsageError("--dump " + o.dump + ": exists and is " + found +
+                         " (a dump is a directory or a .npz file); it is never replaced");
+    for (const auto& s : stages) check_output_target(o.dump + "/" + s + ".npy", o.force, "--dump " + o.dump + ": " + o.dump + "/" + s + ".npy");
 }
 
 // A progress line on stderr for computations longer than a second, only when stderr is
@@ -213,12 +213,12 @@ void write_files(const RunOptions& o, const TraceView& view, const std::vector<s
                  std::optional<Dump>& dump) {
     if (dump) dump->commit(view);
     if (!o.html.empty()) {
-        AtomicTextFile f(o.html);
+        AtomicTextFile f(o.html, o.force);
         write_html(f, view, stages, o.batches, o.heads_shown);
         f.commit();
     }
     if (!o.svg.empty()) {
-        AtomicTextFile f(o.svg);
+        AtomicTextFile f(o.svg, o.force);
         write_svg(f, view, o.svg_stage, o.batches.empty() ? 0 : o.batches[0], o.heads_shown.empty() ? 0 : o.heads_shown[0]);
         f.commit();
     }
@@ -261,7 +261,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     // A directory dump is prepared first: large stages are computed in their files.
     std::optional<Dump> dump;
     if (!o.dump.empty()) {
-        dump.emplace(o.dump, stages);
+        dump.emplace(o.dump, stages, o.force);
         how.place = [&dump](Stage s, std::size_t bytes) { return dump->place(stage_name(s), bytes); };
     }
     std::atomic<std::size_t> done{0}, total{0};

@@ -3,6 +3,7 @@
 #include "attnscope/io/write.hpp"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,7 +24,7 @@
 
 namespace attnscope {
 
-AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
+AtomicFile::AtomicFile(std::string target, bool replace) : target_(std::move(target)), replace_(replace) {
     // The temporary is listed for the signal handlers before it is created (O_EXCL), so
     // no moment exists in which it is on disk but unknown to them. (A signal may reach any
     // thread, e.g. a BLAS worker, so blocking signals on this one would not close that gap.)
@@ -45,7 +46,7 @@ AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
     : target_(std::move(o.target_)), temp_(std::move(o.temp_)), fd_(o.fd_), slot_(o.slot_), written_(o.written_),
-      committed_(o.committed_) {
+      committed_(o.committed_), replace_(o.replace_) {
     o.fd_ = -1;
     o.slot_ = -1;
     o.committed_ = true;  // the moved-from object owns nothing
@@ -83,14 +84,32 @@ void AtomicFile::close() {
 
 void AtomicFile::commit() {
     close();
-    if (::rename(temp_.c_str(), target_.c_str()) != 0)
-        throw RuntimeFailure(target_ + ": cannot move output into place: " + std::strerror(errno));
+    if (!replace_) {
+        // Claim the name: fails with EEXIST when anything is there, however it got there.
+        if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) != 0) {
+            if (errno == EEXIST)
+                throw RuntimeFailure(target_ + ": was created by someone else while this run wrote it; kept (pass {force} to replace it)");
+            if (errno != EINVAL && errno != ENOSYS)  // a file system without RENAME_NOREPLACE: link() claims instead
+                throw RuntimeFailure(target_ + ": cannot move output into place: " + std::strerror(errno));
+            if (::link(temp_.c_str(), target_.c_str()) != 0)
+                throw RuntimeFailure(target_ + (errno == EEXIST ? ": was created by someone else while this run wrote it; kept (pass {force} to replace it)"
+                                                                : ": cannot move output into place: " + std::string(std::strerror(errno))));
+            ::unlink(temp_.c_str());
+        }
+    } else {
+        const std::string found = describe_path(target_);
+        if (found != "absent" && found != "a regular file" && found != "a symbolic link to a regular file")
+            throw RuntimeFailure(target_ + ": cannot move output into place: it is " + found + ", not a regular file (never replaced)");
+        if (::rename(temp_.c_str(), target_.c_str()) != 0)
+            throw RuntimeFailure(target_ + ": cannot move output into place: " + std::strerror(errno));
+    }
     committed_ = true;
     unregister_unfinished(slot_);
     slot_ = -1;
 }
 
-AtomicTextFile::AtomicTextFile(std::string target) : std::ostream(nullptr), file_(std::move(target)), buf_(file_) {
+AtomicTextFile::AtomicTextFile(std::string target, bool replace)
+    : std::ostream(nullptr), file_(std::move(target), replace), buf_(file_) {
     rdbuf(&buf_);
 }
 

@@ -51,7 +51,7 @@ bool dump_is_npz(const std::string& path) {
 struct Dump::Impl {
     std::string path;
     std::vector<std::string> stages;
-    bool npz = false, created = false, committed = false;
+    bool npz = false, created = false, committed = false, replace = true;
     int slot = -1;  // the created directory's, in the unfinished outputs
     struct Placed {
         AtomicFile file;
@@ -60,7 +60,8 @@ struct Dump::Impl {
     std::map<std::string, Placed> placed;
 };
 
-Dump::Dump(std::string path, std::vector<std::string> stages) : impl_(std::make_unique<Impl>()) {
+Dump::Dump(std::string path, std::vector<std::string> stages, bool replace) : impl_(std::make_unique<Impl>()) {
+    impl_->replace = replace;
     Impl& d = *impl_;
     d.path = std::move(path);
     d.stages = std::move(stages);
@@ -102,7 +103,7 @@ std::shared_ptr<Placement> Dump::place(const std::string& name, std::size_t byte
     if (d.npz || bytes < kPlaceMin || d.placed.count(name) ||
         std::find(d.stages.begin(), d.stages.end(), name) == d.stages.end())
         return nullptr;
-    AtomicFile file(d.path + "/" + name + ".npy");
+    AtomicFile file(d.path + "/" + name + ".npy", d.replace);
     // Reserve the blocks now: a full disk is an error here, never a fault while storing
     // into the mapping. A file system without fallocate gets ordinary memory and write().
     const off_t size = off_t(kPage + bytes);
@@ -121,7 +122,7 @@ void Dump::commit(const TraceView& v) {
     Impl& d = *impl_;
     auto arrays = arrays_of(v, d.stages);
     if (d.npz) {
-        AtomicFile f(d.path);
+        AtomicFile f(d.path, d.replace);
         write_npz(f, arrays);
         f.commit();
         d.committed = true;
@@ -131,7 +132,7 @@ void Dump::commit(const TraceView& v) {
     for (const auto& a : arrays) {
         auto it = d.placed.find(a.name);
         if (it == d.placed.end()) {
-            files.emplace_back(d.path + "/" + a.name + ".npy");
+            files.emplace_back(d.path + "/" + a.name + ".npy", d.replace);
             write_npy(files.back(), a);
             files.back().close();
             continue;

@@ -33,9 +33,15 @@ std::string npy_header(const OutArray& a, std::size_t align = 64);
 // A file written under a temporary name beside its target and renamed into place by
 // commit(); destroyed uncommitted, it removes the temporary. A failed run therefore
 // never leaves a half-written output nor damages what was at the target before.
+//
+// `replace`: whether commit() may replace an existing file. Without it the rename claims
+// the target atomically (renameat2 RENAME_NOREPLACE): of two runs writing one new path,
+// exactly one wins and the other gets one clear error. With it, only a regular file (or
+// a link to one: the link itself is replaced) is replaced, never a device, FIFO,
+// directory or dangling link, even one that appeared after the run began.
 class AtomicFile {
 public:
-    explicit AtomicFile(std::string target);
+    explicit AtomicFile(std::string target, bool replace = true);
     ~AtomicFile();
     AtomicFile(const AtomicFile&) = delete;
     AtomicFile& operator=(const AtomicFile&) = delete;
@@ -55,6 +61,7 @@ private:
     int slot_ = -1;  // register_unfinished's, while the temporary exists
     std::uint64_t written_ = 0;
     bool committed_ = false;
+    bool replace_ = true;
 };
 
 // Outputs not yet complete: AtomicFile temporaries and directories a dump created. They
@@ -69,7 +76,7 @@ void remove_unfinished_outputs() noexcept;
 // as RuntimeFailure from commit().
 class AtomicTextFile : public std::ostream {
 public:
-    explicit AtomicTextFile(std::string target);
+    explicit AtomicTextFile(std::string target, bool replace = true);
     void commit();
 
 private:
@@ -87,5 +94,19 @@ private:
 // One .npy file; one .npz archive (stored members, zip64 where needed).
 void write_npy(AtomicFile& file, const OutArray& a);
 void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays);
+
+// ---- output targets ---------------------------------------------------------------------
+// Whether `path` may be written as an output, checked before any work and again at
+// commit: it may be absent, or, when `replace` is given, a regular file or a symbolic link
+// to one (the link itself is then replaced; the file it points to is kept). A device, a
+// FIFO, a directory, a socket or a dangling link is never replaced. The directory it would
+// be created in must exist. The error names `what` ("{html} r.html") and what was found:
+// UsageError for an existing file without `replace`, RuntimeFailure for a target that
+// cannot be written at all.
+void check_output_target(const std::string& path, bool replace, const std::string& what);
+
+// What `path` is, in words, for messages: "absent", "a regular file", "a FIFO", "a
+// character device", "a directory", "a symbolic link to a regular file", ...
+std::string describe_path(const std::string& path);
 
 }  // namespace attnscope

@@ -101,7 +101,8 @@ bool dump_is_npz(const std::string& path);  // the archive form of write_dump
 // dump places nothing.
 class Dump {
 public:
-    Dump(std::string path, std::vector<std::string> stages);
+    // `replace`: whether existing files may be replaced (AtomicFile's rule).
+    Dump(std::string path, std::vector<std::string> stages, bool replace = true);
     ~Dump();
     Dump(const Dump&) = delete;
     Dump& operator=(const Dump&) = delete;

@@ -255,102 +255,153 @@ std::string dtype_name(const ElementType& t) {
     }
 }
 
-}  // namespace
+// ---- .npy reading, step by step ---------------------------------------------------------
 
-Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes,
-                std::shared_ptr<const void> keep) {
+// Where the header dict lies: after the magic, the version and the header length.
+struct Preamble {
+    std::size_t header_start, header_len;
+};
+
+// 1. The preamble: the magic "\x93NUMPY", a format version of 1 (2-byte header length)
+//    or 2 or 3 (4-byte), and a header that ends within the file.
+Preamble read_preamble(std::string_view bytes, const std::string& origin) {
     static constexpr char kMagic[] = "\x93NUMPY";
     if (bytes.size() < 10 || bytes.substr(0, 6) != std::string_view(kMagic, 6))
         throw InputError(origin + ": not a .npy file (no \\x93NUMPY magic at the start)");
     unsigned major = static_cast<unsigned char>(bytes[6]);
-    std::size_t header_len, header_start;
+    Preamble p{};
     if (major == 1) {
-        header_len = std::size_t(io_detail::load_le(bytes, 8, 2));
-        header_start = 10;
+        p.header_len = std::size_t(io_detail::load_le(bytes, 8, 2));
+        p.header_start = 10;
     } else if (major == 2 || major == 3) {
         if (bytes.size() < 12) throw InputError(origin + ": truncated .npy header");
-        header_len = std::size_t(io_detail::load_le(bytes, 8, 4));
-        header_start = 12;
+        p.header_len = std::size_t(io_detail::load_le(bytes, 8, 4));
+        p.header_start = 12;
     } else {
         throw InputError(origin + ": unsupported .npy format version " + std::to_string(major) + " (expected 1, 2 or 3)");
     }
-    if (header_len > bytes.size() - header_start)
-        throw InputError(origin + ": truncated .npy file: header claims " + std::to_string(header_len) +
-                         " bytes, file has " + std::to_string(bytes.size() - header_start) + " after the preamble");
-    NpyHeader h = HeaderParser(bytes.substr(header_start, header_len), origin).parse();
-    ElementType t = parse_descr(h.descr, origin);
+    if (p.header_len > bytes.size() - p.header_start)
+        throw InputError(origin + ": truncated .npy file: header claims " + std::to_string(p.header_len) +
+                         " bytes, file has " + std::to_string(bytes.size() - p.header_start) + " after the preamble");
+    return p;
+}
 
+// 3. The data: the shape's element count and byte count must be addressable, and the
+//    bytes after the header exactly that many (neither truncated nor trailing). Returns
+//    the element count.
+std::size_t check_data_size(const NpyHeader& h, const ElementType& t, std::string_view data,
+                            const std::string& origin) {
     std::size_t count = 1, nbytes = 0;
     for (std::size_t d : h.shape)
         if (__builtin_mul_overflow(count, d, &count))
             throw InputError(origin + ": shape " + shape_str(h.shape) + " has more elements than can be addressed");
     if (__builtin_mul_overflow(count, t.size, &nbytes))
         throw InputError(origin + ": shape " + shape_str(h.shape) + " is too large to address");
-    std::string_view data = bytes.substr(header_start + header_len);
     if (data.size() != nbytes)
         throw InputError(origin + ": shape " + shape_str(h.shape) + " of " + dtype_name(t) + " needs " +
                          std::to_string(nbytes) + " data bytes, file has " + std::to_string(data.size()) +
                          (data.size() < nbytes ? " (truncated)" : " (trailing bytes)"));
+    return count;
+}
 
-    // Limit: the values as if widened to double (text: about a string per element), what a
-    // float64 run holds of them, whether or not they are kept as stored.
+// 4. The memory limit: the values as if widened to double (text: about a string per
+//    element), what a float64 run holds of them, whether or not they are kept as stored.
+void check_memory(std::size_t count, const ElementType& t, const NpyHeader& h, const std::string& origin,
+                  std::size_t max_bytes) {
     std::size_t widened = 0;
     if (__builtin_mul_overflow(count, t.kind == 'U' ? sizeof(std::string) + t.size : sizeof(double), &widened) ||
         widened > max_bytes)
         throw MemoryLimitError(origin + ": shape " + shape_str(h.shape) + " needs " +
                                (widened ? format_bytes(widened) : std::string("more than can be addressed")) +
                                " in memory, over " + io_detail::memory_limit_of(max_bytes));
+}
 
+// The position in C order of each stored element, taken in file order: the element's own
+// index for C-order data; for Fortran order (axis 0 fastest) the C-order offset of a
+// multi-index that advances one step per call.
+class COrderPositions {
+public:
+    COrderPositions(const std::vector<std::size_t>& shape, bool fortran)
+        : shape_(shape), fortran_(fortran), c_stride_(shape.size(), 1), idx_(shape.size(), 0) {
+        for (std::size_t i = shape.size(); i-- > 1;) c_stride_[i - 1] = c_stride_[i] * shape[i];
+    }
+    std::size_t next(std::size_t k) {
+        if (!fortran_) return k;
+        std::size_t pos = 0;
+        for (std::size_t i = 0; i < idx_.size(); ++i) pos += idx_[i] * c_stride_[i];
+        for (std::size_t i = 0; i < idx_.size(); ++i) {  // advance, axis 0 fastest
+            if (++idx_[i] < shape_[i]) break;
+            idx_[i] = 0;
+        }
+        return pos;
+    }
+
+private:
+    const std::vector<std::size_t>& shape_;
+    bool fortran_;
+    std::vector<std::size_t> c_stride_, idx_;
+};
+
+// 5a. Text ('<U'): each element's UCS-4 code units up to the first NUL, each a Unicode
+//     scalar value (no surrogates, at most 0x10FFFF), as UTF-8.
+void read_text(Array& a, std::string_view data, const ElementType& t, std::size_t count, COrderPositions& pos,
+               const std::string& origin) {
+    a.strings.resize(count);
+    std::size_t chars = t.size / 4;
+    for (std::size_t k = 0; k < count; ++k) {
+        std::string s;
+        for (std::size_t c = 0; c < chars; ++c) {
+            auto cp = load_raw<std::uint32_t>(data.data() + k * t.size + c * 4, t.swap);
+            if (cp == 0) break;
+            if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) throw InputError(origin + ": text element " + std::to_string(k) + " is not valid Unicode");
+            io_detail::append_utf8(s, cp);
+        }
+        a.strings[pos.next(k)] = std::move(s);
+    }
+}
+
+// 5b. Little-endian, C-order float32/float64: kept as stored, in place when the caller
+//     keeps the bytes alive, else one copy.
+void keep_stored(Array& a, std::string_view data, const ElementType& t, std::shared_ptr<const void> keep) {
+    a.held = t.size == 4 ? Array::Held::float32 : Array::Held::float64;
+    if (keep) {
+        a.stored = data;
+        a.keep = std::move(keep);
+    } else {
+        auto copy = std::make_shared<const std::string>(data);
+        a.stored = *copy;
+        a.keep = std::move(copy);
+    }
+}
+
+// 5c. Every other numeric dtype: widened to double, element by element, into C order.
+void widen(Array& a, std::string_view data, const ElementType& t, std::size_t count, COrderPositions& pos) {
+    a.values.resize(count);
+    for (std::size_t k = 0; k < count; ++k) a.values[pos.next(k)] = load_number(data.data() + k * t.size, t);
+}
+
+}  // namespace
+
+Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes,
+                std::shared_ptr<const void> keep) {
+    // 1. Preamble; 2. the header dict and its dtype; 3. the data's size; 4. the memory limit.
+    const Preamble p = read_preamble(bytes, origin);
+    NpyHeader h = HeaderParser(bytes.substr(p.header_start, p.header_len), origin).parse();
+    ElementType t = parse_descr(h.descr, origin);
+    std::string_view data = bytes.substr(p.header_start + p.header_len);
+    const std::size_t count = check_data_size(h, t, data, origin);
+    check_memory(count, t, h, origin, max_bytes);
+
+    // 5. The elements: text, kept as stored, or widened to double.
     Array a;
     a.shape = h.shape;
     a.origin = origin;
     a.dtype = dtype_name(t);
-
-    // Position of the k-th stored element in C order (Fortran order stores axis 0 fastest).
-    std::vector<std::size_t> c_stride(h.shape.size(), 1);
-    for (std::size_t i = h.shape.size(); i-- > 1;) c_stride[i - 1] = c_stride[i] * h.shape[i];
-    std::vector<std::size_t> idx(h.shape.size(), 0);
-    auto next_c_position = [&](std::size_t k) -> std::size_t {
-        if (!h.fortran_order) return k;
-        std::size_t pos = 0;
-        for (std::size_t i = 0; i < idx.size(); ++i) pos += idx[i] * c_stride[i];
-        for (std::size_t i = 0; i < idx.size(); ++i) {  // advance, axis 0 fastest
-            if (++idx[i] < h.shape[i]) break;
-            idx[i] = 0;
-        }
-        return pos;
-    };
-
-    if (t.kind == 'U') {
-        a.strings.resize(count);
-        std::size_t chars = t.size / 4;
-        for (std::size_t k = 0; k < count; ++k) {
-            std::string s;
-            for (std::size_t c = 0; c < chars; ++c) {
-                auto cp = load_raw<std::uint32_t>(data.data() + k * t.size + c * 4, t.swap);
-                if (cp == 0) break;
-                if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) throw InputError(origin + ": text element " + std::to_string(k) + " is not valid Unicode");
-                io_detail::append_utf8(s, cp);
-            }
-            a.strings[next_c_position(k)] = std::move(s);
-        }
-        return a;
-    }
-    if (t.kind == 'f' && (t.size == 4 || t.size == 8) && !t.swap && !h.fortran_order) {
-        // Kept as stored: in place when the caller keeps the bytes alive, else one copy.
-        a.held = t.size == 4 ? Array::Held::float32 : Array::Held::float64;
-        if (keep) {
-            a.stored = data;
-            a.keep = std::move(keep);
-        } else {
-            auto copy = std::make_shared<const std::string>(data);
-            a.stored = *copy;
-            a.keep = std::move(copy);
-        }
-        return a;
-    }
-    a.values.resize(count);
-    for (std::size_t k = 0; k < count; ++k) a.values[next_c_position(k)] = load_number(data.data() + k * t.size, t);
+    COrderPositions pos(a.shape, h.fortran_order);
+    const bool as_stored = t.kind == 'f' && (t.size == 4 || t.size == 8) && !t.swap && !h.fortran_order;
+    if (t.kind == 'U') read_text(a, data, t, count, pos, origin);
+    else if (as_stored) keep_stored(a, data, t, std::move(keep));
+    else widen(a, data, t, count, pos);
     return a;
 }
 

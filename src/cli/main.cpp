@@ -4,6 +4,7 @@
 #include "subcommand.hpp"
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
 #include "attnscope/io/write.hpp"
 
 #include <CLI/CLI.hpp>
@@ -35,7 +36,9 @@ void clean_up_on_fatal_signals() {
 }
 
 int fail(const attnscope::Error& e, int code) {
-    std::cerr << "attnscope: error: " << e.text(attnscope::cli::flag_of) << '\n';
+    // One line, nothing a terminal would act on: file names, labels and keys from the
+    // input are echoed inside messages.
+    std::cerr << "attnscope: error: " << attnscope::escape_control(e.text(attnscope::cli::flag_of)) << '\n';
     return code;
 }
 
@@ -72,7 +75,7 @@ int main(int argc, char** argv) {
         if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
         const auto chosen = app.get_subcommands();
         const std::string where = chosen.empty() ? "" : chosen[0]->get_name() + " ";
-        std::cerr << "attnscope: error: " << e.what() << " (see attnscope " << where << "--help)\n";
+        std::cerr << "attnscope: error: " << escape_control(e.what()) << " (see attnscope " << where << "--help)\n";
         return 2;
     } catch (const InputError& e) {
         return fail(e, 2);
@@ -84,7 +87,7 @@ int main(int argc, char** argv) {
         std::cerr << "attnscope: error: out of memory\n";
         return 1;
     } catch (const std::exception& e) {
-        std::cerr << "attnscope: internal error: " << e.what() << '\n';
+        std::cerr << "attnscope: internal error: " << escape_control(e.what()) << '\n';
         return 1;
     }
 }

@@ -7,6 +7,7 @@
 #include "attnscope/analysis/compare.hpp"
 #include "attnscope/analysis/diagnostics.hpp"
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
 #include "attnscope/io/read.hpp"
 #include "attnscope/io/write.hpp"
 #include "attnscope/model/model.hpp"
@@ -252,7 +253,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     const CellRef cell = parse_cell(o, problem.batched, problem.dims);
     const double load_s = seconds_since(t0);
     const auto t1 = Clock::now();
-    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << w << '\n';
+    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
 
     Compute how;
     how.keep = kept_stages(o, stages);

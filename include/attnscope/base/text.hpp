@@ -1,0 +1,20 @@
+// attnscope — base: text that is safe to show on a terminal or put in one line.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace attnscope {
+
+// `s` with everything a terminal would act on made visible: C0 control characters
+// (newline, escape, bell, NUL, ...), DEL and the C1 controls U+0080..U+009F become
+// "\n", "\t", "\x1b"..., and each byte that is not part of well-formed UTF-8 becomes
+// "\xNN". Printable text, UTF-8 included, is kept as it is. Never longer than 4x `s`.
+std::string escape_control(std::string_view s);
+
+// `s` cut to at most `max_bytes` (on a UTF-8 character boundary), with
+// "... (N bytes in all)" after it when it was longer: for echoing a fragment of input.
+std::string clip_fragment(std::string_view s, std::size_t max_bytes = 80);
+
+}  // namespace attnscope

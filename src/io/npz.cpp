@@ -139,58 +139,13 @@ public:
         return load_le(b_, std::size_t(at), n);
     }
 
+    // The archive's members, as its central directory lists them.
     std::vector<Member> members() const {
-        // 1. End of central directory: the last record, followed by at most a 64 KiB comment.
-        if (b_.size() < 22) fail("too short to hold a zip directory");
-        std::size_t end = std::string::npos;
-        std::size_t lowest = b_.size() > 22 + 65535 ? b_.size() - 22 - 65535 : 0;
-        for (std::size_t at = b_.size() - 22 + 1; at-- > lowest;)
-            if (load_le(b_, at, 4) == kEndSig) { end = at; break; }
-        if (end == std::string::npos) fail("no end-of-directory record");
-        std::uint64_t count = u(end + 10, 2), dir_size = u(end + 12, 4), dir_offset = u(end + 16, 4);
-        // 2. zip64: the locator just before it points to the zip64 end record.
-        if ((count == 0xffff || dir_size == k32 || dir_offset == k32) && end >= 20 && u(end - 20, 4) == kZip64LocatorSig) {
-            std::uint64_t z = u(end - 20 + 8, 8);
-            if (u(z, 4) != kZip64EndSig) fail("bad zip64 end record");
-            count = u(z + 32, 8);
-            dir_size = u(z + 40, 8);
-            dir_offset = u(z + 48, 8);
-        }
-        need(dir_offset, dir_size);
-        // 3. Central directory entries.
+        const Directory dir = directory();
+        need(dir.offset, dir.size);
         std::vector<Member> out;
-        std::uint64_t at = dir_offset;
-        for (std::uint64_t i = 0; i < count; ++i) {
-            if (u(at, 4) != kCentralSig) fail("bad central directory entry " + std::to_string(i));
-            Member m;
-            std::uint64_t flags = u(at + 8, 2);
-            m.method = std::uint16_t(u(at + 10, 2));
-            m.crc = std::uint32_t(u(at + 16, 4));
-            m.comp_size = u(at + 20, 4);
-            m.size = u(at + 24, 4);
-            std::uint64_t name_len = u(at + 28, 2), extra_len = u(at + 30, 2), comment_len = u(at + 32, 2);
-            m.local_offset = u(at + 42, 4);
-            need(at + 46, name_len + extra_len + comment_len);
-            m.name = std::string(b_.substr(std::size_t(at + 46), std::size_t(name_len)));
-            if (flags & 1) fail("member '" + m.name + "' is encrypted");
-            // zip64 extra field (id 1): 8-byte values for the fields that hold 0xffffffff, in order.
-            std::uint64_t e = at + 46 + name_len, e_end = e + extra_len;
-            while (e + 4 <= e_end) {
-                std::uint64_t id = u(e, 2), len = u(e + 2, 2), p = e + 4;
-                if (p + len > e_end) fail("bad extra field in member '" + m.name + "'");
-                if (id == 1) {
-                    for (std::uint64_t* f : {&m.size, &m.comp_size, &m.local_offset})
-                        if (*f == k32) {
-                            if (p + 8 > e + 4 + len) fail("short zip64 field in member '" + m.name + "'");
-                            *f = u(p, 8);
-                            p += 8;
-                        }
-                }
-                e += 4 + len;
-            }
-            out.push_back(std::move(m));
-            at += 46 + name_len + extra_len + comment_len;
-        }
+        std::uint64_t at = dir.offset;
+        for (std::uint64_t i = 0; i < dir.count; ++i) out.push_back(central_entry(at, i));
         return out;
     }
 
@@ -220,6 +175,69 @@ public:
     }
 
 private:
+    // Where the central directory lies and how many entries it holds.
+    struct Directory {
+        std::uint64_t count, size, offset;
+    };
+
+    // 1. The end-of-central-directory record: the last one in the file, followed by at
+    //    most a 64 KiB comment. 2. When a field there is saturated, the zip64 locator just
+    //    before it points to the zip64 end record, which holds the 8-byte values.
+    Directory directory() const {
+        if (b_.size() < 22) fail("too short to hold a zip directory");
+        std::size_t end = std::string::npos;
+        std::size_t lowest = b_.size() > 22 + 65535 ? b_.size() - 22 - 65535 : 0;
+        for (std::size_t at = b_.size() - 22 + 1; at-- > lowest;)
+            if (load_le(b_, at, 4) == kEndSig) { end = at; break; }
+        if (end == std::string::npos) fail("no end-of-directory record");
+        Directory d{u(end + 10, 2), u(end + 12, 4), u(end + 16, 4)};
+        if ((d.count == 0xffff || d.size == k32 || d.offset == k32) && end >= 20 && u(end - 20, 4) == kZip64LocatorSig) {
+            std::uint64_t z = u(end - 20 + 8, 8);
+            if (u(z, 4) != kZip64EndSig) fail("bad zip64 end record");
+            d.count = u(z + 32, 8);
+            d.size = u(z + 40, 8);
+            d.offset = u(z + 48, 8);
+        }
+        return d;
+    }
+
+    // 3. Central directory entry i, at `at` (moved past it): signature, sizes, CRC, name
+    //    within the file, not encrypted; zip64 values from its extra field.
+    Member central_entry(std::uint64_t& at, std::uint64_t i) const {
+        if (u(at, 4) != kCentralSig) fail("bad central directory entry " + std::to_string(i));
+        Member m;
+        std::uint64_t flags = u(at + 8, 2);
+        m.method = std::uint16_t(u(at + 10, 2));
+        m.crc = std::uint32_t(u(at + 16, 4));
+        m.comp_size = u(at + 20, 4);
+        m.size = u(at + 24, 4);
+        std::uint64_t name_len = u(at + 28, 2), extra_len = u(at + 30, 2), comment_len = u(at + 32, 2);
+        m.local_offset = u(at + 42, 4);
+        need(at + 46, name_len + extra_len + comment_len);
+        m.name = std::string(b_.substr(std::size_t(at + 46), std::size_t(name_len)));
+        if (flags & 1) fail("member '" + m.name + "' is encrypted");
+        read_zip64_extra(m, at + 46 + name_len, at + 46 + name_len + extra_len);
+        at += 46 + name_len + extra_len + comment_len;
+        return m;
+    }
+
+    // The extra fields in [e, e_end): each within the range; the zip64 one (id 1) holds
+    // 8-byte values for the fields that hold 0xffffffff, in order, and must hold them all.
+    void read_zip64_extra(Member& m, std::uint64_t e, std::uint64_t e_end) const {
+        while (e + 4 <= e_end) {
+            std::uint64_t id = u(e, 2), len = u(e + 2, 2), p = e + 4;
+            if (p + len > e_end) fail("bad extra field in member '" + m.name + "'");
+            if (id == 1) {
+                for (std::uint64_t* f : {&m.size, &m.comp_size, &m.local_offset})
+                    if (*f == k32) {
+                        if (p + 8 > e + 4 + len) fail("short zip64 field in member '" + m.name + "'");
+                        *f = u(p, 8);
+                        p += 8;
+                    }
+            }
+            e += 4 + len;
+        }
+    }
     std::shared_ptr<char[]> inflate_member(std::string_view comp, const Member& m) const {
         // The declared size bounds the output: a member that inflates past it is refused
         // (no decompression bomb can grow memory beyond what the directory states). The
@@ -257,15 +275,12 @@ private:
 
 }  // namespace
 
-Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes,
-                 std::shared_ptr<const void> keep) {
-    Bundle bundle;
-    bundle.source = source;
-    ZipReader zip(bytes, source);
-    const std::vector<Member> members = zip.members();
-    // Deflate cannot expand data more than 1032-fold: a directory claiming more is lying
-    // (a decompression bomb or corruption). Every declared size is checked against the
-    // memory limit before anything is inflated.
+namespace {
+
+// 1. Every declared size, before anything is inflated. Deflate cannot expand data more
+//    than 1032-fold: a directory claiming more is lying (a decompression bomb or
+//    corruption). The sizes together must fit the memory limit.
+void check_declared_sizes(const std::vector<Member>& members, const std::string& source, std::size_t max_bytes) {
     std::size_t declared = 0;
     for (const Member& m : members) {
         if (m.method == 8 && m.size / 1032 > m.comp_size + 1)
@@ -276,24 +291,47 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
             throw MemoryLimitError(source + ": its members would need " + format_bytes(declared) +
                                    " decompressed, over " + io_detail::memory_limit_of(max_bytes));
     }
+}
+
+// 2. The array's name: the member's, "NAME.npy", without ".npy"; a member that is not a
+//    .npy file, or a name already in the bundle, is refused.
+std::string array_name(const Member& m, const Bundle& bundle, const std::string& source) {
+    std::string name = m.name;
+    if (name.size() > 4 && io_detail::ends_with(name, ".npy")) name.resize(name.size() - 4);
+    else throw InputError(source + ": member '" + m.name + "' is not a .npy array");
+    if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
+    return name;
+}
+
+// 3. The member's array, within what the limit leaves after the `held` bytes of the
+//    arrays read before it. A stored member is parsed in place in the archive (kept alive
+//    by `keep`), a deflated one in its own inflated buffer.
+Array read_member(const ZipReader& zip, const Member& m, const std::string& name, const std::string& source,
+                  std::size_t max_bytes, std::size_t held, const std::shared_ptr<const void>& keep) {
+    try {
+        std::shared_ptr<const void> inflated;
+        const std::string_view member = zip.extract(m, inflated);
+        return parse_npy(member, source + ": " + name, max_bytes - held, inflated ? inflated : keep);
+    } catch (const MemoryLimitError&) {
+        if (held == 0) throw;  // this array alone is too large: its own message says so
+        throw MemoryLimitError(source + ": its arrays together (reaching '" + name + "') are over " +
+                               io_detail::memory_limit_of(max_bytes));
+    }
+}
+
+}  // namespace
+
+Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes,
+                 std::shared_ptr<const void> keep) {
+    Bundle bundle;
+    bundle.source = source;
+    ZipReader zip(bytes, source);
+    const std::vector<Member> members = zip.members();
+    check_declared_sizes(members, source, max_bytes);
     std::size_t held = 0;  // bytes of the arrays read so far: the limit covers them together
     for (const Member& m : members) {
-        std::string name = m.name;
-        if (name.size() > 4 && io_detail::ends_with(name, ".npy")) name.resize(name.size() - 4);
-        else throw InputError(source + ": member '" + m.name + "' is not a .npy array");
-        if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
-        try {
-            // A stored member is parsed in place in the archive (kept alive by `keep`), a
-            // deflated one in its own inflated buffer.
-            std::shared_ptr<const void> inflated;
-            const std::string_view member = zip.extract(m, inflated);
-            bundle.arrays[name] = parse_npy(member, source + ": " + name, max_bytes - held, inflated ? inflated : keep);
-        } catch (const MemoryLimitError&) {
-            if (held == 0) throw;  // this array alone is too large: its own message says so
-            throw MemoryLimitError(source + ": its arrays together (reaching '" + name + "') are over " +
-                                   io_detail::memory_limit_of(max_bytes));
-        }
-        const Array& a = bundle.arrays[name];
+        const std::string name = array_name(m, bundle, source);
+        const Array& a = bundle.arrays[name] = read_member(zip, m, name, source, max_bytes, held, keep);
         held += io_detail::held_bytes(a);
     }
     return bundle;

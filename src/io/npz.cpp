@@ -347,69 +347,67 @@ std::uint32_t crc_of(const std::string& head, const void* data, std::size_t n) {
     return crc32_bytes(crc, static_cast<const unsigned char*>(data), n);
 }
 
-}  // namespace
+// One stored member as the records describe it: its name in the archive ("x.npy"), the
+// CRC-32 and size of its bytes (.npy header + data), where its local header starts.
+struct MemberRecord {
+    std::string name;
+    std::uint32_t crc;
+    std::uint64_t size, offset;
+};
 
-void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays) {
-    // Members are stored (no compression), as np.savez writes them. Every record carries
-    // zip64 fields, so sizes and offsets past 4 GiB need no second pass.
-    std::string central;
-    std::uint64_t offset = file.written();
-    for (const OutArray& a : arrays) {
-        std::string name = a.name + ".npy";
-        std::string head = npy_header(a);
-        std::size_t nbytes = element_count(a.shape) * dtype_size(a.dtype);
-        std::uint64_t size = head.size() + nbytes;
-        std::uint32_t crc = crc_of(head, a.data, nbytes);
+// The local file header, before the member's bytes; its sizes are in the zip64 extra field.
+std::string local_header(const MemberRecord& m) {
+    std::string local;
+    put_le(local, kLocalSig, 4);
+    put_le(local, 45, 2);         // version needed: 4.5 (zip64)
+    put_le(local, 0, 2);          // flags
+    put_le(local, 0, 2);          // stored
+    put_le(local, 0, 2);          // time
+    put_le(local, 0x21, 2);       // date 1980-01-01
+    put_le(local, m.crc, 4);
+    put_le(local, k32, 4);        // sizes are in the zip64 extra field
+    put_le(local, k32, 4);
+    put_le(local, m.name.size(), 2);
+    put_le(local, 20, 2);         // extra field length
+    local += m.name;
+    put_le(local, 1, 2);          // zip64 extra: uncompressed, compressed size
+    put_le(local, 16, 2);
+    put_le(local, m.size, 8);
+    put_le(local, m.size, 8);
+    return local;
+}
 
-        std::string local;
-        put_le(local, kLocalSig, 4);
-        put_le(local, 45, 2);         // version needed: 4.5 (zip64)
-        put_le(local, 0, 2);          // flags
-        put_le(local, 0, 2);          // stored
-        put_le(local, 0, 2);          // time
-        put_le(local, 0x21, 2);       // date 1980-01-01
-        put_le(local, crc, 4);
-        put_le(local, k32, 4);        // sizes are in the zip64 extra field
-        put_le(local, k32, 4);
-        put_le(local, name.size(), 2);
-        put_le(local, 20, 2);         // extra field length
-        local += name;
-        put_le(local, 1, 2);          // zip64 extra: uncompressed, compressed size
-        put_le(local, 16, 2);
-        put_le(local, size, 8);
-        put_le(local, size, 8);
-        file.write(local);
-        file.write(head);
-        file.write(a.data, nbytes);
+// Appends the member's central directory entry; sizes and offset in the zip64 extra field.
+void put_central_entry(std::string& central, const MemberRecord& m) {
+    put_le(central, kCentralSig, 4);
+    put_le(central, 45, 2);       // made by
+    put_le(central, 45, 2);       // needed
+    put_le(central, 0, 2);
+    put_le(central, 0, 2);
+    put_le(central, 0, 2);
+    put_le(central, 0x21, 2);
+    put_le(central, m.crc, 4);
+    put_le(central, k32, 4);
+    put_le(central, k32, 4);
+    put_le(central, m.name.size(), 2);
+    put_le(central, 28, 2);       // extra length
+    put_le(central, 0, 2);        // comment length
+    put_le(central, 0, 2);        // disk
+    put_le(central, 0, 2);        // internal attributes
+    put_le(central, 0x81a4u << 16, 4);  // external: regular file, rw-r--r--
+    put_le(central, k32, 4);      // offset in the zip64 extra field
+    central += m.name;
+    put_le(central, 1, 2);
+    put_le(central, 24, 2);
+    put_le(central, m.size, 8);
+    put_le(central, m.size, 8);
+    put_le(central, m.offset, 8);
+}
 
-        put_le(central, kCentralSig, 4);
-        put_le(central, 45, 2);       // made by
-        put_le(central, 45, 2);       // needed
-        put_le(central, 0, 2);
-        put_le(central, 0, 2);
-        put_le(central, 0, 2);
-        put_le(central, 0x21, 2);
-        put_le(central, crc, 4);
-        put_le(central, k32, 4);
-        put_le(central, k32, 4);
-        put_le(central, name.size(), 2);
-        put_le(central, 28, 2);       // extra length
-        put_le(central, 0, 2);        // comment length
-        put_le(central, 0, 2);        // disk
-        put_le(central, 0, 2);        // internal attributes
-        put_le(central, 0x81a4u << 16, 4);  // external: regular file, rw-r--r--
-        put_le(central, k32, 4);      // offset in the zip64 extra field
-        central += name;
-        put_le(central, 1, 2);
-        put_le(central, 24, 2);
-        put_le(central, size, 8);
-        put_le(central, size, 8);
-        put_le(central, offset, 8);
-        offset = file.written();
-    }
-    std::uint64_t dir_offset = file.written();
-    file.write(central);
-    std::uint64_t z64 = file.written();
+// The records after the central directory (`count` entries, `dir_size` bytes from
+// `dir_offset`): the zip64 end record at `z64`, its locator, and the classic end record
+// with every field saturated so that readers look for zip64.
+std::string end_records(std::uint64_t count, std::uint64_t dir_size, std::uint64_t dir_offset, std::uint64_t z64) {
     std::string tail;
     put_le(tail, kZip64EndSig, 4);
     put_le(tail, 44, 8);              // size of the rest of this record
@@ -417,9 +415,9 @@ void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays) {
     put_le(tail, 45, 2);
     put_le(tail, 0, 4);
     put_le(tail, 0, 4);
-    put_le(tail, arrays.size(), 8);
-    put_le(tail, arrays.size(), 8);
-    put_le(tail, central.size(), 8);
+    put_le(tail, count, 8);
+    put_le(tail, count, 8);
+    put_le(tail, dir_size, 8);
     put_le(tail, dir_offset, 8);
     put_le(tail, kZip64LocatorSig, 4);
     put_le(tail, 0, 4);
@@ -433,7 +431,29 @@ void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays) {
     put_le(tail, k32, 4);
     put_le(tail, k32, 4);
     put_le(tail, 0, 2);
-    file.write(tail);
+    return tail;
+}
+
+}  // namespace
+
+void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays) {
+    // Members are stored (no compression), as np.savez writes them. Every record carries
+    // zip64 fields, so sizes and offsets past 4 GiB need no second pass.
+    // 1. Each member: local header, .npy header, data (written from the caller's buffer).
+    std::string central;
+    for (const OutArray& a : arrays) {
+        const std::string head = npy_header(a);
+        const std::size_t nbytes = element_count(a.shape) * dtype_size(a.dtype);
+        const MemberRecord m{a.name + ".npy", crc_of(head, a.data, nbytes), head.size() + nbytes, file.written()};
+        file.write(local_header(m));
+        file.write(head);
+        file.write(a.data, nbytes);
+        put_central_entry(central, m);
+    }
+    // 2. The central directory, then the end records that point to it.
+    const std::uint64_t dir_offset = file.written();
+    file.write(central);
+    file.write(end_records(arrays.size(), central.size(), dir_offset, file.written()));
 }
 
 }  // namespace attnscope

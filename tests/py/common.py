@@ -4,6 +4,9 @@ The binary is run exactly as a user runs it: argv in; stdout, stderr and the exi
 code out. Expected numbers come from the independent numpy reference
 scripts/attn_reference.py (and from PyTorch in crosscheck.py), never from attnscope.
 
+Each script runs all of its tests, or those named (`SCRIPT.py Class[.test_method]...`);
+`SCRIPT.py --list` prints what ctest registers one test each for (see main()).
+
 Environment:
     ATTNSCOPE_BIN   the attnscope binary   (default: ROOT/build/attnscope)
     ATTNSCOPE_ROOT  the repository root    (default: two directories above this file)
@@ -55,8 +58,10 @@ class Result:
                 f"  stdout: {self.out[:600]!r}\n  stderr: {self.err[:600]!r}")
 
 
-def run(*args, stdin=None, cwd=None, binary=True, timeout=60):
-    """Run `attnscope ARGS...`; stdout/stderr are bytes when binary else str."""
+def run(*args, stdin=None, cwd=None, binary=True, timeout=None):
+    """Run `attnscope ARGS...`; stdout/stderr are bytes when binary else str. No time
+    limit unless asked: a slow machine must not fail a test (ctest's own timeout catches
+    a hang)."""
     args = [str(a) for a in args]
     kwargs = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
     proc = subprocess.run([str(BIN)] + args, capture_output=True, cwd=cwd,
@@ -141,6 +146,7 @@ def as_float32_inputs(bundle):
 
 class CliTestCase(unittest.TestCase):
     maxDiff = 4000
+    run_together = False  # True: ctest runs the class's tests in one process (ctest_units)
 
     def setUp(self):
         self.tmp = Path(tempfile.mkdtemp(prefix="attnscope-test-"))
@@ -198,17 +204,68 @@ class CliTestCase(unittest.TestCase):
         self.assertEqual(leftovers, [], f"temporary files left in {target.parent}")
 
 
+def test_names(suite):
+    """The tests of a suite, as `Class.test_method`, in the order they run."""
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            yield from test_names(item)
+        else:
+            yield item.id().split(".", 1)[1] if "." in item.id() else item.id()
+
+
+def ctest_units(module):
+    """What ctest runs one process each for: `Class.test_method` for every test, or just
+    `Class` for a class whose tests share an expensive setup (`run_together = True`:
+    a class fixture, a browser, importing torch)."""
+    units = []
+    for name in test_names(unittest.defaultTestLoader.loadTestsFromModule(module)):
+        cls = name.split(".", 1)[0]
+        unit = cls if getattr(getattr(module, cls, None), "run_together", False) else name
+        if unit not in units:
+            units.append(unit)
+    return units
+
+
+USAGE = """usage: {script} [--list | --list-tests | NAME...]
+  (no argument)  run every test of the script
+  --list         print what ctest runs, one a line: `Class.test_method`, or `Class` for
+                 a class whose tests run together (run_together = True), and exit
+  --list-tests   print every test, one `Class.test_method` a line, and exit
+  NAME...        run only these: `Class` (all of its tests) or `Class.test_method`
+ctest registers one test per line of --list (tests/CMakeLists.txt)."""
+
+
 def main(title, against="reference", module_name="__main__"):
-    """Run a module's tests; print a short summary; exit non-zero on failure."""
+    """Run a module's tests (all, or those named on the command line); print a short
+    summary; exit non-zero on failure. `--list` prints the tests' names instead."""
+    module = sys.modules[module_name]
+    args = sys.argv[1:]
+    loader = unittest.defaultTestLoader
+    if args in (["-h"], ["--help"]):
+        print(USAGE.format(script=Path(sys.argv[0]).name))
+        return
+    if args == ["--list"]:
+        print("\n".join(ctest_units(module)))
+        return
+    if args == ["--list-tests"]:
+        print("\n".join(test_names(loader.loadTestsFromModule(module))))
+        return
+    options = [a for a in args if a.startswith("-")]
+    if options:
+        print(f"{title}: unknown option {options[0]}\n" + USAGE.format(script=Path(sys.argv[0]).name),
+              file=sys.stderr)
+        sys.exit(2)
     if not BIN.exists():
         print(f"{title}: binary not found: {BIN} (set ATTNSCOPE_BIN)", file=sys.stderr)
         sys.exit(1)
-    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[module_name])
+    # An unknown NAME becomes a test that fails with the loader's error.
+    suite = loader.loadTestsFromNames(args, module) if args else loader.loadTestsFromModule(module)
     result = unittest.TextTestRunner(verbosity=int(os.environ.get("VERBOSE", "1")),
                                      stream=sys.stdout).run(suite)
     diffs = ", ".join(f"{k} {v:.2e}" for k, v in sorted(MAXDIFF.items()))
-    print(f"{title}: {result.testsRun} tests, {len(result.failures)} failures, "
+    what = f"{title} {' '.join(args)}" if args else title
+    print(f"{what}: {result.testsRun} tests, {len(result.failures)} failures, "
           f"{len(result.errors)} errors, {len(result.skipped)} skipped")
     if diffs:
-        print(f"{title}: max |diff| vs {against}: {diffs}")
+        print(f"{what}: max |diff| vs {against}: {diffs}")
     sys.exit(0 if result.wasSuccessful() else 1)

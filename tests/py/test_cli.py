@@ -355,9 +355,8 @@ class Dump(CliTestCase):
                 proc = subprocess.Popen([str(common.BIN), "run", str(src), "--heads", "4",
                                          "--dtype", "float32", "--threads", "1", "--dump", str(out), "-q"],
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                deadline = time.monotonic() + 60
                 seen = False
-                while time.monotonic() < deadline and proc.poll() is None:
+                while proc.poll() is None:  # no time limit: a slow machine must not fail this
                     if out.is_dir() and any(".tmp-" in n for n in os.listdir(out)):
                         seen = True
                         break
@@ -367,7 +366,7 @@ class Dump(CliTestCase):
                     proc.communicate()
                     self.fail("the run ended before its temporaries could be seen")
                 proc.send_signal(signal.SIGINT)
-                _, err = proc.communicate(timeout=60)
+                _, err = proc.communicate()
                 self.assertEqual(proc.returncode, -signal.SIGINT, err.decode())
                 if target == "fresh":
                     self.assertFalse(out.exists(), sorted(os.listdir(out)) if out.exists() else "")
@@ -546,6 +545,7 @@ class Inputs(CliTestCase):
 # ---------------------------------------------------------------------------
 
 class TorchLayout(CliTestCase):
+    run_together = True  # each test imports torch: ctest runs them in one process
 
     def setUp(self):
         super().setUp()
@@ -653,6 +653,7 @@ class NonFinite(CliTestCase):
 # ---------------------------------------------------------------------------
 
 class BadInput(CliTestCase):
+    run_together = True  # 24 quick one-message tests: one process each would cost more than they do
 
     def example(self, name="sentence"):
         return json.loads((DATA / f"{name}.json").read_text())

@@ -252,6 +252,7 @@ def tearDownModule():
 # ---------------------------------------------------------------------------
 
 class HtmlReportTest(unittest.TestCase):
+    run_together = True  # they share one report (setUpClass): ctest runs them in one process
     maxDiff = 4000
 
     @classmethod
@@ -507,6 +508,7 @@ class HtmlOptionsTest(CliTestCase):
 # ---------------------------------------------------------------------------
 
 class SvgTest(CliTestCase):
+    run_together = True  # they share one SVG (setUpClass): ctest runs them in one process
     @classmethod
     def setUpClass(cls):
         cls.p = Padded.make()
@@ -634,6 +636,7 @@ class SvgTest(CliTestCase):
 # ---------------------------------------------------------------------------
 
 class BrowserTest(CliTestCase):
+    run_together = True  # they share setUpClass and start chromium: ctest runs them in one process
     @classmethod
     def setUpClass(cls):
         if not CHROMIUM.exists():
@@ -645,13 +648,13 @@ class BrowserTest(CliTestCase):
         cls.p = Padded.make()
 
     def chromium(self, *args):
-        """Run headless chromium with a fresh profile, no network services; 60 s at most."""
+        """Run headless chromium with a fresh profile, no network services."""
         profile = self.path("profile")
         profile.mkdir(exist_ok=True)
         cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                "--hide-scrollbars", f"--user-data-dir={profile}", *map(str, args)]
-        proc = subprocess.run(cmd, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(cmd, capture_output=True, stdin=subprocess.DEVNULL)
         self.assertEqual(proc.returncode, 0, proc.stderr.decode(errors="replace")[-2000:])
         return proc.stdout.decode("utf-8")
 

@@ -85,8 +85,7 @@ def view_env(**extra):
 def run_in_root(*args, env=None):
     """Run attnscope from the repository root (relative paths, as the snapshots are)."""
     proc = subprocess.run([str(BIN)] + [str(a) for a in args], cwd=ROOT, env=env or view_env(),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, encoding="utf-8",
-                          timeout=120)
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, encoding="utf-8")
     return common.Result([str(a) for a in args], proc)
 
 
@@ -109,7 +108,7 @@ def run_on_terminal(*args, env):
         chunks.append(data)
     os.close(master)
     proc.stderr.read()
-    code = proc.wait(timeout=120)
+    code = proc.wait()
     proc.stderr.close()
     return code, b"".join(chunks).decode("utf-8")
 

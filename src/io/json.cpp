@@ -75,51 +75,9 @@ public:
             unsigned char c = static_cast<unsigned char>(*p_++);
             if (c == '"') return out;
             if (c < 0x20) syntax("control character in a string");
-            if (c == '\\') {
-                if (p_ >= end_) syntax("unterminated string");
-                char e = *p_++;
-                switch (e) {
-                    case '"': out += '"'; break;
-                    case '\\': out += '\\'; break;
-                    case '/': out += '/'; break;
-                    case 'b': out += '\b'; break;
-                    case 'f': out += '\f'; break;
-                    case 'n': out += '\n'; break;
-                    case 'r': out += '\r'; break;
-                    case 't': out += '\t'; break;
-                    case 'u': {
-                        std::uint32_t cp = hex4();
-                        if (cp >= 0xD800 && cp < 0xDC00) {  // a surrogate pair
-                            if (end_ - p_ < 6 || p_[0] != '\\' || p_[1] != 'u') syntax("unpaired surrogate in \\u escape");
-                            p_ += 2;
-                            std::uint32_t lo = hex4();
-                            if (lo < 0xDC00 || lo > 0xDFFF) syntax("unpaired surrogate in \\u escape");
-                            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                            syntax("unpaired surrogate in \\u escape");
-                        }
-                        io_detail::append_utf8(out, cp);
-                        break;
-                    }
-                    default: syntax(std::string("invalid escape \\") + e);
-                }
-            } else if (c < 0x80) {
-                out += char(c);
-            } else {  // a UTF-8 sequence: lead byte and continuation bytes, no overlongs or surrogates
-                int n = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 && c < 0xE0 ? 1 : -1;
-                if (c >= 0xF5 || n < 0 || end_ - p_ < n) syntax("invalid UTF-8 in a string");
-                std::uint32_t cp = c & (0x3F >> n);
-                for (int k = 0; k < n; ++k) {
-                    unsigned char cc = static_cast<unsigned char>(p_[k]);
-                    if ((cc & 0xC0) != 0x80) syntax("invalid UTF-8 in a string");
-                    cp = cp << 6 | (cc & 0x3F);
-                }
-                if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
-                    syntax("invalid UTF-8 in a string");
-                out += char(c);
-                out.append(p_, std::size_t(n));
-                p_ += n;
-            }
+            if (c == '\\') escape(out);
+            else if (c < 0x80) out += char(c);
+            else utf8_sequence(out, c);
         }
     }
 
@@ -227,6 +185,56 @@ private:
         static constexpr std::size_t kNoLeaf = std::size_t(-1);
     };
 
+    // After a backslash in a string: one of JSON's escapes, decoded onto `out`; a \u
+    // escape of a high surrogate must be followed by one of a low surrogate.
+    void escape(std::string& out) {
+        if (p_ >= end_) syntax("unterminated string");
+        char e = *p_++;
+        switch (e) {
+            case '"': out += '"'; break;
+            case '\\': out += '\\'; break;
+            case '/': out += '/'; break;
+            case 'b': out += '\b'; break;
+            case 'f': out += '\f'; break;
+            case 'n': out += '\n'; break;
+            case 'r': out += '\r'; break;
+            case 't': out += '\t'; break;
+            case 'u': {
+                std::uint32_t cp = hex4();
+                if (cp >= 0xD800 && cp < 0xDC00) {  // a surrogate pair
+                    if (end_ - p_ < 6 || p_[0] != '\\' || p_[1] != 'u') syntax("unpaired surrogate in \\u escape");
+                    p_ += 2;
+                    std::uint32_t lo = hex4();
+                    if (lo < 0xDC00 || lo > 0xDFFF) syntax("unpaired surrogate in \\u escape");
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                    syntax("unpaired surrogate in \\u escape");
+                }
+                io_detail::append_utf8(out, cp);
+                break;
+            }
+            default: syntax(std::string("invalid escape \\") + e);
+        }
+    }
+
+    // After lead byte c (>= 0x80) in a string: a whole UTF-8 sequence, its continuation
+    // bytes present, no overlong form, no surrogate, nothing past 0x10FFFF; copied to `out`.
+    void utf8_sequence(std::string& out, unsigned char c) {
+        int n = c >= 0xF0 && c <= 0xF4 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 && c < 0xE0 ? 1 : -1;
+        if (c >= 0xF5 || n < 0 || end_ - p_ < n) syntax("invalid UTF-8 in a string");
+        std::uint32_t cp = c & (0x3F >> n);
+        for (int k = 0; k < n; ++k) {
+            unsigned char cc = static_cast<unsigned char>(p_[k]);
+            if ((cc & 0xC0) != 0x80) syntax("invalid UTF-8 in a string");
+            cp = cp << 6 | (cc & 0x3F);
+        }
+        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+            syntax("invalid UTF-8 in a string");
+        out += char(c);
+        out.append(p_, std::size_t(n));
+        p_ += n;
+    }
+
     std::uint32_t hex4() {
         if (end_ - p_ < 4) syntax("short \\u escape");
         std::uint32_t v = 0;
@@ -304,22 +312,7 @@ private:
         if (peek() != ']') {
             for (;;) {
                 v.index.back() = count;
-                if (peek() == '[') {
-                    if (v.leaf != Value::kNoLeaf && d + 1 >= v.leaf)
-                        fail(v, d + 1, "ragged array: expected a number at this depth, found a list");
-                    list(v, d + 1);
-                } else {
-                    if (v.leaf == Value::kNoLeaf) v.leaf = d + 1;
-                    if (d + 1 < v.leaf) {
-                        std::string str;
-                        const char* at = p_;
-                        std::string what = describe_scalar(str);
-                        p_ = at;
-                        fail(v, d + 1, "ragged array: expected a list of " + std::to_string(v.shape[d + 1]) +
-                                           " elements, found " + what);
-                    }
-                    scalar(v);
-                }
+                element(v, d + 1);
                 ++count;
                 char c = peek();
                 if (c == ',') {
@@ -334,6 +327,31 @@ private:
         v.index.pop_back();
         account(v);
         if (count == 0 && v.leaf == Value::kNoLeaf) v.leaf = d + 1;
+        check_length(v, d, count);
+    }
+
+    // One element at depth e of a list: a list above the depth where scalars sit (the
+    // first scalar found fixes that depth), a scalar at it; anything else is ragged.
+    void element(Value& v, std::size_t e) {
+        if (peek() == '[') {
+            if (v.leaf != Value::kNoLeaf && e >= v.leaf)
+                fail(v, e, "ragged array: expected a number at this depth, found a list");
+            list(v, e);
+            return;
+        }
+        if (v.leaf == Value::kNoLeaf) v.leaf = e;
+        if (e < v.leaf) {
+            std::string str;
+            const char* at = p_;
+            std::string what = describe_scalar(str);
+            p_ = at;
+            fail(v, e, "ragged array: expected a list of " + std::to_string(v.shape[e]) + " elements, found " + what);
+        }
+        scalar(v);
+    }
+
+    // The first list closed at depth d fixes the length there; every later one must match it.
+    void check_length(Value& v, std::size_t d, std::size_t count) {
         if (!v.known[d]) {
             v.shape[d] = count;
             v.known[d] = true;

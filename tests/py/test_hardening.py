@@ -102,7 +102,7 @@ class Races(CliTestCase):
             procs = [subprocess.Popen([str(common.BIN), "run", str(g), "--dump", str(target), "-q"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
                      for _ in range(2)]
-            results = [(p.wait(timeout=120), p.stderr.read().decode()) for p in procs]
+            results = [(p.wait(), p.stderr.read().decode()) for p in procs]
             for p in procs:
                 p.stdout.close()
                 p.stderr.close()

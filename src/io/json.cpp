@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -398,27 +399,33 @@ Bundle parse_json_bundle(std::string_view text, const std::string& source, std::
     return b;
 }
 
+namespace {
+
+// An object given where one array is expected holds `n` entries, not one.
+[[noreturn]] void not_one_entry(const std::string& origin, std::size_t n) {
+    throw InputError(origin + ": expected a nested list, or an object with one entry; found an object with " +
+                     std::to_string(n) + " entries");
+}
+
+}  // namespace
+
 Array parse_json_array(std::string_view text, const std::string& origin, std::size_t max_bytes) {
     JsonReader r(text, origin, max_bytes);
     if (r.at_end()) r.syntax("empty input");
     if (r.peek() == '{') {
         r.object_begin();
         std::string key;
-        std::vector<std::pair<std::string, Array>> entries;
+        std::optional<Array> a;
         for (bool first = true; r.object_next(first, key); first = false) {
-            if (!entries.empty())
-                throw InputError(origin + ": expected a nested list, or an object with one entry; found an object with " +
-                                 "2 entries");
+            if (a) not_one_entry(origin, 2);
             // The entry's key is named too when it is not the array's own name ("w.json: W_O: W[1]").
             const bool same = origin.size() > key.size() + 2 && ends_with(origin, ": " + key);
             const std::string where = same ? origin : origin + ": " + key;
-            entries.emplace_back(key, r.array(origin, where, false));
+            a = r.array(origin, where, false);
         }
-        if (entries.size() != 1)
-            throw InputError(origin + ": expected a nested list, or an object with one entry; found an object with " +
-                             std::to_string(entries.size()) + " entries");
+        if (!a) not_one_entry(origin, 0);
         if (!r.at_end()) r.syntax("unexpected data after the object");
-        return std::move(entries[0].second);
+        return std::move(*a);
     }
     Array a = r.array(origin, origin, false);
     if (!r.at_end()) r.syntax("unexpected data after the value");

@@ -2,18 +2,14 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/array.hpp"
 
-
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <limits>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
-#include <sstream>
+#include <limits>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 namespace attnscope {
 

@@ -66,6 +66,18 @@ std::vector<std::string> parse_stage_list(const std::string& list) {
     return ordered;
 }
 
+namespace {
+
+// The mask rule in words, for the mask stage's formula.
+std::string mask_rule_words(const MaskRule& m) {
+    if (m.has_padding() && m.causal()) return "(not PAD, and " + m.causal_rule() + ")";
+    if (m.has_padding()) return "(key j is not PAD)";
+    if (m.causal()) return "(causal: " + m.causal_rule() + ")";
+    return "(no mask given: all true)";
+}
+
+}  // namespace
+
 template <typename T>
 TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>& tr) {
     TraceView v;
@@ -88,12 +100,7 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     auto plus = [](const auto& bias, const char* name) { return bias ? std::string(" + ") + name : std::string(); };
     char scale_buf[64];
     std::snprintf(scale_buf, sizeof scale_buf, "%.6g", double(tr.scale));
-    std::string mask_words = "true where query i may see key j";
-    const std::string causal_rule = p.mask.causal_rule();
-    if (v.has_padding() && p.spec.causal) mask_words += " (not PAD, and " + causal_rule + ")";
-    else if (v.has_padding()) mask_words += " (key j is not PAD)";
-    else if (p.spec.causal) mask_words += " (causal: " + causal_rule + ")";
-    else mask_words += " (no mask given: all true)";
+    const std::string mask_words = "true where query i may see key j " + mask_rule_words(p.mask);
 
     auto add = [&](Stage id, std::string formula, const auto& t) {
         if (!tr.kept[id]) return;

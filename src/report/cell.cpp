@@ -34,7 +34,7 @@ void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int dec
                     &M = v.stage("mask"), &MS = v.stage("masked_scores"), &W = v.stage("weights"),
                     &C = v.stage("context");
     auto f = [&](double x) { return format_number(x, decimals); };
-    const std::string qi = axis_label(v, "Tq", b, i), kj = axis_label(v, "Tk", b, j);
+    const std::string qi = clip_label(axis_label(v, "Tq", b, i)), kj = clip_label(axis_label(v, "Tk", b, j));
     const std::size_t qo = matrix_offset(Q, b, h) + i * d.Dk, ko = matrix_offset(K, b, h) + j * d.Dk;
     const std::size_t so = matrix_offset(S, b, h) + i * d.Tk, mo = matrix_offset(M, b, 0) + i * d.Tk;
 
@@ -79,7 +79,7 @@ void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int dec
         }
         const double e = visible ? std::exp(score - row_max) : 0.0;
         out << "  4) row max over the visible keys = " << f(row_max) << " (key " << arg << " '"
-            << axis_label(v, "Tk", b, arg) << "')\n";
+            << clip_label(axis_label(v, "Tk", b, arg)) << "')\n";
         out << "     exp(" << (visible ? f(score) : "-inf") << " - (" << f(row_max) << ")) = " << f(e) << '\n';
         out << "     row sum of exp(m - max) over the " << d.Tk << " keys = " << f(row_sum) << '\n';
         out << "     weight = " << f(e) << " / " << f(row_sum) << " = " << f(e / row_sum) << "    [weights = " << f(w)

@@ -119,9 +119,7 @@ Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t 
     std::size_t shown_cols = std::min(cols, std::max<std::size_t>(1, avail / cw));
 
     Panel p;
-    std::string title = s.name;
-    if (v.batched) title += ", batch " + std::to_string(b);
-    if (std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end()) title += ", head " + std::to_string(h);
+    const std::string where = matrix_title(v, s, b, h), title = s.name + (where.empty() ? "" : ", " + where);
     p.add(title, display_width(title));
     std::vector<std::vector<std::string>> col_labels(shown_cols);
     std::size_t label_lines = 0;
@@ -211,8 +209,7 @@ bool is_matrix_over_keys(const StageView& s) {
 void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, const TextOptions& o) {
     if (!is_matrix_over_keys(s)) throw UsageError("{heatmap}: stage " + s.name + " is not a (query, key) matrix");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
-    const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
-    const auto heads = has_heads ? chosen_or_all(o.heads, v.dims.H) : std::vector<std::size_t>{0};
+    const auto heads = has_heads(s) ? chosen_or_all(o.heads, v.dims.H) : std::vector<std::size_t>{0};
     const auto range = value_range(s, batches, heads);
     std::vector<Panel> panels;
     for (std::size_t b : batches)

@@ -96,18 +96,6 @@ std::string escape(std::string_view s) {
     return r;
 }
 
-// `s` cut to at most `max` code points, "…" marking a cut (as the text report does).
-std::string clip(const std::string& s, std::size_t max = 12) {
-    std::size_t points = 0;
-    for (std::size_t i = 0; i < s.size();) {
-        char32_t cp = 0;
-        const std::size_t len = decode_utf8(s, i, cp);
-        if (++points > max) return s.substr(0, i) + "…";
-        i += len == 0 ? 1 : len;
-    }
-    return s;
-}
-
 // Estimated width in pixels of `s` in a sans-serif font of size `font` (for SVG layout,
 // where text cannot be measured): wide East Asian characters take a full em.
 double text_width(const std::string& s, double font) {
@@ -127,13 +115,8 @@ double text_width(const std::string& s, double font) {
     return em * font;
 }
 
-// The label of position i along `axis` for batch item b: its token, or q0.. / k0.. / d0..
-std::string axis_label(const TraceView& v, const std::string& axis, std::size_t b, std::size_t i) {
-    const bool query = axis == "Tq", key = axis == "Tk";
-    const TokenLabels& tokens = query ? v.query_tokens : v.key_tokens;
-    if ((query || key) && b < tokens.size() && i < tokens[b].size()) return tokens[b][i];
-    return (query ? "q" : key ? "k" : "d") + std::to_string(i);
-}
+// A label cut to 12 characters and "…" (the whole label is on hover in HTML).
+std::string clip(const std::string& s) { return text::clip_points(s, 12, 12); }
 
 // What an axis counts, for axis titles: "queries (Tq)", "keys (Tk)", "features (Dk)".
 std::string axis_title(const std::string& axis) {
@@ -248,12 +231,8 @@ Matrix matrix_of(const StageView& s, std::size_t b, std::size_t h) {
     m.head = h;
     m.rows = s.shape[nd - 2];
     m.cols = s.shape[nd - 1];
-    std::size_t index = 0;  // flat index of the matrix among the leading axes
-    for (std::size_t a = 0; a + 2 < nd; ++a) {
-        m.has_heads = m.has_heads || s.axes[a] == "H";
-        index = index * s.shape[a] + (s.axes[a] == "B" ? b : s.axes[a] == "H" ? h : 0);
-    }
-    m.offset = index * m.rows * m.cols;
+    m.has_heads = text::has_heads(s);
+    m.offset = matrix_offset(s, b, h);
     return m;
 }
 
@@ -336,21 +315,6 @@ std::vector<char> visibility(const TraceView& v, std::size_t b) {
     return seen;
 }
 
-// The indices drawn along an axis of length n: all when n <= max, else the first and
-// last max/2 around a gap (npos), as the text report summarises.
-constexpr std::size_t kGap = std::string::npos;
-std::vector<std::size_t> shown(std::size_t n, std::size_t max) {
-    std::vector<std::size_t> idx;
-    if (n <= max) {
-        for (std::size_t i = 0; i < n; ++i) idx.push_back(i);
-        return idx;
-    }
-    for (std::size_t i = 0; i < max / 2; ++i) idx.push_back(i);
-    idx.push_back(kGap);
-    for (std::size_t i = n - max / 2; i < n; ++i) idx.push_back(i);
-    return idx;
-}
-
 // What a cell of a matrix looks like.
 struct Cell {
     bool masked = false;  // the query may not see this key
@@ -374,26 +338,9 @@ Cell cell_of(const Matrix& m, Kind kind, const ColourScale& sc, const std::vecto
     return c;
 }
 
-// ---------------------------------------------------------------------------
-// The page header (HTML) and the words shared with the text report
-// ---------------------------------------------------------------------------
-
-
 // "batch 0 · head 1", "batch 0", "head 1" or "" for a matrix.
 std::string matrix_title(const TraceView& v, const Matrix& m) {
-    std::string t;
-    if (v.batched) t += "batch " + std::to_string(m.batch);
-    if (m.has_heads) t += (t.empty() ? "" : " · ") + std::string("head ") + std::to_string(m.head);
-    return t;
-}
-
-std::string shape_text(const StageView& s) {
-    std::string axes, sizes;
-    for (std::size_t k = 0; k < s.shape.size(); ++k) {
-        axes += (k ? ", " : "") + s.axes[k];
-        sizes += (k ? ", " : "") + std::to_string(s.shape[k]);
-    }
-    return "(" + axes + ") = (" + sizes + ")";
+    return text::matrix_title(v, *m.stage, m.batch, m.head, " · ");
 }
 
 // ---------------------------------------------------------------------------
@@ -531,12 +478,12 @@ void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const s
     const StageView& s = *m.stage;
     const Kind kind = kind_of(s);
     const ColourScale sc = scale_of(m, kind);
-    const auto ri = shown(m.rows, kMaxAxis), ci = shown(m.cols, kMaxAxis);
+    const auto ri = text::shown(m.rows, kMaxAxis, kMaxAxis / 2), ci = text::shown(m.cols, kMaxAxis, kMaxAxis / 2);
     const bool numbers = ci.size() <= kNumberCols;
     const std::string& ra = m.row_axis();
     const std::string& ca = m.col_axis();
     const auto label = [&](const std::string& axis, std::size_t i, const char* cls, const char* scope) {
-        const std::string full = axis_label(v, axis, m.batch, i), shown_text = clip(full);
+        const std::string full = text::axis_label(v, axis, m.batch, i), shown_text = clip(full);
         out << "<th class=\"" << cls << "\" scope=\"" << scope << "\" data-index=\"" << i << "\"";
         if (shown_text != full) out << " title=\"" << escape(full) << "\"";
         out << ">" << escape(shown_text) << "</th>";
@@ -549,22 +496,22 @@ void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const s
         << "\" data-batch=\"" << m.batch << "\" data-head=\"" << (m.has_heads ? std::to_string(m.head) : "")
         << "\">\n<thead><tr><th class=\"corner\">" << escape(ra) << " ↓ " << escape(ca) << " →</th>";
     for (std::size_t j : ci) {
-        if (j == kGap) out << "<th class=\"gap\">…</th>";
+        if (j == text::kGap) out << "<th class=\"gap\">…</th>";
         else label(ca, j, "col", "col");
     }
     out << "</tr></thead>\n<tbody>\n";
     bool any_masked = false;
     for (std::size_t i : ri) {
-        if (i == kGap) {
+        if (i == text::kGap) {
             out << "<tr class=\"gap\"><th class=\"gap\">⋮</th>";
-            for (std::size_t j : ci) out << "<td class=\"gap\">" << (j == kGap ? "⋱" : "⋮") << "</td>";
+            for (std::size_t j : ci) out << "<td class=\"gap\">" << (j == text::kGap ? "⋱" : "⋮") << "</td>";
             out << "</tr>\n";
             continue;
         }
         out << "<tr data-index=\"" << i << "\">";
         label(ra, i, "row", "row");
         for (std::size_t j : ci) {
-            if (j == kGap) {
+            if (j == text::kGap) {
                 out << "<td class=\"gap\">…</td>";
                 continue;
             }
@@ -598,17 +545,16 @@ void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const s
 void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std::size_t budget,
                  const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
     out << "<section id=\"stage-" << escape(s.name) << "\">\n<h2>" << escape(s.name) << "<span class=\"shape\">"
-        << escape(shape_text(s)) << "</span></h2>\n<p class=\"formula\">" << escape(s.name) << " = "
+        << escape(text::shape_text(s)) << "</span></h2>\n<p class=\"formula\">" << escape(s.name) << " = "
         << escape(s.formula) << "</p>\n";
-    const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
-    out << "<div class=\"figs\">\n";
+        out << "<div class=\"figs\">\n";
     std::size_t drawn = 0, left_out = 0;
     std::string first_left_out;
     for (std::size_t b : text::chosen_or_all(batches, v.dims.B)) {
         const std::vector<char> seen = shows_mask(s) ? visibility(v, b) : std::vector<char>();
-        for (std::size_t h : has_heads ? text::chosen_or_all(heads, v.dims.H) : std::vector<std::size_t>{0}) {
+        for (std::size_t h : text::has_heads(s) ? text::chosen_or_all(heads, v.dims.H) : std::vector<std::size_t>{0}) {
             const Matrix m = matrix_of(s, b, h);
-            const std::size_t cells = shown(m.rows, kMaxAxis).size() * shown(m.cols, kMaxAxis).size();
+            const std::size_t cells = text::shown(m.rows, kMaxAxis, kMaxAxis / 2).size() * text::shown(m.cols, kMaxAxis, kMaxAxis / 2).size();
             if (drawn > 0 && drawn + cells > budget) {
                 if (left_out++ == 0) first_left_out = matrix_title(v, m);
                 continue;
@@ -678,7 +624,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     const std::string& ra = m.row_axis();
     const std::string& ca = m.col_axis();
     // The rows and columns drawn (a long axis keeps its ends around a gap), by position.
-    const auto ri = shown(m.rows, kSvgMaxAxis), ci = shown(m.cols, kSvgMaxAxis);
+    const auto ri = text::shown(m.rows, kSvgMaxAxis, kSvgMaxAxis / 2), ci = text::shown(m.cols, kSvgMaxAxis, kSvgMaxAxis / 2);
     const std::size_t R = ri.size(), C = ci.size();
     const bool numbers = R <= kSvgNumbers && C <= kSvgNumbers, hover = R * C <= kSvgHover;
 
@@ -691,7 +637,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     const auto labels = [&](const std::vector<std::size_t>& idx, const std::string& axis, double& widest) {
         std::vector<std::string> text(idx.size());
         for (std::size_t p = 0; p < idx.size(); ++p) {
-            text[p] = idx[p] == kGap ? "…" : clip(axis_label(v, axis, batch, idx[p]));
+            text[p] = idx[p] == text::kGap ? "…" : clip(text::axis_label(v, axis, batch, idx[p]));
             if (p % step == 0) widest = std::max(widest, text_width(text[p], label_font));
         }
         return text;
@@ -703,7 +649,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     bool any_masked = false;
     for (std::size_t p = 0; p < R; ++p)
         for (std::size_t q = 0; q < C; ++q) {
-            if (ri[p] == kGap || ci[q] == kGap) continue;
+            if (ri[p] == text::kGap || ci[q] == text::kGap) continue;
             Cell& c = cells[p * C + q] = cell_of(m, kind, sc, seen, ri[p], ci[q]);
             any_masked = any_masked || c.masked;
             if (numbers && !c.masked) widest = std::max(widest, text_width(c.text, 1.0));
@@ -780,7 +726,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     out << "<g" << (gridlines ? " stroke=\"#fff\" stroke-width=\"1\"" : " shape-rendering=\"crispEdges\"") << ">\n";
     for (std::size_t p = 0; p < R; ++p)
         for (std::size_t q = 0; q < C; ++q) {
-            if (ri[p] == kGap || ci[q] == kGap) continue;
+            if (ri[p] == text::kGap || ci[q] == text::kGap) continue;
             const std::size_t i = ri[p], j = ci[q];
             const Cell& c = cells[p * C + q];
             const std::string fill = c.masked                ? "url(#masked)"

@@ -15,17 +15,9 @@ namespace {
 
 using namespace text;
 
-// The indices shown along an axis of length n: all, or the ends with a gap (npos) between.
-std::vector<std::size_t> shown(std::size_t n, const TextOptions& o) {
-    std::vector<std::size_t> idx;
-    if (o.full || n <= 2 * o.edgeitems + 2) {
-        for (std::size_t i = 0; i < n; ++i) idx.push_back(i);
-        return idx;
-    }
-    for (std::size_t i = 0; i < o.edgeitems; ++i) idx.push_back(i);
-    idx.push_back(std::string::npos);
-    for (std::size_t i = n - o.edgeitems; i < n; ++i) idx.push_back(i);
-    return idx;
+// The indices shown along an axis of length n: all, or (unless --full) the ends with a gap between.
+std::vector<std::size_t> summarised(std::size_t n, const TextOptions& o) {
+    return shown(n, o.full ? n : 2 * o.edgeitems + 2, o.edgeitems);
 }
 
 void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std::size_t offset, std::size_t b,
@@ -34,23 +26,24 @@ void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std
     const std::size_t rows = s.shape[nd - 2], cols = s.shape[nd - 1];
     const std::string& row_axis = s.axes[nd - 2];
     const std::string& col_axis = s.axes[nd - 1];
-    auto ri = shown(rows, o), ci = shown(cols, o);
+    auto ri = summarised(rows, o), ci = summarised(cols, o);
+    const auto label = [&](const std::string& axis, std::size_t i) { return clip_label(axis_label(v, axis, b, i)); };
     auto cell = [&](std::size_t i, std::size_t j) {
         double x = s.at(offset + i * cols + j);
         return s.dtype == DType::boolean ? std::string(x != 0 ? "1" : "0") : format_number(x, o.decimals);
     };
     // Column widths from the labels and every shown cell.
     std::size_t label_w = 0;
-    for (std::size_t i : ri) label_w = std::max(label_w, i == std::string::npos ? 1 : display_width(axis_label(v, row_axis, b, i)));
+    for (std::size_t i : ri) label_w = std::max(label_w, i == kGap ? 1 : display_width(label(row_axis, i)));
     std::vector<std::size_t> w;
     auto measure = [&] {
         w.assign(ci.size(), 1);
         std::size_t total = 4 + label_w;
         for (std::size_t c = 0; c < ci.size(); ++c) {
-            if (ci[c] != std::string::npos) {
-                w[c] = display_width(axis_label(v, col_axis, b, ci[c]));
+            if (ci[c] != kGap) {
+                w[c] = display_width(label(col_axis, ci[c]));
                 for (std::size_t i : ri)
-                    if (i != std::string::npos) w[c] = std::max(w[c], cell(i, ci[c]).size());
+                    if (i != kGap) w[c] = std::max(w[c], cell(i, ci[c]).size());
             }
             total += 2 + w[c];
         }
@@ -58,24 +51,16 @@ void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std
     };
     // Fewer columns around "…" until the matrix fits the terminal width (unless --full).
     for (std::size_t edge = o.edgeitems; measure() > o.width && !o.full && edge > 1;) {
-        TextOptions narrower = o;
-        narrower.edgeitems = --edge;
-        ci = shown(cols, narrower);
-        if (cols <= 2 * edge + 2) {  // shown() keeps short axes whole: summarise by hand
-            ci.clear();
-            for (std::size_t k = 0; k < edge; ++k) ci.push_back(k);
-            ci.push_back(std::string::npos);
-            for (std::size_t k = cols - edge; k < cols; ++k) ci.push_back(k);
-        }
+        ci = shown(cols, 0, --edge);  // the ends, even of an axis shown() would keep whole
     }
     out << "    " << std::string(label_w, ' ');
     for (std::size_t c = 0; c < ci.size(); ++c)
-        out << "  " << pad_left(ci[c] == std::string::npos ? "…" : axis_label(v, col_axis, b, ci[c]), w[c]);
+        out << "  " << pad_left(ci[c] == kGap ? "…" : label(col_axis, ci[c]), w[c]);
     out << '\n';
     for (std::size_t i : ri) {
-        out << "    " << pad_right(i == std::string::npos ? "…" : axis_label(v, row_axis, b, i), label_w);
+        out << "    " << pad_right(i == kGap ? "…" : label(row_axis, i), label_w);
         for (std::size_t c = 0; c < ci.size(); ++c) {
-            std::string text = (i == std::string::npos || ci[c] == std::string::npos) ? "…" : cell(i, ci[c]);
+            std::string text = (i == kGap || ci[c] == kGap) ? "…" : cell(i, ci[c]);
             out << "  " << pad_left(text, w[c]);
         }
         out << '\n';
@@ -124,13 +109,8 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
 
     for (const auto& name : o.stages) {
         const StageView& s = v.stage(name);
-        std::string axes, sizes;
-        for (std::size_t k = 0; k < s.shape.size(); ++k) {
-            axes += (k ? ", " : "") + s.axes[k];
-            sizes += (k ? ", " : "") + std::to_string(s.shape[k]);
-        }
         out << "\n== " << s.name << " = " << s.formula << '\n';
-        out << "   shape (" << axes << ") = (" << sizes << ")\n";
+        out << "   shape " << shape_text(s) << '\n';
         if (o.explain)
             for (const auto& para : explain_stage(v, s))
                 for (const auto& line : wrap(para, o.width > 23 ? o.width - 3 : 20)) out << "   " << line << '\n';
@@ -139,16 +119,12 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
             continue;
         }
         // The leading axes (B and/or H) pick matrices; the last two are printed.
-        const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
-        const std::size_t matrix = s.shape[s.shape.size() - 2] * s.shape.back();
         for (std::size_t b : batches) {
-            for (std::size_t h : has_heads ? heads : std::vector<std::size_t>{0}) {
-                std::string title;
-                if (v.batched) title += "batch " + std::to_string(b);
-                if (has_heads) title += std::string(title.empty() ? "" : ", ") + "head " + std::to_string(h);
+            for (std::size_t h : has_heads(s) ? heads : std::vector<std::size_t>{0}) {
+                const std::string title = matrix_title(v, s, b, h);
                 if (!title.empty()) out << "\n  -- " << title << '\n';
                 else out << '\n';
-                std::size_t offset = (b * (has_heads ? d.H : 1) + (has_heads ? h : 0)) * matrix;
+                const std::size_t offset = matrix_offset(s, b, h);
                 print_matrix(out, v, s, offset, b, o);
             }
         }

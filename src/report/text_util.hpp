@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace attnscope::text {
 
@@ -19,14 +20,18 @@ inline std::size_t display_width(const std::string& s) {
     return n;
 }
 
-inline std::string clip_label(const std::string& s, std::size_t max = 12) {
+// `s` when it has at most `max` code points, else its first `keep` code points and "…".
+inline std::string clip_points(const std::string& s, std::size_t max, std::size_t keep) {
     if (display_width(s) <= max) return s;
     std::size_t points = 0, i = 0;
     for (; i < s.size(); ++i) {
-        if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && ++points == max) break;
+        if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && points++ == keep) break;
     }
     return s.substr(0, i) + "…";
 }
+
+// `s` in at most `max` terminal columns, "…" included when it is cut.
+inline std::string clip_label(const std::string& s, std::size_t max = 12) { return clip_points(s, max, max - 1); }
 
 inline std::string pad_left(const std::string& s, std::size_t w) {
     std::size_t n = display_width(s);
@@ -46,13 +51,54 @@ inline std::string format_number(double v, int decimals) {
     return buf;
 }
 
-// Label of position i along an axis named `axis` for batch item b.
+// The label of position i along `axis` for batch item b: its token (whole, unclipped),
+// or q0.. / k0.. / d0..
 inline std::string axis_label(const TraceView& v, const std::string& axis, std::size_t b, std::size_t i) {
-    if (axis == "Tq") return v.query_tokens.empty() ? "q" + std::to_string(i) : clip_label(v.query_tokens[b][i]);
-    if (axis == "Tk") return v.key_tokens.empty() ? "k" + std::to_string(i) : clip_label(v.key_tokens[b][i]);
-    return "d" + std::to_string(i);
+    const bool query = axis == "Tq", key = axis == "Tk";
+    const TokenLabels& tokens = query ? v.query_tokens : v.key_tokens;
+    if ((query || key) && b < tokens.size() && i < tokens[b].size()) return tokens[b][i];
+    return (query ? "q" : key ? "k" : "d") + std::to_string(i);
 }
 
+// The gap in a list of shown indices (printed "…").
+constexpr std::size_t kGap = std::string::npos;
+
+// The indices shown along an axis of length n: all of them when n <= max, else the
+// first and the last `edge` around a gap (kGap), as numpy summarises.
+inline std::vector<std::size_t> shown(std::size_t n, std::size_t max, std::size_t edge) {
+    std::vector<std::size_t> idx;
+    if (n <= max) {
+        for (std::size_t i = 0; i < n; ++i) idx.push_back(i);
+        return idx;
+    }
+    for (std::size_t i = 0; i < edge; ++i) idx.push_back(i);
+    idx.push_back(kGap);
+    for (std::size_t i = n - edge; i < n; ++i) idx.push_back(i);
+    return idx;
+}
+
+// Whether a stage has a head axis.
+inline bool has_heads(const StageView& s) { return std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end(); }
+
+// "batch 0, head 1", "batch 0", "head 1" or "" for matrix (b, h) of stage s (a 2-D input
+// has no batch axis, mask and output no head axis); `sep` between the two.
+inline std::string matrix_title(const TraceView& v, const StageView& s, std::size_t b, std::size_t h,
+                                const char* sep = ", ") {
+    std::string t;
+    if (v.batched) t += "batch " + std::to_string(b);
+    if (has_heads(s)) t += (t.empty() ? "" : sep) + std::string("head ") + std::to_string(h);
+    return t;
+}
+
+// "(B, H, Tq, Tk) = (2, 2, 6, 6)"
+inline std::string shape_text(const StageView& s) {
+    std::string axes, sizes;
+    for (std::size_t k = 0; k < s.shape.size(); ++k) {
+        axes += (k ? ", " : "") + s.axes[k];
+        sizes += (k ? ", " : "") + std::to_string(s.shape[k]);
+    }
+    return "(" + axes + ") = (" + sizes + ")";
+}
 
 // A number for JSON: the shortest form that reads back to the same float/double, and
 // the strings "nan", "inf", "-inf" for what JSON cannot spell.

@@ -30,9 +30,8 @@ void write_cell(std::ostream& out, const TraceView& v, const CellRef& c, int dec
     v.require(kCellNeeds, "cell");
     check_cell(c, d);
     const std::size_t b = c.batch, h = c.head, i = c.query, j = c.key;
-    const StageView &Q = v.stage("Q"), &K = v.stage("K"), &V = v.stage("V"), &S = v.stage("scores"),
-                    &M = v.stage("mask"), &MS = v.stage("masked_scores"), &W = v.stage("weights"),
-                    &C = v.stage("context");
+    const StageView &Q = v.stage(kQ), &K = v.stage(kK), &V = v.stage(kV), &S = v.stage(kScores), &M = v.stage(kMask),
+                    &MS = v.stage(kMaskedScores), &W = v.stage(kWeights), &C = v.stage(kContext);
     auto f = [&](double x) { return format_number(x, decimals); };
     const std::string qi = clip_label(axis_label(v, "Tq", b, i)), kj = clip_label(axis_label(v, "Tk", b, j));
     const std::size_t qo = matrix_offset(Q, b, h) + i * d.Dk, ko = matrix_offset(K, b, h) + j * d.Dk;

@@ -59,11 +59,13 @@ std::string nan_cell(std::size_t w, ColorMode mode) {
     return mode == ColorMode::none ? m : "\033[1;31m" + m + kReset;
 }
 
-// The value range a stage is drawn over: [0, 1] for weights and the mask, else the
-// finite values of every matrix shown (shared, so heads can be compared by eye).
+// The value range a stage is drawn over: [0, 1] for probabilities (weights) and the
+// mask, else the finite values of every matrix shown (shared, so heads can be compared
+// by eye).
 std::pair<double, double> value_range(const StageView& s, const std::vector<std::size_t>& batches,
                                       const std::vector<std::size_t>& heads) {
-    if (s.name == "weights" || s.name == "mask") return {0.0, 1.0};
+    const ColorKind kind = stage_info(s.id).color;
+    if (kind == ColorKind::probability || kind == ColorKind::boolean) return {0.0, 1.0};
     double lo = std::numeric_limits<double>::infinity(), hi = -lo;
     const std::size_t matrix = s.shape[s.shape.size() - 2] * s.shape.back();
     for (std::size_t b : batches)
@@ -101,58 +103,87 @@ std::vector<std::string> code_points(const std::string& s) {
     return out;
 }
 
-Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t h, std::pair<double, double> range,
-             const TextOptions& o, std::size_t max_cols_width) {
-    const std::size_t nd = s.shape.size(), rows = s.shape[nd - 2], cols = s.shape[nd - 1];
-    const std::size_t off = matrix_offset(s, b, h);
-    const StageView* mask = v.find("mask");
-    // Labels: queries on rows, keys on columns (vertical, up to 6 characters).
-    std::size_t label_w = 1;
-    std::vector<std::string> row_labels(rows);
+// Whether a cell is drawn as masked: scores keep their real values where the mask hides
+// them; the mask marks its own false cells; the later stages follow the mask (without
+// it, -inf marks them in masked_scores). `mask_index`: the cell's element in the mask.
+bool hidden(const StageView& s, double x, const StageView* mask, std::size_t mask_index) {
+    switch (s.id) {
+        case kScores: return false;
+        case kMask: return x == 0;
+        default:
+            if (mask) return mask->at(mask_index) == 0;
+            return s.id == kMaskedScores && x == -std::numeric_limits<double>::infinity();
+    }
+}
+
+// How a panel lays out a (Tq, Tk) matrix: query labels (up to 8 characters) in a column
+// of label_w, cells of cw columns (2 when they fit, else 1), and the first shown_cols keys.
+struct Layout {
+    std::vector<std::string> row_labels;
+    std::size_t label_w = 1, cw = 2, shown_cols = 0;
+    std::size_t line_width() const { return label_w + 1 + cw * shown_cols; }
+};
+
+Layout layout(const TraceView& v, std::size_t b, std::size_t rows, std::size_t cols, std::size_t max_cols_width) {
+    Layout l;
+    l.row_labels.resize(rows);
     for (std::size_t i = 0; i < rows; ++i) {
-        row_labels[i] = clip_label(axis_label(v, "Tq", b, i), 8);
-        label_w = std::max(label_w, display_width(row_labels[i]));
+        l.row_labels[i] = clip_label(axis_label(v, "Tq", b, i), 8);
+        l.label_w = std::max(l.label_w, display_width(l.row_labels[i]));
     }
     // Two columns per cell when they fit, else one; beyond that the first keys only.
-    std::size_t avail = max_cols_width > label_w + 1 ? max_cols_width - label_w - 1 : 1;
-    std::size_t cw = 2 * cols <= avail ? 2 : 1;
-    std::size_t shown_cols = std::min(cols, std::max<std::size_t>(1, avail / cw));
+    const std::size_t avail = max_cols_width > l.label_w + 1 ? max_cols_width - l.label_w - 1 : 1;
+    l.cw = 2 * cols <= avail ? 2 : 1;
+    l.shown_cols = std::min(cols, std::max<std::size_t>(1, avail / l.cw));
+    return l;
+}
 
-    Panel p;
-    const std::string where = matrix_title(v, s, b, h), title = s.name + (where.empty() ? "" : ", " + where);
-    p.add(title, display_width(title));
-    std::vector<std::vector<std::string>> col_labels(shown_cols);
+// The key labels above the cells, vertical: one line per code point (up to 6).
+void add_key_labels(Panel& p, const TraceView& v, std::size_t b, const Layout& l) {
+    std::vector<std::vector<std::string>> col_labels(l.shown_cols);
     std::size_t label_lines = 0;
-    for (std::size_t j = 0; j < shown_cols; ++j) {
+    for (std::size_t j = 0; j < l.shown_cols; ++j) {
         col_labels[j] = code_points(axis_label(v, "Tk", b, j));
         if (col_labels[j].size() > 6) col_labels[j].resize(6);
         label_lines = std::max(label_lines, col_labels[j].size());
     }
     for (std::size_t k = 0; k < label_lines; ++k) {
-        std::string line(label_w + 1, ' ');
-        for (std::size_t j = 0; j < shown_cols; ++j) {
+        std::string line(l.label_w + 1, ' ');
+        for (std::size_t j = 0; j < l.shown_cols; ++j) {
             line += k < col_labels[j].size() ? col_labels[j][k] : " ";
-            if (cw == 2) line += ' ';
+            if (l.cw == 2) line += ' ';
         }
-        p.add(line, label_w + 1 + cw * shown_cols);
+        p.add(line, l.line_width());
     }
+}
+
+// One panel: matrix (b, h) of a (Tq, Tk) stage with its title, key labels, a line of
+// cells per query, and a note when keys were left out.
+Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t h, std::pair<double, double> range,
+             const TextOptions& o, std::size_t max_cols_width) {
+    const std::size_t nd = s.shape.size(), rows = s.shape[nd - 2], cols = s.shape[nd - 1];
+    const std::size_t off = matrix_offset(s, b, h);
+    const StageView* mask = v.find(kMask);
+    const Layout l = layout(v, b, rows, cols, max_cols_width);
+    Panel p;
+    // 1) Title, then the key labels.
+    const std::string where = matrix_title(v, s, b, h), title = s.name + (where.empty() ? "" : ", " + where);
+    p.add(title, display_width(title));
+    add_key_labels(p, v, b, l);
+    // 2) A line per query: its label, then a cell per key shown.
     for (std::size_t i = 0; i < rows; ++i) {
-        std::string line = pad_right(row_labels[i], label_w) + " ";
-        for (std::size_t j = 0; j < shown_cols; ++j) {
-            double x = s.at(off + i * cols + j);
-            // scores keep their real values where the mask hides them; the other stages mark them
-            bool hidden = s.name == "scores" ? false
-                          : s.name == "mask" ? x == 0
-                          : mask ? mask->at(matrix_offset(*mask, b, 0) + i * cols + j) == 0
-                                 : (s.name == "masked_scores" && x == -std::numeric_limits<double>::infinity());
-            if (hidden) line += masked_cell(cw, o.color);
-            else if (std::isnan(x)) line += nan_cell(cw, o.color);
-            else line += cell((x - range.first) / (range.second - range.first), cw, o.color);
+        std::string line = pad_right(l.row_labels[i], l.label_w) + " ";
+        for (std::size_t j = 0; j < l.shown_cols; ++j) {
+            const double x = s.at(off + i * cols + j);
+            if (hidden(s, x, mask, mask ? matrix_offset(*mask, b, 0) + i * cols + j : 0)) line += masked_cell(l.cw, o.color);
+            else if (std::isnan(x)) line += nan_cell(l.cw, o.color);
+            else line += cell((x - range.first) / (range.second - range.first), l.cw, o.color);
         }
-        p.add(line, label_w + 1 + cw * shown_cols);
+        p.add(line, l.line_width());
     }
-    if (shown_cols < cols) {
-        std::string note = "(keys 0.." + std::to_string(shown_cols - 1) + " of " + std::to_string(cols) + ")";
+    // 3) The keys left out.
+    if (l.shown_cols < cols) {
+        std::string note = "(keys 0.." + std::to_string(l.shown_cols - 1) + " of " + std::to_string(cols) + ")";
         p.add(note, display_width(note));
     }
     return p;
@@ -165,8 +196,8 @@ std::string legend(const StageView& s, std::pair<double, double> range, ColorMod
     std::string out = "  legend  " + std::string(lo) + " ";
     for (int k = 0; k <= 9; ++k) out += cell(k / 9.0, 2, mode);
     out += " " + std::string(hi) + "   " + masked_cell(2, mode) + " masked";
-    if (s.name == "weights") out += " (exactly 0)";
-    if (s.name == "masked_scores") out += " (-inf)";
+    if (s.id == kWeights) out += " (exactly 0)";
+    if (s.id == kMaskedScores) out += " (-inf)";
     return out + "   " + nan_cell(2, mode) + " NaN\n";
 }
 
@@ -200,14 +231,10 @@ void print_side_by_side(std::ostream& out, const std::vector<Panel>& panels, std
     }
 }
 
-bool is_matrix_over_keys(const StageView& s) {
-    return s.axes.size() >= 2 && s.axes[s.axes.size() - 2] == "Tq" && s.axes.back() == "Tk";
-}
-
 }  // namespace
 
 void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, const TextOptions& o) {
-    if (!is_matrix_over_keys(s)) throw UsageError("{heatmap}: stage " + s.name + " is not a (query, key) matrix");
+    if (!stage_info(s.id).over_keys()) throw UsageError("{heatmap}: stage " + s.name + " is not a (query, key) matrix");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = has_heads(s) ? chosen_or_all(o.heads, v.dims.H) : std::vector<std::size_t>{0};
     const auto range = value_range(s, batches, heads);
@@ -220,7 +247,7 @@ void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, c
 }
 
 void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
-    const char* names[] = {"scores", "masked_scores", "weights"};
+    const Stage shown_stages[] = {kScores, kMaskedScores, kWeights};
     v.require(kPanelsNeeds, "panels");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = chosen_or_all(o.heads, v.dims.H);
@@ -228,15 +255,15 @@ void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
         for (std::size_t h : heads) {
             std::vector<Panel> panels;
             std::vector<std::pair<double, double>> ranges;
-            for (const char* n : names) {
-                const StageView& s = v.stage(n);
+            for (const Stage id : shown_stages) {
+                const StageView& s = v.stage(id);
                 ranges.push_back(value_range(s, {b}, {h}));
                 panels.push_back(render(v, s, b, h, ranges.back(), o, (o.width > 12 ? o.width - 12 : 12) / 3));
             }
             out << "\n== " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
                 << ": scores -> masked_scores -> weights (softmax along each row)\n\n";
             print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
-            for (std::size_t k = 0; k < 3; ++k) out << legend(v.stage(names[k]), ranges[k], o.color);
+            for (std::size_t k = 0; k < 3; ++k) out << legend(v.stage(shown_stages[k]), ranges[k], o.color);
         }
 }
 

@@ -236,20 +236,10 @@ Matrix matrix_of(const StageView& s, std::size_t b, std::size_t h) {
     return m;
 }
 
-// How a stage is coloured.
-enum class Kind {
-    weights,     // viridis over 0..1
-    sequential,  // viridis over the matrix's finite min..max (scores, masked_scores)
-    diverging,   // blue-white-red over -m..m, m the largest finite |value| (Q, K, V, context, output)
-    boolean      // the mask: visible or masked
-};
-
-Kind kind_of(const StageView& s) {
-    if (s.dtype == DType::boolean) return Kind::boolean;
-    if (s.name == "weights") return Kind::weights;
-    if (s.name == "scores" || s.name == "masked_scores") return Kind::sequential;
-    return Kind::diverging;
-}
+// How a stage is coloured: its ColorKind in the stage table (probability: viridis over
+// 0..1; sequential: viridis over the matrix's finite min..max; diverging: blue-white-red
+// over -m..m, m the largest finite |value|; boolean: visible or masked).
+ColorKind kind_of(const StageView& s) { return stage_info(s.id).color; }
 
 // Where a matrix's values sit on its palette, and the numbers its legend shows.
 struct ColourScale {
@@ -282,9 +272,9 @@ struct ColourScale {
     }
 };
 
-ColourScale scale_of(const Matrix& m, Kind kind) {
+ColourScale scale_of(const Matrix& m, ColorKind kind) {
     ColourScale sc;
-    if (kind == Kind::weights || kind == Kind::boolean) return sc;
+    if (kind == ColorKind::probability || kind == ColorKind::boolean) return sc;
     double lo = std::numeric_limits<double>::infinity(), hi = -lo, big = 0;
     for (std::size_t i = 0; i < m.rows; ++i)
         for (std::size_t j = 0; j < m.cols; ++j) {
@@ -292,7 +282,7 @@ ColourScale scale_of(const Matrix& m, Kind kind) {
             if (!std::isfinite(x)) continue;
             lo = std::min(lo, x), hi = std::max(hi, x), big = std::max(big, std::fabs(x));
         }
-    if (kind == Kind::diverging) {
+    if (kind == ColorKind::diverging) {
         sc.palette = Palette::blue_red;
         sc.lo = -big, sc.hi = big;  // white at 0 (and everywhere when all values are 0)
     } else if (lo <= hi) {
@@ -304,7 +294,12 @@ ColourScale scale_of(const Matrix& m, Kind kind) {
 }
 
 // Whether the stage marks masked cells: the mask itself, and the stages after it.
-bool shows_mask(const StageView& s) { return s.name == "mask" || s.name == "masked_scores" || s.name == "weights"; }
+bool shows_mask(const StageView& s) {
+    switch (s.id) {
+        case kMask: case kMaskedScores: case kWeights: return true;
+        default: return false;
+    }
+}
 
 // The (Tq, Tk) "may attend" matrix of batch item b, row-major, as the run's mask rule says.
 std::vector<char> visibility(const TraceView& v, std::size_t b) {
@@ -323,12 +318,12 @@ struct Cell {
     std::string text;     // the number shown (rounded), or the mask's mark
 };
 
-Cell cell_of(const Matrix& m, Kind kind, const ColourScale& sc, const std::vector<char>& seen, std::size_t i,
+Cell cell_of(const Matrix& m, ColorKind kind, const ColourScale& sc, const std::vector<char>& seen, std::size_t i,
              std::size_t j) {
     Cell c;
     const double x = m.at(i, j);
     c.masked = shows_mask(*m.stage) && !seen.empty() && !seen[i * m.cols + j];
-    if (kind == Kind::boolean) {
+    if (kind == ColorKind::boolean) {
         c.text = x != 0 ? "✓" : "·";
         return c;
     }
@@ -452,9 +447,9 @@ void write_header(std::ostream& out, const TraceView& v, const std::vector<std::
 }
 
 // The legend under one table: the palette with its ends and middle, and the masked swatch.
-void write_legend(std::ostream& out, Kind kind, const ColourScale& sc, bool any_masked) {
+void write_legend(std::ostream& out, ColorKind kind, const ColourScale& sc, bool any_masked) {
     out << "<div class=\"legend\">";
-    if (kind == Kind::boolean) {
+    if (kind == ColorKind::boolean) {
         out << "<span class=\"swatch ok\"></span> ✓ may attend";
     } else {
         out << "<div class=\"scale\"><div class=\"bar " << (sc.palette == Palette::viridis ? "viridis" : "blue_red")
@@ -476,7 +471,7 @@ std::string elided(const char* what, std::size_t n) {
 // One matrix as a <figure> holding a caption, a <table class="heat"> and its legend.
 void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const std::vector<char>& seen) {
     const StageView& s = *m.stage;
-    const Kind kind = kind_of(s);
+    const ColorKind kind = kind_of(s);
     const ColourScale sc = scale_of(m, kind);
     const auto ri = text::shown(m.rows, kMaxAxis, kMaxAxis / 2), ci = text::shown(m.cols, kMaxAxis, kMaxAxis / 2);
     const bool numbers = ci.size() <= kNumberCols;
@@ -518,7 +513,7 @@ void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const s
             const Cell c = cell_of(m, kind, sc, seen, i, j);
             any_masked = any_masked || c.masked;
             const std::string cls = c.masked                ? "masked"
-                                    : kind == Kind::boolean ? "ok"
+                                    : kind == ColorKind::boolean ? "ok"
                                     : c.nan                 ? "nan"
                                                             : colour_class(sc.palette, c.position);
             const std::string exact = m.exact(i, j);
@@ -618,7 +613,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     if (!s) throw UsageError("{svg_stage} " + stage + ": stage was not computed (add it to {stages})");
 
     const Matrix m = matrix_of(*s, batch, head);
-    const Kind kind = kind_of(*s);
+    const ColorKind kind = kind_of(*s);
     const ColourScale sc = scale_of(m, kind);
     const std::vector<char> seen = shows_mask(*s) ? visibility(v, batch) : std::vector<char>();
     const std::string& ra = m.row_axis();
@@ -673,14 +668,14 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     double tick_w = 0;
     const std::vector<double> ticks = sc.ticks();
     for (double t : ticks) tick_w = std::max(tick_w, text_width(tick_text(t), tick_font));
-    const double legend_w = kind == Kind::boolean ? bar_w + 8 + text_width("may attend", tick_font)
+    const double legend_w = kind == ColorKind::boolean ? bar_w + 8 + text_width("may attend", tick_font)
                                                   : bar_w + 10 + std::max(tick_w, text_width("masked", tick_font) - 10);
     const double width = std::ceil(std::max({legend_x + legend_w + margin,
                                              grid_x + grid_w - cell / 2 + col_w * diag + label_font + margin,
                                              margin * 2 + text_width(title, title_font) * 0.95,
                                              margin * 2 + text_width(s->formula, sub_font),
                                              grid_x + text_width(note, tick_font) + margin}));
-    const double legend_bottom = grid_y + (kind == Kind::boolean ? 60 : bar_h + (any_masked ? 44 : 0));
+    const double legend_bottom = grid_y + (kind == ColorKind::boolean ? 60 : bar_h + (any_masked ? 44 : 0));
     const double height = std::ceil(std::max(grid_bottom, legend_bottom) + margin);
 
     out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -691,7 +686,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
         << "<pattern id=\"masked\" patternUnits=\"userSpaceOnUse\" width=\"7\" height=\"7\" "
            "patternTransform=\"rotate(45)\"><rect width=\"7\" height=\"7\" fill=\""
         << kHatchLight << "\"/><rect width=\"2.5\" height=\"7\" fill=\"" << kHatchDark << "\"/></pattern>\n";
-    if (kind != Kind::boolean)
+    if (kind != ColorKind::boolean)
         out << "<linearGradient id=\"palette\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">"
             << gradient_stops(sc.palette, true) << "</linearGradient>\n";
     out << "</defs>\n<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
@@ -730,7 +725,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
             const std::size_t i = ri[p], j = ci[q];
             const Cell& c = cells[p * C + q];
             const std::string fill = c.masked                ? "url(#masked)"
-                                     : kind == Kind::boolean ? std::string(kAllowed)
+                                     : kind == ColorKind::boolean ? std::string(kAllowed)
                                      : c.nan                 ? "#fff"
                                                              : hex(colour::at(sc.palette, c.position));
             const double x = grid_x + cell * double(q), y = grid_y + cell * double(p);
@@ -740,9 +735,9 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
                     << m.exact(i, j) << (c.masked ? " (masked)" : "") << "</title>";
             out << "<rect x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(cell) << "\" height=\""
                 << px(cell) << "\" fill=\"" << fill << "\"/>";
-            const bool mark = kind == Kind::boolean && !c.masked;  // ✓ on a visible key of the mask
+            const bool mark = kind == ColorKind::boolean && !c.masked;  // ✓ on a visible key of the mask
             if ((numbers && !c.masked) || (mark && cell >= 12)) {
-                const bool white = kind == Kind::boolean || (!c.nan && dark(colour::at(sc.palette, c.position)));
+                const bool white = kind == ColorKind::boolean || (!c.nan && dark(colour::at(sc.palette, c.position)));
                 out << "<text x=\"" << px(x + cell / 2) << "\" y=\"" << px(y + cell / 2)
                     << "\" dy=\"0.35em\" text-anchor=\"middle\" stroke=\"none\" font-size=\""
                     << px(mark ? std::min(cell * 0.5, 22.0) : number_font) << "\" fill=\""
@@ -758,7 +753,7 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     // 5) Legend: the palette with numbers (or the mask's two kinds of cell), then the hatch.
     out << "<g font-size=\"" << px(tick_font) << "\" fill=\"#222\">\n";
     double swatch_y = grid_y + bar_h + 24;
-    if (kind == Kind::boolean) {
+    if (kind == ColorKind::boolean) {
         out << "<rect x=\"" << px(legend_x) << "\" y=\"" << px(grid_y) << "\" width=\"" << px(bar_w)
             << "\" height=\"" << px(bar_w) << "\" fill=\"" << kAllowed << "\" stroke=\"#999\"/>"
             << "<text x=\"" << px(legend_x + bar_w + 8) << "\" y=\"" << px(grid_y + bar_w / 2)

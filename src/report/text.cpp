@@ -114,7 +114,7 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
         if (o.explain)
             for (const auto& para : explain_stage(v, s))
                 for (const auto& line : wrap(para, o.width > 23 ? o.width - 3 : 20)) out << "   " << line << '\n';
-        if (o.heatmap && s.axes.size() >= 2 && s.axes.back() == "Tk" && s.axes[s.axes.size() - 2] == "Tq") {
+        if (o.heatmap && stage_info(s.id).over_keys()) {
             write_heatmaps(out, v, s, o);
             continue;
         }

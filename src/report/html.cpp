@@ -583,6 +583,233 @@ constexpr std::size_t kSvgNumbers = 12;     // a matrix this small shows its num
 constexpr std::size_t kSvgHover = 4096;     // a matrix this small has a hover title per cell
 constexpr std::size_t kSvgMaxAxis = 256;    // cells drawn along one axis (the ends of a longer one)
 
+// SVG sizes in pixels: the margin, the fonts of title, formula, axis titles and ticks,
+// and the factor of a column label's length that rises above the grid (turned 45°).
+constexpr double kSvgMargin = 20, kTitleFont = 24, kSubFont = 15, kAxisFont = 16, kTickFont = 15;
+constexpr double kDiag = 0.7071;
+constexpr double kBarW = 20;  // legend bar width
+
+// One matrix laid out as an SVG figure: what is drawn, and where.
+struct SvgFigure {
+    const StageView* stage = nullptr;
+    Matrix m;
+    ColorKind kind = ColorKind::sequential;
+    ColourScale sc;
+    // The rows and columns drawn (a long axis keeps its ends around a gap), by position.
+    std::vector<std::size_t> ri, ci;
+    std::size_t R = 0, C = 0;
+    bool numbers = false, hover = false;  // numbers in the cells, a hover title per cell
+    double cell = 0, label_font = 0, number_font = 0;
+    std::size_t step = 1;  // every step-th label is written
+    std::vector<std::string> row_labels, col_labels;
+    double row_w = 0, col_w = 0;  // the widest row and column label written
+    std::vector<Cell> cells;      // R x C, row-major; blank at a gap
+    bool any_masked = false;
+    std::string title, note;  // note: what was elided, under the grid
+    std::vector<double> ticks;
+    double grid_x = 0, grid_y = 0, grid_w = 0, grid_h = 0, legend_x = 0, bar_h = 0, width = 0, height = 0;
+};
+
+// The labels along an axis at the positions drawn, and the width of the widest one written.
+std::vector<std::string> svg_labels(const TraceView& v, const SvgFigure& f, const std::vector<std::size_t>& idx,
+                                    const std::string& axis, double& widest) {
+    std::vector<std::string> labels(idx.size());
+    for (std::size_t p = 0; p < idx.size(); ++p) {
+        labels[p] = idx[p] == text::kGap ? "…" : clip(text::axis_label(v, axis, f.m.batch, idx[p]));
+        if (p % f.step == 0) widest = std::max(widest, text_width(labels[p], f.label_font));
+    }
+    return labels;
+}
+
+// The cells drawn, whether any is masked, and the font of their numbers (the longest must fit).
+void svg_cells(SvgFigure& f, const std::vector<char>& seen) {
+    f.cells.assign(f.R * f.C, Cell());
+    double widest = 0;  // the longest number, for the number font
+    for (std::size_t p = 0; p < f.R; ++p)
+        for (std::size_t q = 0; q < f.C; ++q) {
+            if (f.ri[p] == text::kGap || f.ci[q] == text::kGap) continue;
+            Cell& c = f.cells[p * f.C + q] = cell_of(f.m, f.kind, f.sc, seen, f.ri[p], f.ci[q]);
+            f.any_masked = f.any_masked || c.masked;
+            if (f.numbers && !c.masked) widest = std::max(widest, text_width(c.text, 1.0));
+        }
+    f.number_font = std::min({18.0, f.cell * 0.32, widest > 0 ? f.cell * 0.86 / widest : 18.0});
+}
+
+// "not drawn: rows 128–3967, columns ... (of 4096 × 4096)", or "" when all is drawn.
+std::string svg_note(const SvgFigure& f) {
+    std::string note;
+    if (f.R != f.m.rows)
+        note += "rows " + std::to_string(kSvgMaxAxis / 2) + "–" + std::to_string(f.m.rows - kSvgMaxAxis / 2 - 1);
+    if (f.C != f.m.cols)
+        note += (note.empty() ? "" : ", ") + std::string("columns ") + std::to_string(kSvgMaxAxis / 2) + "–" +
+                std::to_string(f.m.cols - kSvgMaxAxis / 2 - 1);
+    if (!note.empty())
+        note = "not drawn: " + note + " (of " + std::to_string(f.m.rows) + " × " + std::to_string(f.m.cols) + ")";
+    return note;
+}
+
+// Where the grid and legend sit, and the size of the whole figure.
+void svg_geometry(SvgFigure& f) {
+    f.grid_x = kSvgMargin + kAxisFont * 1.6 + f.row_w + 10;
+    f.grid_y = kSvgMargin + kTitleFont + kSubFont + 26 + kAxisFont * 1.6 + f.col_w * kDiag + f.label_font + 8;
+    f.grid_w = f.cell * double(f.C), f.grid_h = f.cell * double(f.R);
+    const double grid_bottom = f.grid_y + f.grid_h + (f.note.empty() ? 0 : 12 + kTickFont);
+    f.legend_x = f.grid_x + f.grid_w + 36, f.bar_h = std::max(f.grid_h, 180.0);
+    double tick_w = 0;
+    f.ticks = f.sc.ticks();
+    for (double t : f.ticks) tick_w = std::max(tick_w, text_width(tick_text(t), kTickFont));
+    const double legend_w = f.kind == ColorKind::boolean
+                                ? kBarW + 8 + text_width("may attend", kTickFont)
+                                : kBarW + 10 + std::max(tick_w, text_width("masked", kTickFont) - 10);
+    f.width = std::ceil(std::max({f.legend_x + legend_w + kSvgMargin,
+                                  f.grid_x + f.grid_w - f.cell / 2 + f.col_w * kDiag + f.label_font + kSvgMargin,
+                                  kSvgMargin * 2 + text_width(f.title, kTitleFont) * 0.95,
+                                  kSvgMargin * 2 + text_width(f.stage->formula, kSubFont),
+                                  f.grid_x + text_width(f.note, kTickFont) + kSvgMargin}));
+    const double legend_bottom = f.grid_y + (f.kind == ColorKind::boolean ? 60 : f.bar_h + (f.any_masked ? 44 : 0));
+    f.height = std::ceil(std::max(grid_bottom, legend_bottom) + kSvgMargin);
+}
+
+// Matrix (batch, head) of stage s laid out: cells, labels, fonts, geometry.
+SvgFigure svg_figure(const TraceView& v, const StageView& s, std::size_t batch, std::size_t head) {
+    SvgFigure f;
+    f.stage = &s;
+    f.m = matrix_of(s, batch, head);
+    f.kind = kind_of(s);
+    f.sc = scale_of(f.m, f.kind);
+    // 1) The rows and columns drawn, and whether their numbers and hover titles are.
+    f.ri = text::shown(f.m.rows, kSvgMaxAxis, kSvgMaxAxis / 2), f.ci = text::shown(f.m.cols, kSvgMaxAxis, kSvgMaxAxis / 2);
+    f.R = f.ri.size(), f.C = f.ci.size();
+    f.numbers = f.R <= kSvgNumbers && f.C <= kSvgNumbers, f.hover = f.R * f.C <= kSvgHover;
+    // 2) Cell and label sizes. The grid is about 500 px on its long side (cells of 2 to 64
+    // px); labels and numbers scale with the cells, between sizes still readable on a
+    // slide, and when the cells are smaller than the labels only every step-th is written.
+    f.cell = std::clamp(std::floor(500.0 / double(std::max({f.R, f.C, std::size_t{1}}))), 2.0, 64.0);
+    f.label_font = std::clamp(f.cell * 0.45, 11.0, 18.0);
+    f.step = static_cast<std::size_t>(std::ceil(f.label_font * 1.15 / f.cell));
+    f.row_labels = svg_labels(v, f, f.ri, f.m.row_axis(), f.row_w);
+    f.col_labels = svg_labels(v, f, f.ci, f.m.col_axis(), f.col_w);
+    // 3) The cells, the title and the note, then where everything goes.
+    svg_cells(f, shows_mask(s) ? visibility(v, batch) : std::vector<char>());
+    f.title = s.name + (matrix_title(v, f.m).empty() ? "" : " · " + matrix_title(v, f.m));
+    f.note = svg_note(f);
+    svg_geometry(f);
+    return f;
+}
+
+// The XML prolog, the <svg> element, the hatch pattern and the palette gradient.
+void write_svg_head(std::ostream& out, const SvgFigure& f) {
+    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        << "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" << px(f.width) << "\" height=\""
+        << px(f.height) << "\" viewBox=\"0 0 " << px(f.width) << " " << px(f.height)
+        << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
+        << "<title>" << escape(f.title) << "</title>\n<defs>\n"
+        << "<pattern id=\"masked\" patternUnits=\"userSpaceOnUse\" width=\"7\" height=\"7\" "
+           "patternTransform=\"rotate(45)\"><rect width=\"7\" height=\"7\" fill=\""
+        << kHatchLight << "\"/><rect width=\"2.5\" height=\"7\" fill=\"" << kHatchDark << "\"/></pattern>\n";
+    if (f.kind != ColorKind::boolean)
+        out << "<linearGradient id=\"palette\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">"
+            << gradient_stops(f.sc.palette, true) << "</linearGradient>\n";
+    out << "</defs>\n<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
+}
+
+// The title and formula, the axis titles, and the token labels.
+void write_svg_titles(std::ostream& out, const SvgFigure& f) {
+    // 1) Title: stage, batch item, head; the formula beneath.
+    out << "<text x=\"" << px(kSvgMargin) << "\" y=\"" << px(kSvgMargin + kTitleFont) << "\" font-size=\""
+        << px(kTitleFont) << "\" font-weight=\"bold\" fill=\"#111\">" << escape(f.title) << "</text>\n"
+        << "<text x=\"" << px(kSvgMargin) << "\" y=\"" << px(kSvgMargin + kTitleFont + kSubFont + 10)
+        << "\" font-size=\"" << px(kSubFont) << "\" fill=\"#555\">" << escape(f.stage->formula) << "</text>\n";
+
+    // 2) Axis titles: keys across the top, queries (or features) down the left.
+    out << "<text x=\"" << px(f.grid_x + f.grid_w / 2) << "\" y=\"" << px(f.grid_y - f.col_w * kDiag - f.label_font - 12)
+        << "\" font-size=\"" << px(kAxisFont) << "\" fill=\"#444\" text-anchor=\"middle\">"
+        << escape(axis_title(f.m.col_axis())) << "</text>\n<text transform=\"translate(" << px(kSvgMargin + kAxisFont)
+        << "," << px(f.grid_y + f.grid_h / 2) << ") rotate(-90)\" font-size=\"" << px(kAxisFont)
+        << "\" fill=\"#444\" text-anchor=\"middle\">" << escape(axis_title(f.m.row_axis())) << "</text>\n";
+
+    // 3) Token labels: rows right-aligned at the left, columns turned 45° above.
+    out << "<g font-size=\"" << px(f.label_font) << "\" fill=\"#222\">\n";
+    for (std::size_t p = 0; p < f.R; p += f.step)
+        out << "<text x=\"" << px(f.grid_x - 8) << "\" y=\"" << px(f.grid_y + f.cell * (double(p) + 0.5))
+            << "\" dy=\"0.35em\" text-anchor=\"end\">" << escape(f.row_labels[p]) << "</text>\n";
+    for (std::size_t q = 0; q < f.C; q += f.step)
+        out << "<text transform=\"translate(" << px(f.grid_x + f.cell * (double(q) + 0.5)) << "," << px(f.grid_y - 8)
+            << ") rotate(-45)\" dy=\"0.35em\">" << escape(f.col_labels[q]) << "</text>\n";
+    out << "</g>\n";
+}
+
+// Cell (p, q) of the figure: colour, hatch when masked, the rounded number when small,
+// the exact number on hover.
+void write_svg_cell(std::ostream& out, const SvgFigure& f, std::size_t p, std::size_t q) {
+    const std::size_t i = f.ri[p], j = f.ci[q];
+    const Cell& c = f.cells[p * f.C + q];
+    const bool boolean = f.kind == ColorKind::boolean;
+    const std::string fill = c.masked  ? "url(#masked)"
+                             : boolean ? std::string(kAllowed)
+                             : c.nan   ? "#fff"
+                                       : hex(colour::at(f.sc.palette, c.position));
+    const double x = f.grid_x + f.cell * double(q), y = f.grid_y + f.cell * double(p);
+    if (f.hover)
+        out << "<g class=\"cell" << (c.masked ? " masked" : "") << "\" data-value=\"" << f.m.exact(i, j)
+            << "\"><title>" << escape(f.row_labels[p]) << " → " << escape(f.col_labels[q]) << ": " << f.m.exact(i, j)
+            << (c.masked ? " (masked)" : "") << "</title>";
+    out << "<rect x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(f.cell) << "\" height=\"" << px(f.cell)
+        << "\" fill=\"" << fill << "\"/>";
+    const bool mark = boolean && !c.masked;  // ✓ on a visible key of the mask
+    if ((f.numbers && !c.masked) || (mark && f.cell >= 12)) {
+        const bool white = boolean || (!c.nan && dark(colour::at(f.sc.palette, c.position)));
+        out << "<text x=\"" << px(x + f.cell / 2) << "\" y=\"" << px(y + f.cell / 2)
+            << "\" dy=\"0.35em\" text-anchor=\"middle\" stroke=\"none\" font-size=\""
+            << px(mark ? std::min(f.cell * 0.5, 22.0) : f.number_font) << "\" fill=\""
+            << (c.nan ? "#b00020" : white ? "#fff" : "#111") << "\">" << c.text << "</text>";
+    }
+    out << (f.hover ? "</g>\n" : "\n");
+}
+
+// The grid of cells (an elided row or column stays blank), and the note under it.
+void write_svg_grid(std::ostream& out, const SvgFigure& f) {
+    const bool gridlines = f.cell >= 12;
+    // Small cells: no grid lines, and crisp edges so that no seams show between them.
+    out << "<g" << (gridlines ? " stroke=\"#fff\" stroke-width=\"1\"" : " shape-rendering=\"crispEdges\"") << ">\n";
+    for (std::size_t p = 0; p < f.R; ++p)
+        for (std::size_t q = 0; q < f.C; ++q)
+            if (f.ri[p] != text::kGap && f.ci[q] != text::kGap) write_svg_cell(out, f, p, q);
+    out << "</g>\n";
+    if (!f.note.empty())
+        out << "<text x=\"" << px(f.grid_x) << "\" y=\"" << px(f.grid_y + f.grid_h + 8 + kTickFont) << "\" font-size=\""
+            << px(kTickFont) << "\" fill=\"#555\">" << escape(f.note) << "</text>\n";
+}
+
+// The legend: the palette with numbers (or the mask's two kinds of cell), then the hatch.
+void write_svg_legend(std::ostream& out, const SvgFigure& f) {
+    out << "<g font-size=\"" << px(kTickFont) << "\" fill=\"#222\">\n";
+    double swatch_y = f.grid_y + f.bar_h + 24;
+    if (f.kind == ColorKind::boolean) {
+        out << "<rect x=\"" << px(f.legend_x) << "\" y=\"" << px(f.grid_y) << "\" width=\"" << px(kBarW)
+            << "\" height=\"" << px(kBarW) << "\" fill=\"" << kAllowed << "\" stroke=\"#999\"/>"
+            << "<text x=\"" << px(f.legend_x + kBarW + 8) << "\" y=\"" << px(f.grid_y + kBarW / 2)
+            << "\" dy=\"0.35em\">may attend</text>\n";
+        swatch_y = f.grid_y + kBarW + 12;
+    } else {
+        out << "<rect x=\"" << px(f.legend_x) << "\" y=\"" << px(f.grid_y) << "\" width=\"" << px(kBarW)
+            << "\" height=\"" << px(f.bar_h) << "\" fill=\"url(#palette)\" stroke=\"#999\"/>\n";
+        for (double t : f.ticks) {
+            const double y = f.grid_y + f.bar_h * (1 - f.sc.position(t));
+            out << "<line x1=\"" << px(f.legend_x + kBarW) << "\" y1=\"" << px(y) << "\" x2=\""
+                << px(f.legend_x + kBarW + 5) << "\" y2=\"" << px(y) << "\" stroke=\"#555\"/>"
+                << "<text x=\"" << px(f.legend_x + kBarW + 8) << "\" y=\"" << px(y) << "\" dy=\"0.35em\">"
+                << tick_text(t) << "</text>\n";
+        }
+    }
+    if (f.any_masked)
+        out << "<rect x=\"" << px(f.legend_x) << "\" y=\"" << px(swatch_y) << "\" width=\"" << px(kBarW)
+            << "\" height=\"" << px(kBarW) << "\" fill=\"url(#masked)\" stroke=\"#999\"/>"
+            << "<text x=\"" << px(f.legend_x + kBarW + 8) << "\" y=\"" << px(swatch_y + kBarW / 2)
+            << "\" dy=\"0.35em\">masked</text>\n";
+    out << "</g>\n";
+}
+
 }  // namespace
 
 void write_html(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
@@ -611,171 +838,12 @@ void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, 
     check_selection(chosen, v.dims);
     const StageView* s = v.find(stage);
     if (!s) throw UsageError("{svg_stage} " + stage + ": stage was not computed (add it to {stages})");
-
-    const Matrix m = matrix_of(*s, batch, head);
-    const ColorKind kind = kind_of(*s);
-    const ColourScale sc = scale_of(m, kind);
-    const std::vector<char> seen = shows_mask(*s) ? visibility(v, batch) : std::vector<char>();
-    const std::string& ra = m.row_axis();
-    const std::string& ca = m.col_axis();
-    // The rows and columns drawn (a long axis keeps its ends around a gap), by position.
-    const auto ri = text::shown(m.rows, kSvgMaxAxis, kSvgMaxAxis / 2), ci = text::shown(m.cols, kSvgMaxAxis, kSvgMaxAxis / 2);
-    const std::size_t R = ri.size(), C = ci.size();
-    const bool numbers = R <= kSvgNumbers && C <= kSvgNumbers, hover = R * C <= kSvgHover;
-
-    // Geometry (pixels). The grid is about 500 px on its long side (cells of 2 to 64 px);
-    // labels and numbers scale with the cells, between sizes still readable on a slide,
-    // and when the cells are smaller than the labels only every step-th is written.
-    const double margin = 20, cell = std::clamp(std::floor(500.0 / double(std::max({R, C, std::size_t{1}}))), 2.0, 64.0);
-    const double label_font = std::clamp(cell * 0.45, 11.0, 18.0);
-    const std::size_t step = static_cast<std::size_t>(std::ceil(label_font * 1.15 / cell));  // every step-th label
-    const auto labels = [&](const std::vector<std::size_t>& idx, const std::string& axis, double& widest) {
-        std::vector<std::string> text(idx.size());
-        for (std::size_t p = 0; p < idx.size(); ++p) {
-            text[p] = idx[p] == text::kGap ? "…" : clip(text::axis_label(v, axis, batch, idx[p]));
-            if (p % step == 0) widest = std::max(widest, text_width(text[p], label_font));
-        }
-        return text;
-    };
-    double row_w = 0, col_w = 0;
-    const std::vector<std::string> row_labels = labels(ri, ra, row_w), col_labels = labels(ci, ca, col_w);
-    std::vector<Cell> cells(R * C);
-    double widest = 0;  // the longest number, for the number font
-    bool any_masked = false;
-    for (std::size_t p = 0; p < R; ++p)
-        for (std::size_t q = 0; q < C; ++q) {
-            if (ri[p] == text::kGap || ci[q] == text::kGap) continue;
-            Cell& c = cells[p * C + q] = cell_of(m, kind, sc, seen, ri[p], ci[q]);
-            any_masked = any_masked || c.masked;
-            if (numbers && !c.masked) widest = std::max(widest, text_width(c.text, 1.0));
-        }
-    const double number_font = std::min({18.0, cell * 0.32, widest > 0 ? cell * 0.86 / widest : 18.0});
-
-    const std::string title = s->name + (matrix_title(v, m).empty() ? "" : " · " + matrix_title(v, m));
-    std::string note;  // what was elided, under the grid
-    if (R != m.rows) note += "rows " + std::to_string(kSvgMaxAxis / 2) + "–" + std::to_string(m.rows - kSvgMaxAxis / 2 - 1);
-    if (C != m.cols)
-        note += (note.empty() ? "" : ", ") + std::string("columns ") + std::to_string(kSvgMaxAxis / 2) + "–" +
-                std::to_string(m.cols - kSvgMaxAxis / 2 - 1);
-    if (!note.empty()) note = "not drawn: " + note + " (of " + std::to_string(m.rows) + " × " + std::to_string(m.cols) + ")";
-    const double title_font = 24, sub_font = 15, axis_font = 16, tick_font = 15;
-    const double diag = 0.7071;  // column labels are turned 45°
-    const double grid_x = margin + axis_font * 1.6 + row_w + 10;
-    const double grid_y = margin + title_font + sub_font + 26 + axis_font * 1.6 + col_w * diag + label_font + 8;
-    const double grid_w = cell * double(C), grid_h = cell * double(R);
-    const double grid_bottom = grid_y + grid_h + (note.empty() ? 0 : 12 + tick_font);
-    const double legend_x = grid_x + grid_w + 36, bar_w = 20, bar_h = std::max(grid_h, 180.0);
-    double tick_w = 0;
-    const std::vector<double> ticks = sc.ticks();
-    for (double t : ticks) tick_w = std::max(tick_w, text_width(tick_text(t), tick_font));
-    const double legend_w = kind == ColorKind::boolean ? bar_w + 8 + text_width("may attend", tick_font)
-                                                  : bar_w + 10 + std::max(tick_w, text_width("masked", tick_font) - 10);
-    const double width = std::ceil(std::max({legend_x + legend_w + margin,
-                                             grid_x + grid_w - cell / 2 + col_w * diag + label_font + margin,
-                                             margin * 2 + text_width(title, title_font) * 0.95,
-                                             margin * 2 + text_width(s->formula, sub_font),
-                                             grid_x + text_width(note, tick_font) + margin}));
-    const double legend_bottom = grid_y + (kind == ColorKind::boolean ? 60 : bar_h + (any_masked ? 44 : 0));
-    const double height = std::ceil(std::max(grid_bottom, legend_bottom) + margin);
-
-    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-        << "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" << px(width) << "\" height=\""
-        << px(height) << "\" viewBox=\"0 0 " << px(width) << " " << px(height)
-        << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
-        << "<title>" << escape(title) << "</title>\n<defs>\n"
-        << "<pattern id=\"masked\" patternUnits=\"userSpaceOnUse\" width=\"7\" height=\"7\" "
-           "patternTransform=\"rotate(45)\"><rect width=\"7\" height=\"7\" fill=\""
-        << kHatchLight << "\"/><rect width=\"2.5\" height=\"7\" fill=\"" << kHatchDark << "\"/></pattern>\n";
-    if (kind != ColorKind::boolean)
-        out << "<linearGradient id=\"palette\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">"
-            << gradient_stops(sc.palette, true) << "</linearGradient>\n";
-    out << "</defs>\n<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
-
-    // 1) Title: stage, batch item, head; the formula beneath.
-    out << "<text x=\"" << px(margin) << "\" y=\"" << px(margin + title_font) << "\" font-size=\"" << px(title_font)
-        << "\" font-weight=\"bold\" fill=\"#111\">" << escape(title) << "</text>\n"
-        << "<text x=\"" << px(margin) << "\" y=\"" << px(margin + title_font + sub_font + 10) << "\" font-size=\""
-        << px(sub_font) << "\" fill=\"#555\">" << escape(s->formula) << "</text>\n";
-
-    // 2) Axis titles: keys across the top, queries (or features) down the left.
-    out << "<text x=\"" << px(grid_x + grid_w / 2) << "\" y=\"" << px(grid_y - col_w * diag - label_font - 12)
-        << "\" font-size=\"" << px(axis_font) << "\" fill=\"#444\" text-anchor=\"middle\">" << escape(axis_title(ca))
-        << "</text>\n<text transform=\"translate(" << px(margin + axis_font) << "," << px(grid_y + grid_h / 2)
-        << ") rotate(-90)\" font-size=\"" << px(axis_font) << "\" fill=\"#444\" text-anchor=\"middle\">"
-        << escape(axis_title(ra)) << "</text>\n";
-
-    // 3) Token labels: rows right-aligned at the left, columns turned 45° above.
-    out << "<g font-size=\"" << px(label_font) << "\" fill=\"#222\">\n";
-    for (std::size_t p = 0; p < R; p += step)
-        out << "<text x=\"" << px(grid_x - 8) << "\" y=\"" << px(grid_y + cell * (double(p) + 0.5))
-            << "\" dy=\"0.35em\" text-anchor=\"end\">" << escape(row_labels[p]) << "</text>\n";
-    for (std::size_t q = 0; q < C; q += step)
-        out << "<text transform=\"translate(" << px(grid_x + cell * (double(q) + 0.5)) << "," << px(grid_y - 8)
-            << ") rotate(-45)\" dy=\"0.35em\">" << escape(col_labels[q]) << "</text>\n";
-    out << "</g>\n";
-
-    // 4) The cells: colour, hatch when masked, the rounded number when small, the exact
-    // number on hover. An elided row or column stays blank.
-    const bool gridlines = cell >= 12;
-    // Small cells: no grid lines, and crisp edges so that no seams show between them.
-    out << "<g" << (gridlines ? " stroke=\"#fff\" stroke-width=\"1\"" : " shape-rendering=\"crispEdges\"") << ">\n";
-    for (std::size_t p = 0; p < R; ++p)
-        for (std::size_t q = 0; q < C; ++q) {
-            if (ri[p] == text::kGap || ci[q] == text::kGap) continue;
-            const std::size_t i = ri[p], j = ci[q];
-            const Cell& c = cells[p * C + q];
-            const std::string fill = c.masked                ? "url(#masked)"
-                                     : kind == ColorKind::boolean ? std::string(kAllowed)
-                                     : c.nan                 ? "#fff"
-                                                             : hex(colour::at(sc.palette, c.position));
-            const double x = grid_x + cell * double(q), y = grid_y + cell * double(p);
-            if (hover)
-                out << "<g class=\"cell" << (c.masked ? " masked" : "") << "\" data-value=\"" << m.exact(i, j)
-                    << "\"><title>" << escape(row_labels[p]) << " → " << escape(col_labels[q]) << ": "
-                    << m.exact(i, j) << (c.masked ? " (masked)" : "") << "</title>";
-            out << "<rect x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(cell) << "\" height=\""
-                << px(cell) << "\" fill=\"" << fill << "\"/>";
-            const bool mark = kind == ColorKind::boolean && !c.masked;  // ✓ on a visible key of the mask
-            if ((numbers && !c.masked) || (mark && cell >= 12)) {
-                const bool white = kind == ColorKind::boolean || (!c.nan && dark(colour::at(sc.palette, c.position)));
-                out << "<text x=\"" << px(x + cell / 2) << "\" y=\"" << px(y + cell / 2)
-                    << "\" dy=\"0.35em\" text-anchor=\"middle\" stroke=\"none\" font-size=\""
-                    << px(mark ? std::min(cell * 0.5, 22.0) : number_font) << "\" fill=\""
-                    << (c.nan ? "#b00020" : white ? "#fff" : "#111") << "\">" << c.text << "</text>";
-            }
-            out << (hover ? "</g>\n" : "\n");
-        }
-    out << "</g>\n";
-    if (!note.empty())
-        out << "<text x=\"" << px(grid_x) << "\" y=\"" << px(grid_y + grid_h + 8 + tick_font) << "\" font-size=\""
-            << px(tick_font) << "\" fill=\"#555\">" << escape(note) << "</text>\n";
-
-    // 5) Legend: the palette with numbers (or the mask's two kinds of cell), then the hatch.
-    out << "<g font-size=\"" << px(tick_font) << "\" fill=\"#222\">\n";
-    double swatch_y = grid_y + bar_h + 24;
-    if (kind == ColorKind::boolean) {
-        out << "<rect x=\"" << px(legend_x) << "\" y=\"" << px(grid_y) << "\" width=\"" << px(bar_w)
-            << "\" height=\"" << px(bar_w) << "\" fill=\"" << kAllowed << "\" stroke=\"#999\"/>"
-            << "<text x=\"" << px(legend_x + bar_w + 8) << "\" y=\"" << px(grid_y + bar_w / 2)
-            << "\" dy=\"0.35em\">may attend</text>\n";
-        swatch_y = grid_y + bar_w + 12;
-    } else {
-        out << "<rect x=\"" << px(legend_x) << "\" y=\"" << px(grid_y) << "\" width=\"" << px(bar_w) << "\" height=\""
-            << px(bar_h) << "\" fill=\"url(#palette)\" stroke=\"#999\"/>\n";
-        for (double t : ticks) {
-            const double y = grid_y + bar_h * (1 - sc.position(t));
-            out << "<line x1=\"" << px(legend_x + bar_w) << "\" y1=\"" << px(y) << "\" x2=\""
-                << px(legend_x + bar_w + 5) << "\" y2=\"" << px(y) << "\" stroke=\"#555\"/>"
-                << "<text x=\"" << px(legend_x + bar_w + 8) << "\" y=\"" << px(y) << "\" dy=\"0.35em\">"
-                << tick_text(t) << "</text>\n";
-        }
-    }
-    if (any_masked)
-        out << "<rect x=\"" << px(legend_x) << "\" y=\"" << px(swatch_y) << "\" width=\"" << px(bar_w)
-            << "\" height=\"" << px(bar_w) << "\" fill=\"url(#masked)\" stroke=\"#999\"/>"
-            << "<text x=\"" << px(legend_x + bar_w + 8) << "\" y=\"" << px(swatch_y + bar_w / 2)
-            << "\" dy=\"0.35em\">masked</text>\n";
-    out << "</g>\n</svg>\n";
+    const SvgFigure f = svg_figure(v, *s, batch, head);
+    write_svg_head(out, f);
+    write_svg_titles(out, f);
+    write_svg_grid(out, f);
+    write_svg_legend(out, f);
+    out << "</svg>\n";
 }
 
 }  // namespace attnscope

@@ -353,8 +353,9 @@ std::string colour_class(Palette p, double t) {
     return (p == Palette::viridis ? "v" : "r") + std::to_string(level);
 }
 
-std::string style_sheet() {
-    std::string css = R"(:root { color-scheme: light; }
+// The page's style sheet; HATCH_DARK, HATCH_LIGHT, ALLOWED, VIRIDIS and BLUE_RED stand
+// for the colours and gradients filled in by style_sheet().
+constexpr const char* kStyle = R"(:root { color-scheme: light; }
 body { font: 18px/1.45 "DejaVu Sans", "Segoe UI", Helvetica, Arial, sans-serif; color: #1b1b1b;
   background: #fff; margin: 24px 32px 48px; }
 h1 { font-size: 30px; margin: 0 0 10px; }
@@ -395,7 +396,10 @@ table.heat { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 .swatch.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); }
 .swatch.ok { background: ALLOWED; }
 .note { color: #555; font-size: 15px; margin: 6px 0 0; max-width: 40em; }
-)";
+)";;
+
+std::string style_sheet() {
+    std::string css = kStyle;
     const auto replace = [&css](const std::string& what, const std::string& with) {
         for (std::size_t at; (at = css.find(what)) != std::string::npos;) css.replace(at, what.size(), with);
     };
@@ -468,33 +472,69 @@ std::string elided(const char* what, std::size_t n) {
            std::to_string(n - 1) + " of " + std::to_string(n);
 }
 
+// A label cell of an HTML table: the clipped label, the whole one as its title when clipped.
+void write_label(std::ostream& out, const std::string& full, std::size_t i, const char* cls) {
+    const std::string shown_text = clip(full);
+    out << "<th class=\"" << cls << "\" scope=\"" << cls << "\" data-index=\"" << i << "\"";
+    if (shown_text != full) out << " title=\"" << escape(full) << "\"";
+    out << ">" << escape(shown_text) << "</th>";
+}
+
+// The opening of a table: the corner and the column labels.
+void write_table_head(std::ostream& out, const TraceView& v, const Matrix& m, const std::vector<std::size_t>& ci,
+                      bool numbers) {
+    out << "<table class=\"heat" << (numbers ? "" : " dense") << "\" data-stage=\"" << escape(m.stage->name)
+        << "\" data-batch=\"" << m.batch << "\" data-head=\"" << (m.has_heads ? std::to_string(m.head) : "")
+        << "\">\n<thead><tr><th class=\"corner\">" << escape(m.row_axis()) << " ↓ " << escape(m.col_axis())
+        << " →</th>";
+    for (std::size_t j : ci) {
+        if (j == text::kGap) out << "<th class=\"gap\">…</th>";
+        else write_label(out, text::axis_label(v, m.col_axis(), m.batch, j), j, "col");
+    }
+    out << "</tr></thead>\n<tbody>\n";
+}
+
+// Row i of a table: its label and its cells (classes for colour, the exact value as the
+// title, the rounded number when `numbers`). Returns whether a cell of it is masked.
+bool write_table_row(std::ostream& out, const TraceView& v, const Matrix& m, const ColourScale& sc,
+                     const std::vector<char>& seen, std::size_t i, const std::vector<std::size_t>& ci, bool numbers) {
+    const ColorKind kind = kind_of(*m.stage);
+    bool any_masked = false;
+    out << "<tr data-index=\"" << i << "\">";
+    write_label(out, text::axis_label(v, m.row_axis(), m.batch, i), i, "row");
+    for (std::size_t j : ci) {
+        if (j == text::kGap) {
+            out << "<td class=\"gap\">…</td>";
+            continue;
+        }
+        const Cell c = cell_of(m, kind, sc, seen, i, j);
+        any_masked = any_masked || c.masked;
+        const std::string cls = c.masked                     ? "masked"
+                                : kind == ColorKind::boolean ? "ok"
+                                : c.nan                      ? "nan"
+                                                             : colour_class(sc.palette, c.position);
+        const std::string exact = m.exact(i, j);
+        out << "<td class=\"" << cls << "\" title=\"" << exact << (c.masked ? " (masked)" : "") << "\" data-value=\""
+            << exact << "\">";
+        if (numbers) out << c.text;
+        out << "</td>";
+    }
+    out << "</tr>\n";
+    return any_masked;
+}
+
 // One matrix as a <figure> holding a caption, a <table class="heat"> and its legend.
 void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const std::vector<char>& seen) {
-    const StageView& s = *m.stage;
-    const ColorKind kind = kind_of(s);
+    const ColorKind kind = kind_of(*m.stage);
     const ColourScale sc = scale_of(m, kind);
     const auto ri = text::shown(m.rows, kMaxAxis, kMaxAxis / 2), ci = text::shown(m.cols, kMaxAxis, kMaxAxis / 2);
     const bool numbers = ci.size() <= kNumberCols;
-    const std::string& ra = m.row_axis();
-    const std::string& ca = m.col_axis();
-    const auto label = [&](const std::string& axis, std::size_t i, const char* cls, const char* scope) {
-        const std::string full = text::axis_label(v, axis, m.batch, i), shown_text = clip(full);
-        out << "<th class=\"" << cls << "\" scope=\"" << scope << "\" data-index=\"" << i << "\"";
-        if (shown_text != full) out << " title=\"" << escape(full) << "\"";
-        out << ">" << escape(shown_text) << "</th>";
-    };
-
+    // 1) Caption and column labels.
     const std::string title = matrix_title(v, m);
     out << "<figure>\n";
     if (!title.empty()) out << "<figcaption>" << title << "</figcaption>\n";
-    out << "<table class=\"heat" << (numbers ? "" : " dense") << "\" data-stage=\"" << escape(s.name)
-        << "\" data-batch=\"" << m.batch << "\" data-head=\"" << (m.has_heads ? std::to_string(m.head) : "")
-        << "\">\n<thead><tr><th class=\"corner\">" << escape(ra) << " ↓ " << escape(ca) << " →</th>";
-    for (std::size_t j : ci) {
-        if (j == text::kGap) out << "<th class=\"gap\">…</th>";
-        else label(ca, j, "col", "col");
-    }
-    out << "</tr></thead>\n<tbody>\n";
+    write_table_head(out, v, m, ci, numbers);
+    // 2) A row per query (or feature) shown; a row of gaps where rows are elided.
     bool any_masked = false;
     for (std::size_t i : ri) {
         if (i == text::kGap) {
@@ -503,28 +543,10 @@ void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const s
             out << "</tr>\n";
             continue;
         }
-        out << "<tr data-index=\"" << i << "\">";
-        label(ra, i, "row", "row");
-        for (std::size_t j : ci) {
-            if (j == text::kGap) {
-                out << "<td class=\"gap\">…</td>";
-                continue;
-            }
-            const Cell c = cell_of(m, kind, sc, seen, i, j);
-            any_masked = any_masked || c.masked;
-            const std::string cls = c.masked                ? "masked"
-                                    : kind == ColorKind::boolean ? "ok"
-                                    : c.nan                 ? "nan"
-                                                            : colour_class(sc.palette, c.position);
-            const std::string exact = m.exact(i, j);
-            out << "<td class=\"" << cls << "\" title=\"" << exact << (c.masked ? " (masked)" : "")
-                << "\" data-value=\"" << exact << "\">";
-            if (numbers) out << c.text;
-            out << "</td>";
-        }
-        out << "</tr>\n";
+        any_masked = write_table_row(out, v, m, sc, seen, i, ci, numbers) || any_masked;
     }
     out << "</tbody>\n</table>\n";
+    // 3) Legend, and what was elided.
     write_legend(out, kind, sc, any_masked);
     if (ri.size() != m.rows || ci.size() != m.cols) {
         std::string note = "Showing ";

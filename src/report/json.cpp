@@ -83,10 +83,8 @@ void put_tokens(std::ostream& out, const TokenLabels& t, bool batched) {
     out << ']';
 }
 
-}  // namespace
-
-void write_json(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
-                const std::vector<RowDiagnostics>* diagnostics) {
+// The opening of the document: its "config", "dims" and "tokens" members.
+void put_config(std::ostream& out, const TraceView& v) {
     const Dims& d = v.dims;
     out << "{\"config\":{\"source\":";
     put_string(out, v.source);
@@ -105,7 +103,30 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
     put_tokens(out, v.query_tokens, v.batched);
     out << ",\"key\":";
     put_tokens(out, v.key_tokens, v.batched);
-    out << "},\n\"fully_masked_rows\":[";
+    out << '}';
+}
+
+// One stage's member: "NAME":{formula, axes, shape, dtype, data}.
+void put_stage(std::ostream& out, const TraceView& v, const StageView& s) {
+    put_string(out, s.name);
+    out << ":{\"formula\":";
+    put_string(out, s.formula);
+    out << ",\"axes\":[";
+    for (std::size_t k = 0; k < s.axes.size(); ++k) out << (k ? "," : "") << '"' << s.axes[k] << '"';
+    out << "],\"shape\":[";
+    for (std::size_t k = 0; k < s.shape.size(); ++k) out << (k ? "," : "") << s.shape[k];
+    out << "],\"dtype\":\"" << (s.dtype == DType::boolean ? "bool" : v.dtype) << "\",\"data\":";
+    put_stage_data(out, s);
+    out << '}';
+}
+
+}  // namespace
+
+void write_json(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
+                const std::vector<RowDiagnostics>* diagnostics) {
+    // 1) config, dims, tokens; fully masked rows; warnings; diagnostics when asked for.
+    put_config(out, v);
+    out << ",\n\"fully_masked_rows\":[";
     for (std::size_t k = 0; k < v.fully_masked.size(); ++k) {
         out << (k ? "," : "") << "{\"batch\":" << v.fully_masked[k].batch << ",\"query\":" << v.fully_masked[k].query << "}";
     }
@@ -120,22 +141,13 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
         write_diagnostics_json(out, *diagnostics);
         out << ",\n";
     }
+    // 2) The chosen stages, in the order asked.
     out << "\"stages\":{";
     bool first = true;
     for (const auto& name : stages) {
-        const StageView& s = v.stage(name);
         out << (first ? "\n" : ",\n");
         first = false;
-        put_string(out, s.name);
-        out << ":{\"formula\":";
-        put_string(out, s.formula);
-        out << ",\"axes\":[";
-        for (std::size_t k = 0; k < s.axes.size(); ++k) out << (k ? "," : "") << '"' << s.axes[k] << '"';
-        out << "],\"shape\":[";
-        for (std::size_t k = 0; k < s.shape.size(); ++k) out << (k ? "," : "") << s.shape[k];
-        out << "],\"dtype\":\"" << (s.dtype == DType::boolean ? "bool" : v.dtype) << "\",\"data\":";
-        put_stage_data(out, s);
-        out << '}';
+        put_stage(out, v, v.stage(name));
     }
     out << "\n}}\n";
 }

@@ -75,20 +75,9 @@ void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const ch
                              std::to_string(n - 1) + ")");
 }
 
-}  // namespace
-
-void check_selection(const TextOptions& o, const Dims& d) {
-    check_range(o.batches, d.B, "{batch}", "batch item");
-    check_range(o.heads, d.H, "{head}", "head");
-}
-
-void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
+// The header: what ran, on which sizes, with which scale and masks, and the rows that see no key.
+void write_run_header(std::ostream& out, const TraceView& v) {
     const Dims& d = v.dims;
-    check_selection(o, d);
-    const auto batches = chosen_or_all(o.batches, d.B);
-    const auto heads = chosen_or_all(o.heads, d.H);
-
-    // Header: what ran, on which sizes, with which scale and masks.
     out << "attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H
         << (d.H == 1 ? " head" : " heads") << ", " << v.dtype << ", " << v.source << '\n';
     out << "  sizes   " << dims_line(d) << '\n';
@@ -106,29 +95,46 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
         }
         out << '\n';
     }
+}
 
-    for (const auto& name : o.stages) {
-        const StageView& s = v.stage(name);
-        out << "\n== " << s.name << " = " << s.formula << '\n';
-        out << "   shape " << shape_text(s) << '\n';
-        if (o.explain)
-            for (const auto& para : explain_stage(v, s))
-                for (const auto& line : wrap(para, o.width > 23 ? o.width - 3 : 20)) out << "   " << line << '\n';
-        if (o.heatmap && stage_info(s.id).over_keys()) {
-            write_heatmaps(out, v, s, o);
-            continue;
-        }
-        // The leading axes (B and/or H) pick matrices; the last two are printed.
-        for (std::size_t b : batches) {
-            for (std::size_t h : has_heads(s) ? heads : std::vector<std::size_t>{0}) {
-                const std::string title = matrix_title(v, s, b, h);
-                if (!title.empty()) out << "\n  -- " << title << '\n';
-                else out << '\n';
-                const std::size_t offset = matrix_offset(s, b, h);
-                print_matrix(out, v, s, offset, b, o);
-            }
+// One stage: its formula and shape, the explanation when asked, then its heatmaps or
+// each chosen matrix.
+void write_stage(std::ostream& out, const TraceView& v, const StageView& s, const TextOptions& o,
+                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
+    out << "\n== " << s.name << " = " << s.formula << '\n';
+    out << "   shape " << shape_text(s) << '\n';
+    if (o.explain)
+        for (const auto& para : explain_stage(v, s))
+            for (const auto& line : wrap(para, o.width > 23 ? o.width - 3 : 20)) out << "   " << line << '\n';
+    if (o.heatmap && stage_info(s.id).over_keys()) {
+        write_heatmaps(out, v, s, o);
+        return;
+    }
+    // The leading axes (B and/or H) pick matrices; the last two are printed.
+    for (std::size_t b : batches) {
+        for (std::size_t h : has_heads(s) ? heads : std::vector<std::size_t>{0}) {
+            const std::string title = matrix_title(v, s, b, h);
+            if (!title.empty()) out << "\n  -- " << title << '\n';
+            else out << '\n';
+            const std::size_t offset = matrix_offset(s, b, h);
+            print_matrix(out, v, s, offset, b, o);
         }
     }
+}
+
+}  // namespace
+
+void check_selection(const TextOptions& o, const Dims& d) {
+    check_range(o.batches, d.B, "{batch}", "batch item");
+    check_range(o.heads, d.H, "{head}", "head");
+}
+
+void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
+    check_selection(o, v.dims);
+    const auto batches = chosen_or_all(o.batches, v.dims.B);
+    const auto heads = chosen_or_all(o.heads, v.dims.H);
+    write_run_header(out, v);
+    for (const auto& name : o.stages) write_stage(out, v, v.stage(name), o, batches, heads);
 }
 
 }  // namespace attnscope

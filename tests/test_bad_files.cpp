@@ -3,20 +3,13 @@
 // Expected values are written here or come from numpy: the fixtures under tests/fixtures/
 // are written by scripts/make_fixtures.py, and good/expected.json holds numpy's own
 // reading of every good .npy and .npz file. Nothing is compared with the code under test.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
-
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -29,6 +22,12 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "test_util.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define ATTNSCOPE_TEST_ASAN 1
@@ -46,7 +45,11 @@ namespace fs = std::filesystem;
 
 TEST_CASE("io: every bad fixture throws an InputError naming the file and the problem") {
     enum class Via { array, bundle };
-    struct Bad { std::string file; Via via; std::vector<std::string> phrases; };
+    struct Bad {
+        std::string file;
+        Via via;
+        std::vector<std::string> phrases;
+    };
     const std::vector<Bad> cases = {
         {"complex_c16.npy", Via::array, {"unsupported dtype '<c16'"}},
         {"object.npy", Via::array, {"unsupported dtype '|O'", "object arrays hold Python objects, not numbers"}},
@@ -56,24 +59,35 @@ TEST_CASE("io: every bad fixture throws an InputError naming the file and the pr
         {"trailing.npy", Via::array, {"needs 48 data bytes, file has 56 (trailing bytes)"}},
         {"header_past_end.npy", Via::array, {"truncated .npy file: header claims", "file has 50 after the preamble"}},
         {"short.npy", Via::array, {"not a .npy file"}},
-        {"huge_claim.npy", Via::array, {"shape (1000000000,) of float64 needs 8000000000 data bytes, file has 16 (truncated)"}},
-        {"overflow_shape.npy", Via::array, {"shape (1099511627776, 1099511627776) has more elements than can be addressed"}},
+        {"huge_claim.npy",
+         Via::array,
+         {"shape (1000000000,) of float64 needs 8000000000 data bytes, file has 16 (truncated)"}},
+        {"overflow_shape.npy",
+         Via::array,
+         {"shape (1099511627776, 1099511627776) has more elements than can be addressed"}},
         {"bad_shape_text.npy", Via::array, {"not a valid .npy header: shape must be a tuple of non-negative integers"}},
         {"negative_shape.npy", Via::array, {"not a valid .npy header: shape must be a tuple of non-negative integers"}},
         {"bad_magic.npy", Via::array, {"not a .npy file (no \\x93NUMPY magic at the start)"}},
         {"version9.npy", Via::array, {"unsupported .npy format version 9 (expected 1, 2 or 3)"}},
         {"not_npy.npy", Via::array, {"not a .npy file"}},
-        {"npz_bad_crc.npz", Via::bundle, {"not a valid .npz (zip) archive: member 'y.npy' is corrupt (CRC-32 mismatch)"}},
-        {"npz_bad_deflate.npz", Via::bundle, {"not a valid .npz (zip) archive: member 'x.npy' has corrupt deflate data"}},
+        {"npz_bad_crc.npz",
+         Via::bundle,
+         {"not a valid .npz (zip) archive: member 'y.npy' is corrupt (CRC-32 mismatch)"}},
+        {"npz_bad_deflate.npz",
+         Via::bundle,
+         {"not a valid .npz (zip) archive: member 'x.npy' has corrupt deflate data"}},
         {"npz_bomb_claim.npz", Via::bundle, {"member 'x.npy' claims 2.0 GiB from", "more than deflate can expand"}},
-        {"npz_size_understated.npz", Via::bundle,
+        {"npz_size_understated.npz",
+         Via::bundle,
          {"member 'x.npy' has corrupt deflate data or a size that does not match its directory entry"}},
         {"npz_stored_sizes.npz", Via::bundle, {"stored member 'x.npy' has inconsistent sizes"}},
         {"npz_not_npy_member.npz", Via::bundle, {"member 'notes.txt' is not a .npy array"}},
         {"npz_duplicate.npz", Via::bundle, {"array 'x' appears twice in the archive"}},
         {"npz_member_not_npy.npz", Via::bundle, {": x: not a .npy file"}},
         {"npz_truncated.npz", Via::bundle, {"not a valid .npz (zip) archive: no end-of-directory record"}},
-        {"npz_member_truncated.npz", Via::bundle, {": x: shape (2, 3) of float64 needs 48 data bytes, file has 43 (truncated)"}},
+        {"npz_member_truncated.npz",
+         Via::bundle,
+         {": x: shape (2, 3) of float64 needs 48 data bytes, file has 43 (truncated)"}},
         {"json_ragged.json", Via::bundle, {"W_Q[1]", "ragged array", "expected 3 elements", "found 2"}},
         {"json_ragged_deeper.json", Via::bundle, {"x[1][1]", "expected a number at this depth, found a list"}},
         {"json_ragged_shallower.json", Via::bundle, {"x[1][0]", "expected a list of 1 elements, found number 2"}},
@@ -137,7 +151,8 @@ TEST_CASE("io: a header claiming 1e9 elements is refused before anything is allo
             return other_error;
         }
     });
-    INFO("child outcome " << rc << " (0 refused, 10 no limit, 11 bad_alloc, 12 other error, 13 accepted, "
+    INFO("child outcome " << rc
+                          << " (0 refused, 10 no limit, 11 bad_alloc, 12 other error, 13 accepted, "
                              "14 wrong message, >128 signal)");
     CHECK(rc == refused);
 #endif

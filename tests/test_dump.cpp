@@ -1,16 +1,7 @@
 // Dumps whose large stages are computed straight into their .npy files (Dump::place),
 // and masked_scores held once when nothing is masked: the files and the stages must be
 // exactly what an ordinary computation gives, and a dump never committed leaves nothing.
-#include "attnscope/core/attention.hpp"
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "attnscope/report/report.hpp"
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +14,14 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "attnscope/report/report.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -63,7 +62,8 @@ Spec spec4() {
 // The data offset written in a .npy file's header.
 std::size_t data_offset(const std::string& bytes) {
     REQUIRE(bytes.size() >= 10);
-    return 10 + (std::size_t(static_cast<unsigned char>(bytes[8])) | std::size_t(static_cast<unsigned char>(bytes[9])) << 8);
+    return 10 +
+           (std::size_t(static_cast<unsigned char>(bytes[8])) | std::size_t(static_cast<unsigned char>(bytes[9])) << 8);
 }
 
 // The file holds exactly the tensor's bytes, under a header giving its shape; the data
@@ -104,15 +104,15 @@ void dump_and_compare(bool padded) {
         CHECK(asked.size() == stages.size());  // every kept stage is offered a place once
         // In the files already, under temporary names, before the commit.
         CHECK(TempDir::entries_of(out).size() == 3);  // scores, masked_scores, weights (≥ 1 MiB), as temporaries
-        CHECK(!placed.masked_is_scores);          // masked_scores has its own file
+        CHECK(!placed.masked_is_scores);              // masked_scores has its own file
         CHECK(maxdiff(placed.scores, plain.scores) == 0.0);
         CHECK(maxdiff(placed.weights, plain.weights) == 0.0);
         CHECK(maxdiff(placed.output, plain.output) == 0.0);
         dump.commit(view_of("test", p, placed));
     }
     CHECK(TempDir::entries_of(out) == std::set<std::string>{"K.npy", "Q.npy", "V.npy", "context.npy", "mask.npy",
-                                                          "masked_scores.npy", "output.npy", "scores.npy",
-                                                          "weights.npy"});
+                                                            "masked_scores.npy", "output.npy", "scores.npy",
+                                                            "weights.npy"});
     check_file_equals<T>(out + "/scores.npy", plain.scores, kPlaced);
     check_file_equals<T>(out + "/masked_scores.npy", plain.masked(), kPlaced);
     check_file_equals<T>(out + "/weights.npy", plain.weights, kPlaced);

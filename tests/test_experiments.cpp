@@ -1,12 +1,6 @@
 // The experiments the views are meant for: --zero-key and --temperature.
 // Every expected number is computed here from the stored stages (or by hand), never
 // taken from the code that prints it.
-#include "test_util.hpp"
-
-#include "attnscope/analysis/diagnostics.hpp"
-#include "attnscope/base/errors.hpp"
-#include "attnscope/report/report.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,6 +11,11 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;

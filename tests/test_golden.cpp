@@ -1,14 +1,13 @@
 // Golden cases: inputs and expected stages computed by the numpy reference and checked
 // against PyTorch (scripts/make_golden.py), compared here stage by stage.
-#include "test_util.hpp"
-
-#include "attnscope/report/report.hpp"
-
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <limits>
+#include <nlohmann/json.hpp>
+
+#include "attnscope/report/report.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 
@@ -31,7 +30,8 @@ std::vector<Case> load_cases() {
         k.name = c.at("name");
         k.spec.heads = c.at("heads");
         k.spec.causal = c.at("causal");
-        k.spec.causal_align = c.at("causal_align") == "bottom-right" ? CausalAlign::bottom_right : CausalAlign::top_left;
+        k.spec.causal_align =
+            c.at("causal_align") == "bottom-right" ? CausalAlign::bottom_right : CausalAlign::top_left;
         if (!c.at("scale").is_null()) k.spec.scale = c.at("scale").get<double>();
         k.spec.layout = c.at("layout") == "torch" ? Layout::torch : Layout::math;
         k.dtype = c.at("dtype");
@@ -90,11 +90,13 @@ TEST_CASE("golden: every case agrees with the numpy/PyTorch reference") {
         inputs.source = path;
         std::map<std::string, Array> expected;
         for (auto& [name, a] : all.arrays) {
-            if (name.rfind("expected/", 0) == 0) expected[name.substr(9)] = a;
-            else inputs.arrays[name] = a;
+            if (name.rfind("expected/", 0) == 0)
+                expected[name.substr(9)] = a;
+            else
+                inputs.arrays[name] = a;
         }
-        double worst = c.dtype == "float32" ? check_case<float>(c, inputs, expected)
-                                            : check_case<double>(c, inputs, expected);
+        double worst =
+            c.dtype == "float32" ? check_case<float>(c, inputs, expected) : check_case<double>(c, inputs, expected);
         char line[160];
         std::snprintf(line, sizeof line, "%-40s %s  maxdiff = %.3e (tolerance %.0e)", c.name.c_str(), c.dtype.c_str(),
                       worst, c.tolerance);

@@ -1,9 +1,8 @@
 // Tiny cases whose expected numbers are computed by hand, here in the test.
-#include "test_util.hpp"
+#include <doctest/doctest.h>
 
 #include "attnscope/base/errors.hpp"
-
-#include <doctest/doctest.h>
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -93,8 +92,8 @@ TEST_CASE("hand: causal alignment with Tq != Tk") {
         CHECK(tr.weights(0, 0, 1, 2) == doctest::Approx(1.0 / 3));
     }
     SUBCASE("bottom-right with Tq > Tk leaves early queries with no key") {
-        Bundle b2 = bundle({{"x", arr({3, 1}, {1, 1, 1})}, {"memory", arr({2, 1}, {1, 1})}, {"W_Q", one},
-                            {"W_K", one}, {"W_V", one}});
+        Bundle b2 = bundle(
+            {{"x", arr({3, 1}, {1, 1, 1})}, {"memory", arr({2, 1}, {1, 1})}, {"W_Q", one}, {"W_K", one}, {"W_V", one}});
         s.causal_align = CausalAlign::bottom_right;
         auto tr = run<double>(b2, s);  // offset Tk - Tq = -1: query 0 sees nothing
         REQUIRE(tr.fully_masked.size() == 1);
@@ -109,7 +108,10 @@ TEST_CASE("hand: causal alignment with Tq != Tk") {
 TEST_CASE("hand: padding zeroes a key's column, and all-PAD rows are zero, not NaN") {
     Array x = arr({2, 2, 1}, {1, 2, 3, 4});
     Array one = arr({1, 1}, {1});
-    Bundle b = bundle({{"x", x}, {"W_Q", one}, {"W_K", one}, {"W_V", one},
+    Bundle b = bundle({{"x", x},
+                       {"W_Q", one},
+                       {"W_K", one},
+                       {"W_V", one},
                        {"key_padding_mask", arr({2, 2}, {0, 1, 1, 1})}});  // batch 1: all PAD
     auto tr = run<double>(b, Spec{});
     CHECK(tr.weights(0, 0, 0, 0) == 1.0);
@@ -131,16 +133,21 @@ TEST_CASE("hand: two heads with their own key spaces, W_O and biases") {
     // x = [[1, 0]], Dm = 2; H = 2 heads of width Dk = Dv = 1. One query, one key: every
     // weight is 1, so context = V = x · W_V + b_V, and output = context · W_O + b_O.
     Array x = arr({1, 2}, {1, 0});
-    Bundle b = bundle({{"x", x}, {"W_Q", eye(2)}, {"W_K", eye(2)}, {"W_V", arr({2, 2}, {2, 3, 0, 0})},
-                       {"b_V", arr({2}, {1, -1})}, {"W_O", arr({2, 1}, {1, 10})}, {"b_O", arr({1}, {0.5})}});
+    Bundle b = bundle({{"x", x},
+                       {"W_Q", eye(2)},
+                       {"W_K", eye(2)},
+                       {"W_V", arr({2, 2}, {2, 3, 0, 0})},
+                       {"b_V", arr({2}, {1, -1})},
+                       {"W_O", arr({2, 1}, {1, 10})},
+                       {"b_O", arr({1}, {0.5})}});
     Spec s;
     s.heads = 2;
     auto tr = run<double>(b, s);
-    CHECK(tr.context(0, 0, 0, 0) == 3.0);   // 1*2 + 1
-    CHECK(tr.context(0, 1, 0, 0) == 2.0);   // 1*3 - 1
-    CHECK(tr.output(0, 0, 0) == 23.5);      // 3*1 + 2*10 + 0.5
-    CHECK(tr.scores(0, 0, 0, 0) == 1.0);    // head 0: q = k = 1, scale 1/sqrt(1)
-    CHECK(tr.scores(0, 1, 0, 0) == 0.0);    // head 1: q = k = 0
+    CHECK(tr.context(0, 0, 0, 0) == 3.0);  // 1*2 + 1
+    CHECK(tr.context(0, 1, 0, 0) == 2.0);  // 1*3 - 1
+    CHECK(tr.output(0, 0, 0) == 23.5);     // 3*1 + 2*10 + 0.5
+    CHECK(tr.scores(0, 0, 0, 0) == 1.0);   // head 0: q = k = 1, scale 1/sqrt(1)
+    CHECK(tr.scores(0, 1, 0, 0) == 0.0);   // head 1: q = k = 0
 }
 
 TEST_CASE("hand: a custom scale multiplies the scores") {

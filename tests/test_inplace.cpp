@@ -2,19 +2,12 @@
 // Expected values are written here or come from numpy: the fixtures under tests/fixtures/
 // are written by scripts/make_fixtures.py, and good/expected.json holds numpy's own
 // reading of every good .npy and .npz file. Nothing is compared with the code under test.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +20,12 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -104,8 +103,8 @@ TEST_CASE("io: numbers read in place, from a copy and through a mapped file are 
             CHECK(a->held == in_place.held);
             check_values(a->doubles(), in_place.doubles());
         }
-        const bool as_stored = (in_place.dtype == "float32" || in_place.dtype == "float64") &&
-                               file.find("be_") != 0 && file.find("fortran") != 0;
+        const bool as_stored = (in_place.dtype == "float32" || in_place.dtype == "float64") && file.find("be_") != 0 &&
+                               file.find("fortran") != 0;
         CHECK((in_place.held != Array::Held::doubles) == as_stored);
         if (as_stored) {
             CHECK(in_place.values.empty());

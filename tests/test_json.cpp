@@ -3,17 +3,11 @@
 // Expected values are written here or come from numpy: the fixtures under tests/fixtures/
 // are written by scripts/make_fixtures.py, and good/expected.json holds numpy's own
 // reading of every good .npy and .npz file. Nothing is compared with the code under test.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +20,12 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -69,15 +69,19 @@ TEST_CASE("io: a JSON bundle: nested lists, booleans, non-finite strings, tokens
 }
 
 TEST_CASE("io: JSON spellings of non-finite numbers") {
-    Bundle b = parse_json_bundle(R"({"v": ["inf", "+inf", "Infinity", "+Infinity", "-inf", "-Infinity", "nan", "NaN", -0.0]})",
-                                 "nf.json");
+    Bundle b = parse_json_bundle(
+        R"({"v": ["inf", "+inf", "Infinity", "+Infinity", "-inf", "-Infinity", "nan", "NaN", -0.0]})", "nf.json");
     check_values(b.arrays.at("v").doubles(), {kInf, kInf, kInf, kInf, -kInf, -kInf, kNaN, kNaN, -0.0});
 }
 
 TEST_CASE("io: JSON errors name the source, the element path, what was expected and found") {
-    struct Bad { std::string text; std::vector<std::string> phrases; };
+    struct Bad {
+        std::string text;
+        std::vector<std::string> phrases;
+    };
     const std::vector<Bad> cases = {
-        {R"({"x": [[1, 2, 3]], "W_Q": [[1, 2, 3], [4, 5]]})", {"W_Q[1]", "ragged array", "expected 3 elements", "found 2"}},
+        {R"({"x": [[1, 2, 3]], "W_Q": [[1, 2, 3], [4, 5]]})",
+         {"W_Q[1]", "ragged array", "expected 3 elements", "found 2"}},
         {R"({"x": [[1, 2], [3, [4, 5]]]})", {"x[1][1]", "expected a number at this depth, found a list"}},
         {R"({"x": [[[1]], [2]]})", {"x[1][0]", "expected a list of 1 elements, found number 2"}},
         {R"({"x": [[1, 2, "a"]]})", {"x[0][2]", "expected a number, found string \"a\""}},
@@ -127,7 +131,9 @@ TEST_CASE("io: JSON range checks go by the number's value, not by the sign of it
 }
 
 TEST_CASE("io: JSON nesting is limited to 32 levels") {
-    auto nested = [](int depth) { return std::string(std::size_t(depth), '[') + "1" + std::string(std::size_t(depth), ']'); };
+    auto nested = [](int depth) {
+        return std::string(std::size_t(depth), '[') + "1" + std::string(std::size_t(depth), ']');
+    };
     Bundle ok = parse_json_bundle("{\"x\": " + nested(32) + "}", "deep.json");
     CHECK(ok.arrays.at("x").ndim() == 32);
     check_message(input_error([&] { parse_json_bundle("{\"x\": " + nested(33) + "}", "deep.json"); }),
@@ -146,12 +152,13 @@ TEST_CASE("io: parse_json_array takes a nested list or an object with one entry"
     check_values(s.doubles(), {2.5});
     check_message(input_error([] { parse_json_array(R"({"a": [1], "b": [2]})", "two.json: W"); }),
                   {"two.json: W: ", "an object with 2 entries"});
-    check_message(input_error([] { parse_json_array("[[1, 2], [3]]", "r.json: W"); }),
-                  {"r.json: W[1]: ragged array"});
+    check_message(input_error([] { parse_json_array("[[1, 2], [3]]", "r.json: W"); }), {"r.json: W[1]: ragged array"});
 }
 
 TEST_CASE("io: JSON element errors name the array once, then the element's indices") {
-    struct Case { std::string text, origin, message; };
+    struct Case {
+        std::string text, origin, message;
+    };
     const std::vector<Case> bundles = {
         {R"({"x": [1.0, null]})", "data.json",
          "data.json: x[1]: expected a number, found null (write non-finite values as \"nan\", \"inf\" or \"-inf\")"},
@@ -215,5 +222,6 @@ TEST_CASE("io: a UTF-8 byte-order mark before the JSON is skipped") {
                   {"two.json: invalid JSON at byte 3"});
     check_message(input_error([&] { parse_json_bundle(" " + bom + "{}", "late.json"); }),
                   {"late.json: invalid JSON at byte 1"});
-    check_message(input_error([&] { parse_json_array(bom, "only.json: W"); }), {"only.json: W: invalid JSON", "empty input"});
+    check_message(input_error([&] { parse_json_array(bom, "only.json: W"); }),
+                  {"only.json: W: invalid JSON", "empty input"});
 }

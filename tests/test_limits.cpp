@@ -2,17 +2,11 @@
 // Expected values are written here or come from numpy: the fixtures under tests/fixtures/
 // are written by scripts/make_fixtures.py, and good/expected.json holds numpy's own
 // reading of every good .npy and .npz file. Nothing is compared with the code under test.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +19,12 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -55,7 +55,8 @@ TEST_CASE("io: memory limits refuse files, arrays and archives before allocating
     check_values(parse_npy(bytes, "x", 48).doubles(), kA2);
     check_message(memory_limit_error([&] { parse_npy(bytes, "x", 47); }),
                   {"x: shape (2, 3) needs 48 bytes in memory, over the memory limit of 47 bytes (max_memory)"});
-    check_message(memory_limit_error([&] { parse_npy(slurp(good("tokens_U5.npy")), "t", 0); }), {"t: shape (6,) needs "});
+    check_message(memory_limit_error([&] { parse_npy(slurp(good("tokens_U5.npy")), "t", 0); }),
+                  {"t: shape (6,) needs "});
     CHECK(parse_npy(slurp(good("empty_0x3_f4.npy")), "e", 0).count() == 0);
 
     // load_array passes the limit on: 1000 int8 values read (about 1 KiB) but widen to 8000 bytes.
@@ -69,9 +70,11 @@ TEST_CASE("io: memory limits refuse files, arrays and archives before allocating
     Bundle all = load_bundle(zeros);
     REQUIRE(all.arrays.count("zeros"));
     CHECK(all.arrays.at("zeros").shape == std::vector<std::size_t>{125000});
-    check_message(memory_limit_error([&] { load_bundle(zeros, 100000); }),
-                  {zeros + ": its members would need ", "decompressed, over the memory limit of 97.7 KiB (max_memory)"});
-    check_message(memory_limit_error([&] { parse_npz(slurp(zeros), "z.npz", 100000); }), {"z.npz: its members would need "});
+    check_message(
+        memory_limit_error([&] { load_bundle(zeros, 100000); }),
+        {zeros + ": its members would need ", "decompressed, over the memory limit of 97.7 KiB (max_memory)"});
+    check_message(memory_limit_error([&] { parse_npz(slurp(zeros), "z.npz", 100000); }),
+                  {"z.npz: its members would need "});
 }
 
 TEST_CASE("io: the memory limit covers all of an archive's arrays together") {
@@ -105,8 +108,10 @@ TEST_CASE("io: the memory limit covers a JSON file's values widened to double") 
         std::size_t widened = 0;
         INFO("read with a 40000-byte limit, the values alone hold " << widened << " bytes");
         std::string message = memory_limit_error([&] {
-            if (file == "zeros.json") widened = load_bundle(path, 40000).arrays.at("x").count() * sizeof(double);
-            else widened = load_array(path, "x", 40000).count() * sizeof(double);
+            if (file == "zeros.json")
+                widened = load_bundle(path, 40000).arrays.at("x").count() * sizeof(double);
+            else
+                widened = load_array(path, "x", 40000).count() * sizeof(double);
         });
         check_message(message, {path + ": ", "over the memory limit of 39.1 KiB"});
     }

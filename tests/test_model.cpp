@@ -3,17 +3,11 @@
 // Expected values are written here or come from numpy: the fixtures under tests/fixtures/
 // are written by scripts/make_fixtures.py, and good/expected.json holds numpy's own
 // reading of every good .npy and .npz file. Nothing is compared with the code under test.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +20,12 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -40,7 +40,7 @@ TEST_CASE("model: float32 inputs reach a float32 problem bit for bit, with each 
         wk[k] = 1.0f - float(k) / 5.0f;
         wv[k] = float(k % 5) * 0.1f;
     }
-    x[6] = std::numeric_limits<float>::infinity();  // x[0][1][2]
+    x[6] = std::numeric_limits<float>::infinity();    // x[0][1][2]
     wk[6] = std::numeric_limits<float>::quiet_NaN();  // W_K[1][2]
     wk[9] = std::numeric_limits<float>::quiet_NaN();
     const std::string path = dir / "in.npz";
@@ -93,8 +93,9 @@ TEST_CASE("model: float32 inputs reach a float32 problem bit for bit, with each 
     CHECK(same_bits((*t.b_K)(1), std::numeric_limits<float>::infinity()));
     CHECK((*t.b_V)(3) == 11.0f);
     REQUIRE(t.warnings.size() == 2);
-    CHECK(t.warnings[1] == torch_path + ": in_proj_bias: 1 non-finite value in this precision, the first 1e+39 at [5]; "
-                                        "every stage it reaches will carry it");
+    CHECK(t.warnings[1] == torch_path +
+                               ": in_proj_bias: 1 non-finite value in this precision, the first 1e+39 at [5]; "
+                               "every stage it reaches will carry it");
     CHECK(make_problem<double>(tb, torch).warnings.size() == 1);  // x's inf only
 }
 
@@ -108,10 +109,19 @@ TEST_CASE("model: nn.MultiheadAttention's two forms of q, k, v weights, or W_Q a
         a.origin = "mha.npz: " + name;
         return a;
     };
-    const std::map<std::string, std::vector<std::size_t>> shapes = {
-        {"x", {3, 2}}, {"memory", {4, 3}}, {"in_proj_weight", {6, 2}}, {"in_proj_bias", {6}}, {"q_proj_weight", {2, 2}},
-        {"k_proj_weight", {2, 2}}, {"v_proj_weight", {2, 2}}, {"out_proj.weight", {2, 2}}, {"out_proj.bias", {2}},
-        {"W_Q", {2, 2}}, {"W_K", {2, 2}}, {"W_V", {2, 2}}, {"W_O", {2, 2}}};
+    const std::map<std::string, std::vector<std::size_t>> shapes = {{"x", {3, 2}},
+                                                                    {"memory", {4, 3}},
+                                                                    {"in_proj_weight", {6, 2}},
+                                                                    {"in_proj_bias", {6}},
+                                                                    {"q_proj_weight", {2, 2}},
+                                                                    {"k_proj_weight", {2, 2}},
+                                                                    {"v_proj_weight", {2, 2}},
+                                                                    {"out_proj.weight", {2, 2}},
+                                                                    {"out_proj.bias", {2}},
+                                                                    {"W_Q", {2, 2}},
+                                                                    {"W_K", {2, 2}},
+                                                                    {"W_V", {2, 2}},
+                                                                    {"W_O", {2, 2}}};
     auto make = [&](const std::vector<std::string>& names) {
         Bundle b;
         b.source = "mha.npz";
@@ -132,8 +142,12 @@ TEST_CASE("model: nn.MultiheadAttention's two forms of q, k, v weights, or W_Q a
         CHECK_NOTHROW(make_problem<double>(make(names), torch));
     }
 
-    struct Bad { std::vector<std::string> names; std::string message; };
-    const std::string both = "mha.npz: both forms of nn.MultiheadAttention's q, k, v weights given: in_proj_weight and ";
+    struct Bad {
+        std::vector<std::string> names;
+        std::string message;
+    };
+    const std::string both =
+        "mha.npz: both forms of nn.MultiheadAttention's q, k, v weights given: in_proj_weight and ";
     const std::vector<Bad> bad = {
         {{"x", "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"},
          both + "q_proj_weight, k_proj_weight, v_proj_weight; remove q_proj_weight, k_proj_weight, v_proj_weight "
@@ -169,7 +183,9 @@ TEST_CASE("model: nn.MultiheadAttention's two forms of q, k, v weights, or W_Q a
 TEST_CASE("shape errors say what was expected and found") {
     std::mt19937 rng(1);
     Array x = random_array(rng, {4, 8});
-    Bundle ok = bundle({{"x", x}, {"W_Q", random_array(rng, {8, 8})}, {"W_K", random_array(rng, {8, 8})},
+    Bundle ok = bundle({{"x", x},
+                        {"W_Q", random_array(rng, {8, 8})},
+                        {"W_K", random_array(rng, {8, 8})},
                         {"W_V", random_array(rng, {8, 6})}});
     auto message = [](auto&& f) -> std::string {
         try {

@@ -3,18 +3,11 @@
 // Expected values are written here or come from numpy: the fixtures under tests/fixtures/
 // are written by scripts/make_fixtures.py, and good/expected.json holds numpy's own
 // reading of every good .npy and .npz file. Nothing is compared with the code under test.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -23,10 +16,17 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -143,8 +143,8 @@ TEST_CASE("io: '<U5' text arrays give their strings in UTF-8") {
     CHECK(b.strings == kTokens);
 
     // A code point past U+10FFFF is refused, not encoded.
-    std::string bytes = make_npy("{'descr': '<U1', 'fortran_order': False, 'shape': (1,), }",
-                                 std::string("\x00\x00\x11\x00", 4));
+    std::string bytes =
+        make_npy("{'descr': '<U1', 'fortran_order': False, 'shape': (1,), }", std::string("\x00\x00\x11\x00", 4));
     check_message(input_error([&] { parse_npy(bytes, "bad_text"); }),
                   {"bad_text: ", "text element 0 is not valid Unicode"});
 }
@@ -184,25 +184,28 @@ TEST_CASE("io: header details: quotes, Python 2 longs, key order, the 32-dimensi
     for (int i = 0; i < 32; ++i) ones32 += "1, ";
     ones33 = ones32 + "1)";
     ones32 += ")";
-    Array d32 = parse_npy(make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': " + ones32 + ", }",
-                                   std::string(8, '\0')), "d32");
+    Array d32 = parse_npy(
+        make_npy("{'descr': '<f8', 'fortran_order': False, 'shape': " + ones32 + ", }", std::string(8, '\0')), "d32");
     CHECK(d32.ndim() == 32);
 
-    struct Bad { std::string dict, phrase; };
+    struct Bad {
+        std::string dict, phrase;
+    };
     const std::vector<Bad> cases = {
         {"{'descr': '<f8', 'fortran_order': False, 'shape': " + ones33 + ", }", "more than 32 dimensions"},
         {"{'descr': '<f8', 'fortran_order': False, 'shape': (6,), 'extra': 1, }", "unexpected header key 'extra'"},
         {"{'descr': '<f8', 'fortran_order': False, }", "header lacks one of 'descr', 'fortran_order', 'shape'"},
         {"{'descr': '<f8', 'fortran_order': 0, 'shape': (6,), }", "'fortran_order' must be True or False"},
         {"{'descr': '<f3', 'fortran_order': False, 'shape': (6,), }", "unsupported dtype '<f3'"},
-        {"{'descr': '<f8', 'fortran_order': False, 'shape': (6.0,), }", "shape must be a tuple of non-negative integers"},
-        {"{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999999,), }", "a shape entry is too large"},
+        {"{'descr': '<f8', 'fortran_order': False, 'shape': (6.0,), }",
+         "shape must be a tuple of non-negative integers"},
+        {"{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999999,), }",
+         "a shape entry is too large"},
         {"['descr', '<f8']", "expected '{'"},
     };
     for (const Bad& b : cases) {
         CAPTURE(b.dict);
-        check_message(input_error([&] { parse_npy(make_npy(b.dict, data), "hdr.npy"); }),
-                      {"hdr.npy: ", b.phrase});
+        check_message(input_error([&] { parse_npy(make_npy(b.dict, data), "hdr.npy"); }), {"hdr.npy: ", b.phrase});
     }
     // Format 2.0 needs a 4-byte header length.
     check_message(input_error([&] { parse_npy(std::string("\x93NUMPY\x02\x00\x10\x00", 10), "v2.npy"); }),
@@ -215,7 +218,11 @@ TEST_CASE("io: after the header dict only blanks, comments and line continuation
     // anything else is "Cannot parse header". Each case is also handed to numpy below.
     const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
     const std::string data("\x00\x00\x80\x3f\x00\x00\x00\x40", 8);  // 1.0f, 2.0f
-    struct Case { std::string name, header; bool ok; std::string found; };
+    struct Case {
+        std::string name, header;
+        bool ok;
+        std::string found;
+    };
     const std::vector<Case> cases = {
         {"spaces", dict + "     ", true, ""},
         {"no_trailing_comma", "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", true, ""},

@@ -2,17 +2,11 @@
 // Expected values are written here or come from numpy: the fixtures under tests/fixtures/
 // are written by scripts/make_fixtures.py, and good/expected.json holds numpy's own
 // reading of every good .npy and .npz file. Nothing is compared with the code under test.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +19,12 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -91,7 +91,8 @@ TEST_CASE("io: crc32_bytes is zip's CRC-32 for every length, offset and starting
     for (std::size_t offset = 0; offset < 17; ++offset)
         for (std::size_t n = 0; n <= 700; ++n) {
             const std::uint32_t start = n % 3 == 0 ? 0u : static_cast<std::uint32_t>(n * 2654435761u);
-            if (crc32_bytes(start, bytes.data() + offset, n) != reference(start, bytes.data() + offset, n) && differ++ == 0) {
+            if (crc32_bytes(start, bytes.data() + offset, n) != reference(start, bytes.data() + offset, n) &&
+                differ++ == 0) {
                 first_len = n;
                 first_offset = offset;
             }

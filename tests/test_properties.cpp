@@ -1,10 +1,10 @@
 // Properties that must hold for any input, over seeded random shapes (STYLE.md).
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <numeric>
+
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -82,8 +82,10 @@ TEST_CASE("property: weight rows sum to 1, masked weights are exactly 0, masked-
                         }
                         sum += w;
                     }
-                    if (any) REQUIRE(sum == doctest::Approx(1.0).epsilon(1e-12));
-                    else REQUIRE(sum == 0.0);
+                    if (any)
+                        REQUIRE(sum == doctest::Approx(1.0).epsilon(1e-12));
+                    else
+                        REQUIRE(sum == 0.0);
                 }
             }
         CHECK(tr.fully_masked.size() == fully);
@@ -122,7 +124,8 @@ TEST_CASE("property: one head of many equals the single-head formula on its slic
                 return arr({rows, D}, v);
             };
             auto slice1 = [&](const Array& bias, std::size_t D) {
-                return arr({D}, std::vector<double>(bias.values.begin() + long(h * D), bias.values.begin() + long((h + 1) * D)));
+                return arr({D}, std::vector<double>(bias.values.begin() + long(h * D),
+                                                    bias.values.begin() + long((h + 1) * D)));
             };
             Bundle one = c.bundle;
             one.arrays.erase("W_O");

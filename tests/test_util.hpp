@@ -5,15 +5,7 @@
 // only stay in that file.
 #pragma once
 
-#include "attnscope/base/errors.hpp"
-#include "attnscope/core/attention.hpp"
-#include "attnscope/core/view.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-
 #include <doctest/doctest.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +24,13 @@
 #include <system_error>
 #include <typeinfo>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/core/view.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
 
 namespace testutil {
 
@@ -159,11 +158,15 @@ inline void check_values(const std::vector<double>& got, const std::vector<doubl
         if (differ++ == 0) first = k;
         double d = std::fabs(got[k] - want[k]);
         if (std::isnan(d) || d == 0) d = kInf;  // NaN on one side, or a sign of zero
-        if (d >= maxdiff) { maxdiff = d; worst = k; }
+        if (d >= maxdiff) {
+            maxdiff = d;
+            worst = k;
+        }
     }
-    std::string report = differ == 0 ? "all equal"
-        : cat(differ, " of ", got.size(), " values differ; first at flat index ", first, ": got ", got[first],
-              ", expected ", want[first], "; maxdiff = ", maxdiff, " at flat index ", worst);
+    std::string report =
+        differ == 0 ? "all equal"
+                    : cat(differ, " of ", got.size(), " values differ; first at flat index ", first, ": got ",
+                          got[first], ", expected ", want[first], "; maxdiff = ", maxdiff, " at flat index ", worst);
     CHECK_MESSAGE(differ == 0, report);
 }
 
@@ -184,15 +187,20 @@ std::string error_of(F&& f, const char* expected) {
 }
 
 template <typename F>
-std::string input_error(F&& f) { return error_of<attnscope::InputError>(f, "attnscope::InputError"); }
+std::string input_error(F&& f) {
+    return error_of<attnscope::InputError>(f, "attnscope::InputError");
+}
 
 template <typename F>
-std::string memory_limit_error(F&& f) { return error_of<attnscope::MemoryLimitError>(f, "attnscope::MemoryLimitError"); }
+std::string memory_limit_error(F&& f) {
+    return error_of<attnscope::MemoryLimitError>(f, "attnscope::MemoryLimitError");
+}
 
 // Each phrase must occur in the message (an empty message: input_error has already failed).
 inline void check_message(const std::string& message, const std::vector<std::string>& phrases) {
     if (message.empty()) return;
-    for (const std::string& p : phrases) CHECK_MESSAGE(contains(message, p), "message: " << message << "\nlacks: " << p);
+    for (const std::string& p : phrases)
+        CHECK_MESSAGE(contains(message, p), "message: " << message << "\nlacks: " << p);
 }
 
 // A .npy file built from a header dict text and data bytes (format 1.0 unless asked).
@@ -241,8 +249,8 @@ inline std::vector<double> a3() {
 }
 
 // TOKENS, in UTF-8: "<s>", "the", "héllo", "日本", an emoji (U+1F600), "".
-inline const std::vector<std::string> kTokens = {"<s>", "the", "h\xc3\xa9llo", "\xe6\x97\xa5\xe6\x9c\xac",
-                                                 "\xf0\x9f\x98\x80", ""};
+inline const std::vector<std::string> kTokens = {
+    "<s>", "the", "h\xc3\xa9llo", "\xe6\x97\xa5\xe6\x9c\xac", "\xf0\x9f\x98\x80", ""};
 
 // ---- computed runs and their printed text (views tests) ---------------------------------
 
@@ -254,7 +262,8 @@ struct Computed {
     attnscope::TraceView view;
 };
 
-inline std::unique_ptr<Computed> compute(const Bundle& b, const attnscope::Spec& s, const attnscope::Compute& how = {}) {
+inline std::unique_ptr<Computed> compute(const Bundle& b, const attnscope::Spec& s,
+                                         const attnscope::Compute& how = {}) {
     auto c = std::make_unique<Computed>();
     c->problem = attnscope::make_problem<double>(b, s);
     c->trace = attnscope::attend(c->problem, how);

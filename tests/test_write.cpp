@@ -3,17 +3,11 @@
 // Expected values are written here or come from numpy: the fixtures under tests/fixtures/
 // are written by scripts/make_fixtures.py, and good/expected.json holds numpy's own
 // reading of every good .npy and .npz file. Nothing is compared with the code under test.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "test_util.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +20,12 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "test_util.hpp"
 
 using namespace attnscope;
 using namespace testutil;
@@ -52,9 +52,9 @@ template <typename T>
 std::vector<T> writer_values(std::size_t n) {
     std::vector<T> v(n);
     for (std::size_t k = 0; k < n; ++k) v[k] = T(double(k) * 0.5 - 3);
-    const T special[] = {std::numeric_limits<T>::quiet_NaN(), -std::numeric_limits<T>::infinity(),
-                         std::numeric_limits<T>::infinity(), T(-0.0), std::numeric_limits<T>::denorm_min(),
-                         std::numeric_limits<T>::max()};
+    const T special[] = {std::numeric_limits<T>::quiet_NaN(),  -std::numeric_limits<T>::infinity(),
+                         std::numeric_limits<T>::infinity(),   T(-0.0),
+                         std::numeric_limits<T>::denorm_min(), std::numeric_limits<T>::max()};
     for (std::size_t k = 0; k < n && k < 6; ++k) v[k] = special[k];
     return v;
 }
@@ -75,13 +75,24 @@ struct TestArray {
     TestArray(std::string name, DType dtype, std::vector<std::size_t> shape) {
         std::size_t n = element_count(shape);
         const void* data = nullptr;
-        if (dtype == DType::float32) { f32 = writer_values<float>(n); data = f32.data(); }
-        if (dtype == DType::float64) { f64 = writer_values<double>(n); data = f64.data(); }
-        if (dtype == DType::boolean) { b = writer_bools(n); data = b.data(); }
+        if (dtype == DType::float32) {
+            f32 = writer_values<float>(n);
+            data = f32.data();
+        }
+        if (dtype == DType::float64) {
+            f64 = writer_values<double>(n);
+            data = f64.data();
+        }
+        if (dtype == DType::boolean) {
+            b = writer_bools(n);
+            data = b.data();
+        }
         out = OutArray{std::move(name), std::move(shape), dtype, data};
     }
     TestArray(const TestArray&) = delete;
-    std::string raw() const { return std::string(static_cast<const char*>(out.data), element_count(out.shape) * dtype_size(out.dtype)); }
+    std::string raw() const {
+        return std::string(static_cast<const char*>(out.data), element_count(out.shape) * dtype_size(out.dtype));
+    }
     std::vector<double> as_doubles() const {
         if (out.dtype == DType::float32) return std::vector<double>(f32.begin(), f32.end());
         if (out.dtype == DType::float64) return f64;
@@ -229,8 +240,8 @@ with np.load(d + "/all.npz") as z:
 print("numpy agrees")
 )PY");
     std::string log = dir / "check.log";
-    int rc = std::system(("/usr/bin/python3 '" + (dir / "check.py") + "' '" + dir.path.string() + "' > '" + log +
-                          "' 2>&1").c_str());
+    int rc = std::system(
+        ("/usr/bin/python3 '" + (dir / "check.py") + "' '" + dir.path.string() + "' > '" + log + "' 2>&1").c_str());
     const std::string output = slurp(log);  // read now: INFO is evaluated lazily, inside the reporter
     INFO("python output:\n" << output);
     CHECK(rc == 0);
@@ -250,10 +261,11 @@ TEST_CASE("io: npy_header is 64-byte aligned and spells numpy's header dict") {
             REQUIRE(h.size() > 10);
             CHECK(h.size() % 64 == 0);
             CHECK(h.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
-            std::size_t header_len = std::size_t(static_cast<unsigned char>(h[8])) |
-                                     std::size_t(static_cast<unsigned char>(h[9])) << 8;
+            std::size_t header_len =
+                std::size_t(static_cast<unsigned char>(h[8])) | std::size_t(static_cast<unsigned char>(h[9])) << 8;
             CHECK(header_len == h.size() - 10);
-            const std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + tuple_repr(shape) + ", }";
+            const std::string dict =
+                "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + tuple_repr(shape) + ", }";
             CHECK(h.substr(10, dict.size()) == dict);
             CHECK(h.find_first_not_of(' ', 10 + dict.size()) == h.size() - 1);  // spaces, then the newline
             CHECK(h.back() == '\n');
@@ -262,7 +274,11 @@ TEST_CASE("io: npy_header is 64-byte aligned and spells numpy's header dict") {
 }
 
 TEST_CASE("io: npy_header's dict text matches np.save's for the same array") {
-    struct Ref { const char* file; DType dtype; std::vector<std::size_t> shape; };
+    struct Ref {
+        const char* file;
+        DType dtype;
+        std::vector<std::size_t> shape;
+    };
     const std::vector<Ref> refs = {
         {"ref_f4_2x3.npy", DType::float32, {2, 3}},
         {"ref_f8_5.npy", DType::float64, {5}},

@@ -1,14 +1,14 @@
 // Diagnostics over the weights, scores and values of a trace.
 #include "attnscope/analysis/diagnostics.hpp"
 
-#include "attnscope/base/errors.hpp"
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <ostream>
+
+#include "attnscope/base/errors.hpp"
 
 namespace attnscope {
 

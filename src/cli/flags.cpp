@@ -1,8 +1,8 @@
 // Fields named in library messages, spelled as this command line's flags.
-#include "subcommand.hpp"
-
 #include <array>
 #include <utility>
+
+#include "subcommand.hpp"
 
 namespace attnscope::cli {
 
@@ -16,10 +16,35 @@ std::string flag_of(std::string_view field) {
     }};
     for (const auto& [f, flag] : kSpelled)
         if (f == field) return std::string(flag);
-    static constexpr std::string_view kSame[] = {
-        "heads", "threads", "force", "scale",  "temperature", "stages", "batch", "head", "cell", "dump",   "html", "svg",
-        "heatmap", "panels", "diagnose", "layout", "causal", "dtype", "x",  "memory", "W_Q",  "W_K",
-        "W_V",   "W_O",    "b_Q",      "b_K",    "b_V",    "b_O",   "key_padding_mask"};
+    static constexpr std::string_view kSame[] = {"heads",
+                                                 "threads",
+                                                 "force",
+                                                 "scale",
+                                                 "temperature",
+                                                 "stages",
+                                                 "batch",
+                                                 "head",
+                                                 "cell",
+                                                 "dump",
+                                                 "html",
+                                                 "svg",
+                                                 "heatmap",
+                                                 "panels",
+                                                 "diagnose",
+                                                 "layout",
+                                                 "causal",
+                                                 "dtype",
+                                                 "x",
+                                                 "memory",
+                                                 "W_Q",
+                                                 "W_K",
+                                                 "W_V",
+                                                 "W_O",
+                                                 "b_Q",
+                                                 "b_K",
+                                                 "b_V",
+                                                 "b_O",
+                                                 "key_padding_mask"};
     for (std::string_view f : kSame)
         if (f == field) return "--" + std::string(field);
     return "{" + std::string(field) + "}";

@@ -1,19 +1,17 @@
 // attnscope command-line entry point: registers the subcommands, and is the one place
 // that catches errors, spells the fields they name as flags, and picks the exit code
 // (0 success, 1 runtime failure, 2 usage or bad input).
-#include "subcommand.hpp"
-
-#include "attnscope/base/errors.hpp"
-#include "attnscope/base/text.hpp"
-#include "attnscope/io/write.hpp"
-
 #include <CLI/CLI.hpp>
-
 #include <csignal>
 #include <iostream>
 #include <new>
 #include <string>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "attnscope/io/write.hpp"
+#include "subcommand.hpp"
 
 namespace {
 
@@ -27,7 +25,8 @@ extern "C" void remove_outputs_and_die(int sig) {
 
 void clean_up_on_fatal_signals() {
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) {
-        struct sigaction now {}, before {};
+        struct sigaction now {
+        }, before{};
         now.sa_handler = remove_outputs_and_die;
         sigemptyset(&now.sa_mask);
         if (::sigaction(sig, nullptr, &before) == 0 && before.sa_handler == SIG_IGN) continue;  // nohup etc.

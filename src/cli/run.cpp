@@ -1,17 +1,5 @@
 // `attnscope run BUNDLE [--heads H] [--causal] [--scale S] [--dtype float32|float64] [--dump PATH] [--json]`
 #include "run.hpp"
-#include "subcommand.hpp"
-
-#include "attnscope/core/attention.hpp"
-#include "attnscope/core/view.hpp"
-#include "attnscope/analysis/compare.hpp"
-#include "attnscope/analysis/diagnostics.hpp"
-#include "attnscope/base/errors.hpp"
-#include "attnscope/base/text.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-#include "attnscope/report/report.hpp"
 
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -19,26 +7,38 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <optional>
-#include <thread>
 #include <cctype>
+#include <chrono>
 #include <cmath>
-#include <cstdlib>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "attnscope/analysis/compare.hpp"
+#include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/core/view.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
+#include "attnscope/report/report.hpp"
+#include "subcommand.hpp"
 
 namespace attnscope::cli {
 
 namespace {
 
 // Arrays that may come from their own file, overriding the bundle's entry of that name.
-const char* const kArrayOptions[] = {"x", "memory", "W_Q", "W_K", "W_V", "W_O",
-                                     "b_Q", "b_K", "b_V", "b_O", "key_padding_mask"};
+const char* const kArrayOptions[] = {"x",   "memory",          "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V",
+                                     "b_O", "key_padding_mask"};
 
 using Clock = std::chrono::steady_clock;
 
@@ -110,13 +110,14 @@ void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) 
     if (found != "a directory")
         throw UsageError("--dump " + o.dump + ": exists and is " + found +
                          " (a dump is a directory or a .npz file); it is never replaced");
-    for (const auto& s : stages) check_output_target(o.dump + "/" + s + ".npy", o.force, "--dump " + o.dump + ": " + o.dump + "/" + s + ".npy");
+    for (const auto& s : stages)
+        check_output_target(o.dump + "/" + s + ".npy", o.force, "--dump " + o.dump + ": " + o.dump + "/" + s + ".npy");
 }
 
 // A progress line on stderr for computations longer than a second, only when stderr is
 // a terminal; silent otherwise (pipes, files, CI logs).
 class Progress {
-public:
+   public:
     Progress(const std::atomic<std::size_t>& done, const std::atomic<std::size_t>& total) {
         if (!::isatty(STDERR_FILENO)) return;
         thread_ = std::thread([this, &done, &total] {
@@ -126,7 +127,8 @@ public:
             while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
                 const double s = std::chrono::duration<double>(Clock::now() - start).count();
                 if (s < 1.0 || total == 0) continue;
-                std::fprintf(stderr, "\rattnscope: computing %3.0f%% (%.0f s)", 100.0 * double(done) / double(total), s);
+                std::fprintf(stderr, "\rattnscope: computing %3.0f%% (%.0f s)", 100.0 * double(done) / double(total),
+                             s);
                 shown = true;
             }
             if (shown) std::fprintf(stderr, "\r\033[K");
@@ -143,7 +145,7 @@ public:
         thread_.join();
     }
 
-private:
+   private:
     std::thread thread_;
     std::mutex m_;
     std::condition_variable cv_;
@@ -192,8 +194,8 @@ void warn_fully_masked(const std::vector<MaskedRow>& rows, bool batched) {
     if (rows.empty()) return;
     std::string list;
     for (const auto& r : rows)
-        list += (list.empty() ? "" : ", ") +
-                (batched ? "batch " + std::to_string(r.batch) + " query " : "query ") + std::to_string(r.query);
+        list += (list.empty() ? "" : ", ") + (batched ? "batch " + std::to_string(r.batch) + " query " : "query ") +
+                std::to_string(r.query);
     std::cerr << "attnscope: warning: " << rows.size() << " query row" << (rows.size() > 1 ? "s see" : " sees")
               << " no key (every key masked); their weights are all 0: " << list << '\n';
 }
@@ -220,14 +222,15 @@ void write_files(const RunOptions& o, const TraceView& view, const std::vector<s
     }
     if (!o.svg.empty()) {
         AtomicTextFile f(o.svg, o.force);
-        write_svg(f, view, o.svg_stage, o.batches.empty() ? 0 : o.batches[0], o.heads_shown.empty() ? 0 : o.heads_shown[0]);
+        write_svg(f, view, o.svg_stage, o.batches.empty() ? 0 : o.batches[0],
+                  o.heads_shown.empty() ? 0 : o.heads_shown[0]);
         f.commit();
     }
 }
 
 // Standard output: one JSON document, or the report a person reads.
-void write_stdout(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages,
-                  TextOptions text, const CellRef& cell) {
+void write_stdout(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages, TextOptions text,
+                  const CellRef& cell) {
     std::vector<RowDiagnostics> diagnostics;
     if (o.diagnose) diagnostics = diagnose(view);
     if (o.json) {
@@ -235,8 +238,10 @@ void write_stdout(const RunOptions& o, const TraceView& view, const std::vector<
     } else if (!o.quiet) {
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
-        if (o.panels) write_panels(std::cout, view, text);
-        else if (o.cell.empty() || !o.stages.empty()) write_text(std::cout, view, text);
+        if (o.panels)
+            write_panels(std::cout, view, text);
+        else if (o.cell.empty() || !o.stages.empty())
+            write_text(std::cout, view, text);
         if (o.diagnose) write_diagnostics_text(std::cout, view, diagnostics, text);
         if (!o.cell.empty()) write_cell(std::cout, view, cell, o.decimals);
     }
@@ -319,7 +324,6 @@ void add_input_options(CLI::App* run, RunOptions& o) {
         arrays->add_option_function<std::string>(
             std::string("--") + name, [&o, name](const std::string& f) { o.array_files[name] = f; },
             std::string("File holding ") + name);
-
 }
 
 // Options of the model and the masks.
@@ -341,13 +345,13 @@ void add_model_options(CLI::App* run, RunOptions& o) {
                     "nn.MultiheadAttention store them")
         ->capture_default_str()
         ->check(CLI::IsMember({"math", "torch"}));
-
 }
 
 // What is shown and written, and the limits of a run.
 void add_output_options(CLI::App* run, RunOptions& o) {
-    run->add_option("--stages", o.stages, "Comma-separated stages to show/dump (default all): "
-                                          "Q,K,V,scores,mask,masked_scores,weights,context,output, or none");
+    run->add_option("--stages", o.stages,
+                    "Comma-separated stages to show/dump (default all): "
+                    "Q,K,V,scores,mask,masked_scores,weights,context,output, or none");
     run->add_option("--batch", o.batches, "Batch items to print or draw (text, heatmaps, --html; default all)")
         ->delimiter(',')
         ->check(kIndex);
@@ -364,7 +368,8 @@ void add_output_options(CLI::App* run, RunOptions& o) {
     run->add_option("--dump", o.dump, "Write each stage as NAME.npy into this directory, or into one .npz archive");
     run->add_flag("--json", o.json, "Print one JSON document instead of the report");
     run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)");
-    run->add_option("--threads", o.threads, "Compute threads (default: every core)")->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+    run->add_option("--threads", o.threads, "Compute threads (default: every core)")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
     run->add_flag("--timings", o.timings, "Print the seconds spent loading, computing and writing to stderr");
     run->add_option("--max-memory", o.max_memory,
                     "Refuse runs needing more memory than this (e.g. 8G, 512M; default 3/4 of physical memory)");
@@ -374,8 +379,10 @@ void add_output_options(CLI::App* run, RunOptions& o) {
 void add_experiment_options(CLI::App* run, RunOptions& o) {
     auto* experiments = run->add_option_group("Experiments");
     experiments->add_option("--temperature", o.temperature, "Scale 1/(sqrt(Dk) * T): T > 1 flattens, T < 1 sharpens");
-    experiments->add_option_function<std::size_t>(
-        "--zero-key", [&o](std::size_t j) { o.zero_key = j; }, "Set key vector J to 0 in every head (its score column collapses)")
+    experiments
+        ->add_option_function<std::size_t>(
+            "--zero-key", [&o](std::size_t j) { o.zero_key = j; },
+            "Set key vector J to 0 in every head (its score column collapses)")
         ->check(kIndex);
     experiments->add_flag("--ignore-padding", o.ignore_padding, "Drop the key padding mask");
     experiments->add_option("--compare", o.compare,
@@ -448,8 +455,10 @@ Spec spec_of(const RunOptions& o) {
 
 Bundle load_inputs(const RunOptions& o, std::size_t limit) {
     Bundle bundle;
-    if (!o.bundle.empty()) bundle = load_bundle(o.bundle, limit);
-    else bundle.source = "<options>";
+    if (!o.bundle.empty())
+        bundle = load_bundle(o.bundle, limit);
+    else
+        bundle.source = "<options>";
     for (const auto& [name, file] : o.array_files) {
         if (file == "-")  // one standard input: it can be read once, as the bundle
             throw UsageError("--" + name + " -: standard input can only hold the whole bundle (run -); give " + name +
@@ -504,8 +513,10 @@ std::string json_string(const std::string& s) {
             const std::size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
             bool ok = n > 0 && k + n <= s.size();
             for (std::size_t i = 1; ok && i < n; ++i) ok = (static_cast<unsigned char>(s[k + i]) & 0xc0) == 0x80;
-            if (ok) out.append(s, k, n), k += n;
-            else out += "\xef\xbf\xbd", ++k;
+            if (ok)
+                out.append(s, k, n), k += n;
+            else
+                out += "\xef\xbf\xbd", ++k;
         }
     }
     return out + "\"";
@@ -566,9 +577,9 @@ std::string number(const char* format, double v) {
 // and views of a single run have no meaning there and are refused, never ignored.
 void check_compare_options(const RunOptions& o) {
     const std::pair<bool, const char*> single[] = {
-        {!o.dump.empty(), "--dump"},  {!o.html.empty(), "--html"},   {!o.svg.empty(), "--svg"},
-        {o.heatmap, "--heatmap"},     {o.panels, "--panels"},       {o.explain, "--explain"},
-        {o.diagnose, "--diagnose"},   {!o.cell.empty(), "--cell"},  {!o.stages.empty(), "--stages"}};
+        {!o.dump.empty(), "--dump"}, {!o.html.empty(), "--html"}, {!o.svg.empty(), "--svg"},
+        {o.heatmap, "--heatmap"},    {o.panels, "--panels"},      {o.explain, "--explain"},
+        {o.diagnose, "--diagnose"},  {!o.cell.empty(), "--cell"}, {!o.stages.empty(), "--stages"}};
     for (const auto& [given, flag] : single)
         if (given)
             throw UsageError(std::string("--compare: prints the differences of two runs; ") + flag +
@@ -623,11 +634,15 @@ int run_compare(const RunOptions& a) {
     for (const auto& w : extra) std::cout << ' ' << w;
     std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale << " ("
               << B.view.scale_source << ")\n\n";
-    std::vector<std::vector<std::string>> table = {{"stage", "shape A", "shape B", "max |A - B|", "at", "mean |A - B|"}};
+    std::vector<std::vector<std::string>> table = {
+        {"stage", "shape A", "shape B", "max |A - B|", "at", "mean |A - B|"}};
     for (const StageDiff& d : compare_stages(A.view, B.view)) {
         std::vector<std::string> row = {stage_name(d.id), shape_str(d.shape_a), shape_str(d.shape_b)};
-        if (!d.same_shape) row.insert(row.end(), {"(shapes differ)", "", ""});
-        else row.insert(row.end(), {number("%.4g", d.max_abs), d.at.empty() ? "" : shape_str(d.at), number("%.4g", d.mean_abs)});
+        if (!d.same_shape)
+            row.insert(row.end(), {"(shapes differ)", "", ""});
+        else
+            row.insert(row.end(),
+                       {number("%.4g", d.max_abs), d.at.empty() ? "" : shape_str(d.at), number("%.4g", d.mean_abs)});
         table.push_back(row);
     }
     print_table(table);

@@ -2,11 +2,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <map>
 #include <optional>
-#include <vector>
 #include <string>
+#include <vector>
 
 namespace attnscope::cli {
 
@@ -28,21 +27,21 @@ struct RunOptions {
     bool full = false;
     std::size_t threads = 0;  // 0: every core
     bool timings = false;
-    std::string max_memory;   // "8G", "512M", bytes; empty: 3/4 of physical memory
-    bool force = false;       // replace existing outputs
-    std::string html;         // HTML report file
-    std::string svg;          // SVG heatmap file
+    std::string max_memory;  // "8G", "512M", bytes; empty: 3/4 of physical memory
+    bool force = false;      // replace existing outputs
+    std::string html;        // HTML report file
+    std::string svg;         // SVG heatmap file
     std::string svg_stage = "weights";
     bool heatmap = false, panels = false, explain = false;
     std::string color = "auto";
-    std::size_t width = 0;    // 0: the terminal's, or $COLUMNS, or 80
+    std::size_t width = 0;  // 0: the terminal's, or $COLUMNS, or 80
     bool diagnose = false;
     std::vector<std::size_t> cell;  // batch,head,query,key (batch omitted for a 2-D x)
     std::string scale_text;         // a number, or "none" (= 1)
     double temperature = 1;
     std::optional<std::size_t> zero_key;
     bool ignore_padding = false;
-    std::string compare;            // options of a second run to compare with
+    std::string compare;  // options of a second run to compare with
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 #include <string_view>
@@ -11,8 +10,8 @@
 namespace attnscope::cli {
 
 struct Subcommand {
-    CLI::App* app;            // the parsed subcommand, owned by the parent app
-    std::function<int()> run; // runs it once parsed; returns the exit code
+    CLI::App* app;             // the parsed subcommand, owned by the parent app
+    std::function<int()> run;  // runs it once parsed; returns the exit code
 };
 
 // Adds the subcommand to `parent`; the options it parses into live as long as `run`.

@@ -1,11 +1,6 @@
 // Core: the attention computation, stage by stage. See attention.hpp for the shape legend.
 #include "attnscope/core/attention.hpp"
 
-#include "attnscope/base/errors.hpp"
-
-#include "blas.hpp"
-#include "kernels.hpp"
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -16,6 +11,10 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "attnscope/base/errors.hpp"
+#include "blas.hpp"
+#include "kernels.hpp"
 
 namespace attnscope {
 namespace {
@@ -114,8 +113,8 @@ namespace {
 // threads, each a single-threaded BLAS product. (OpenBLAS's own threads would spin,
 // waiting for work, long after the product is done, taking cores from the heads.)
 template <typename T>
-void project(const T* X, std::size_t rows, std::size_t in, const Tensor<T, 2>& W,
-             const std::optional<Tensor<T, 1>>& b, T* Y, std::size_t threads) {
+void project(const T* X, std::size_t rows, std::size_t in, const Tensor<T, 2>& W, const std::optional<Tensor<T, 1>>& b,
+             T* Y, std::size_t threads) {
     const std::size_t n = W.shape(1);
     // Blocks by row count alone, never by thread count: BLAS may round a row differently
     // in a block of another height, and --threads must not change a number.
@@ -199,7 +198,7 @@ namespace {
 // One run of attend(): the problem, what to keep, and the buffers shared by its steps.
 template <typename T>
 class Attention {
-public:
+   public:
     Attention(const Problem<T>& p, const Compute& how) : p_(p), how_(how), d_(p.dims) {
         keep_ = how.keep;
         need_ = with_prerequisites(keep_);  // everything up to the last stage asked for
@@ -211,8 +210,8 @@ public:
     }
 
     Trace<T> run() {
-        project_all();           // 1) Q, K, V
-        mask();                  // 2) mask, fully masked rows
+        project_all();  // 1) Q, K, V
+        mask();         // 2) mask, fully masked rows
         if (!need_[kScores]) return std::move(tr_);
         allocate_tile_stages();  // 3) scores .. context, by tiles of query rows
         scan_scores_ = !scores_bounded();
@@ -222,7 +221,7 @@ public:
         return std::move(tr_);
     }
 
-private:
+   private:
     // Starting a thread costs ~0.1 ms here: a run with less arithmetic than a few times
     // that stays on this one (the classroom examples: compute phase 0.2 ms -> 0.05 ms).
     double flop() const {
@@ -377,7 +376,9 @@ private:
         const std::size_t H = d.H, Tq = d.Tq, Tk = d.Tk, Dk = d.Dk, Dv = d.Dv;
         const std::size_t n = std::min(rows_, Tq - i0);
         T* S = tile_buffer(kScores, tr_.scores, b, h, i0, sc.s);
-        T* W = keep_[kWeights] ? &tr_.weights(b, h, i0, 0) : keep_[kScores] ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w) : S;
+        T* W = keep_[kWeights]  ? &tr_.weights(b, h, i0, 0)
+               : keep_[kScores] ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w)
+                                : S;
         gemm<T>(false, true, n, Tk, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
                 kf_.data() + b * Tk * H * Dk + kv_head(h) * Dk, H * Dk, T(0), S, Tk);
         if (scan_scores_)
@@ -400,11 +401,13 @@ private:
         gemm<T>(false, false, n, Dv, Tk, T(1), W, Tk, vf_.data() + b * Tk * H * Dv + kv_head(h) * Dv, H * Dv, T(0), C,
                 H * Dv);
         if (keep_[kContext])
-            for (std::size_t r = 0; r < n; ++r) std::copy(C + r * H * Dv, C + r * H * Dv + Dv, &tr_.context(b, h, i0 + r, 0));
+            for (std::size_t r = 0; r < n; ++r)
+                std::copy(C + r * H * Dv, C + r * H * Dv + Dv, &tr_.context(b, h, i0 + r, 0));
     }
 
     // Rows i0.. of a kept (B, H, Tq, Tk) stage, or this worker's scratch when it is not kept.
-    T* tile_buffer(Stage s, Tensor<T, 4>& stage, std::size_t b, std::size_t h, std::size_t i0, std::vector<T>& scratch) {
+    T* tile_buffer(Stage s, Tensor<T, 4>& stage, std::size_t b, std::size_t h, std::size_t i0,
+                   std::vector<T>& scratch) {
         if (keep_[s]) return &stage(b, h, i0, 0);
         scratch.resize(rows_ * d_.Tk);
         return scratch.data();
@@ -418,8 +421,10 @@ private:
             PlaceNext at(place(kOutput, d.B * d.Tq * d.Dout, sizeof(T)));
             tr_.output = Tensor<T, 3>::from_shape({d.B, d.Tq, d.Dout});
         }
-        if (p_.W_O) project(merged_.data(), d.B * d.Tq, d.H * d.Dv, *p_.W_O, p_.b_O, tr_.output.data(), threads_);
-        else std::copy(merged_.begin(), merged_.end(), tr_.output.begin());
+        if (p_.W_O)
+            project(merged_.data(), d.B * d.Tq, d.H * d.Dv, *p_.W_O, p_.b_O, tr_.output.data(), threads_);
+        else
+            std::copy(merged_.begin(), merged_.end(), tr_.output.begin());
         check_shape(tr_.output, std::array{d.B, d.Tq, d.Dout}, "output");
         for (std::size_t k = 0; k < tr_.output.size(); ++k)
             if (!std::isfinite(tr_.output.data()[k])) {

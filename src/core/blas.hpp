@@ -10,8 +10,8 @@ namespace attnscope {
 
 // C (M, N) = alpha · op(A) (M, K) · op(B) (K, N) + beta · C; op = transpose when asked.
 template <typename T>
-void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
-          std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
+void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A, std::size_t lda,
+          const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
 
 template <>
 inline void gemm<float>(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,

@@ -50,8 +50,8 @@ inline void load8(v8f& x, const float* p, std::size_t n, float fill) {
 // Clones by instruction-set level (x86-64-v3: AVX2, FMA, ...; a feature test, not a CPU
 // model) and the portable one, chosen once at load time. FMA contracts the polynomial:
 // softmax 25% faster than with AVX2 alone.
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-bool softmax_f32(const float* s, const bool* visible, float* masked, float* w, std::size_t n) {
+__attribute__((target_clones("arch=x86-64-v3", "default"))) bool softmax_f32(const float* s, const bool* visible,
+                                                                             float* masked, float* w, std::size_t n) {
     const float neg_inf = -std::numeric_limits<float>::infinity();
     // 1. Masked scores m (into w) and whether any key is visible. A row with every key
     //    masked gets zero weights, not NaN; a row whose visible scores are all -inf or

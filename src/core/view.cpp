@@ -1,18 +1,22 @@
 // TraceView: the stages of a Trace with their shapes, axis names and formulas.
-#include "attnscope/base/errors.hpp"
 #include "attnscope/core/view.hpp"
 
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
+#include "attnscope/base/errors.hpp"
+
 namespace attnscope {
 
 double StageView::at(std::size_t k) const {
     switch (dtype) {
-        case DType::float32: return double(static_cast<const float*>(data)[k]);
-        case DType::float64: return static_cast<const double*>(data)[k];
-        case DType::boolean: return static_cast<const bool*>(data)[k] ? 1.0 : 0.0;
+        case DType::float32:
+            return double(static_cast<const float*>(data)[k]);
+        case DType::float64:
+            return static_cast<const double*>(data)[k];
+        case DType::boolean:
+            return static_cast<const bool*>(data)[k] ? 1.0 : 0.0;
     }
     return 0;
 }
@@ -121,8 +125,9 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
         v.stages.push_back(std::move(s));
     };
     add(kQ, "x · W_Q" + plus(p.b_Q, "b_Q") + ", split into heads", tr.Q);
-    add(kK, src + " · W_K" + plus(p.b_K, "b_K") + ", split into heads" +
-                (p.spec.zero_key ? " (key " + std::to_string(*p.spec.zero_key) + " set to 0: --zero-key)" : ""),
+    add(kK,
+        src + " · W_K" + plus(p.b_K, "b_K") + ", split into heads" +
+            (p.spec.zero_key ? " (key " + std::to_string(*p.spec.zero_key) + " set to 0: --zero-key)" : ""),
         tr.K);
     add(kV, src + " · W_V" + plus(p.b_V, "b_V") + ", split into heads", tr.V);
     add(kScores, "Q · Kᵀ · scale, scale = " + std::string(scale_buf) + " (" + p.scale_source + ")", tr.scores);

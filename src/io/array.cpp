@@ -1,5 +1,4 @@
 // Arrays as read: shape spelling, byte counts, and copying their numbers out.
-#include "attnscope/base/errors.hpp"
 #include "attnscope/io/array.hpp"
 
 #include <algorithm>
@@ -10,6 +9,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
 
 namespace attnscope {
 
@@ -29,8 +30,10 @@ std::string format_bytes(std::size_t bytes) {
     int u = 0;
     while (v >= 1024 && u < 6) v /= 1024, ++u;
     char buf[48];
-    if (u == 0) std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
-    else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+    if (u == 0)
+        std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
+    else
+        std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
     return buf;
 }
 
@@ -78,9 +81,12 @@ void copy_stored(const char* p, T* out, std::size_t m, std::size_t b, S largest,
 
 double Array::value(std::size_t k) const {
     switch (held) {
-        case Held::float32: return double(load_at<float>(stored.data(), k));
-        case Held::float64: return load_at<double>(stored.data(), k);
-        default: return values[k];
+        case Held::float32:
+            return double(load_at<float>(stored.data(), k));
+        case Held::float64:
+            return load_at<double>(stored.data(), k);
+        default:
+            return values[k];
     }
 }
 

@@ -1,26 +1,25 @@
 // The atomic output file every writer goes through.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/write.hpp"
-
 #include <fcntl.h>
 #include <stdio.h>  // renameat2
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <cmath>
-#include <limits>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <type_traits>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/write.hpp"
 
 namespace attnscope {
 
@@ -31,7 +30,8 @@ AtomicFile::AtomicFile(std::string target, bool replace) : target_(std::move(tar
     static std::atomic<unsigned> counter{0};
     for (int attempt = 0;; ++attempt) {
         char suffix[32];
-        std::snprintf(suffix, sizeof suffix, ".tmp-%06x", unsigned(::getpid() * 2654435761u + counter++ * 40503u) & 0xffffffu);
+        std::snprintf(suffix, sizeof suffix, ".tmp-%06x",
+                      unsigned(::getpid() * 2654435761u + counter++ * 40503u) & 0xffffffu);
         temp_ = target_ + suffix;
         slot_ = register_unfinished(temp_, false);
         fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -45,8 +45,13 @@ AtomicFile::AtomicFile(std::string target, bool replace) : target_(std::move(tar
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : target_(std::move(o.target_)), temp_(std::move(o.temp_)), fd_(o.fd_), slot_(o.slot_), written_(o.written_),
-      committed_(o.committed_), replace_(o.replace_) {
+    : target_(std::move(o.target_)),
+      temp_(std::move(o.temp_)),
+      fd_(o.fd_),
+      slot_(o.slot_),
+      written_(o.written_),
+      committed_(o.committed_),
+      replace_(o.replace_) {
     o.fd_ = -1;
     o.slot_ = -1;
     o.committed_ = true;  // the moved-from object owns nothing
@@ -88,18 +93,24 @@ void AtomicFile::commit() {
         // Claim the name: fails with EEXIST when anything is there, however it got there.
         if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) != 0) {
             if (errno == EEXIST)
-                throw RuntimeFailure(target_ + ": was created by someone else while this run wrote it; kept (pass {force} to replace it)");
+                throw RuntimeFailure(
+                    target_ +
+                    ": was created by someone else while this run wrote it; kept (pass {force} to replace it)");
             if (errno != EINVAL && errno != ENOSYS)  // a file system without RENAME_NOREPLACE: link() claims instead
                 throw RuntimeFailure(target_ + ": cannot move output into place: " + std::strerror(errno));
             if (::link(temp_.c_str(), target_.c_str()) != 0)
-                throw RuntimeFailure(target_ + (errno == EEXIST ? ": was created by someone else while this run wrote it; kept (pass {force} to replace it)"
-                                                                : ": cannot move output into place: " + std::string(std::strerror(errno))));
+                throw RuntimeFailure(
+                    target_ +
+                    (errno == EEXIST
+                         ? ": was created by someone else while this run wrote it; kept (pass {force} to replace it)"
+                         : ": cannot move output into place: " + std::string(std::strerror(errno))));
             ::unlink(temp_.c_str());
         }
     } else {
         const std::string found = describe_path(target_);
         if (found != "absent" && found != "a regular file" && found != "a symbolic link to a regular file")
-            throw RuntimeFailure(target_ + ": cannot move output into place: it is " + found + ", not a regular file (never replaced)");
+            throw RuntimeFailure(target_ + ": cannot move output into place: it is " + found +
+                                 ", not a regular file (never replaced)");
         if (::rename(temp_.c_str(), target_.c_str()) != 0)
             throw RuntimeFailure(target_ + ": cannot move output into place: " + std::strerror(errno));
     }
@@ -133,6 +144,5 @@ void AtomicTextFile::commit() {
     buf_.sync();
     file_.commit();
 }
-
 
 }  // namespace attnscope

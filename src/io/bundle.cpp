@@ -1,11 +1,11 @@
 // Choosing the reader for a bundle or a single array: by file name and magic bytes.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "bytes.hpp"
-
 #include <iostream>
 #include <iterator>
 #include <string>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "bytes.hpp"
 
 namespace attnscope {
 namespace {
@@ -35,9 +35,11 @@ Array load_array(const std::string& path, const std::string& name, std::size_t m
     const FileBytes file = map_file(path, max_bytes);
     const std::string_view bytes = file.bytes;
     std::string origin = path + ": " + name;
-    if (ends_with(path, ".npy") || bytes.substr(0, 6) == "\x93NUMPY") return parse_npy(bytes, origin, max_bytes, file.keep);
+    if (ends_with(path, ".npy") || bytes.substr(0, 6) == "\x93NUMPY")
+        return parse_npy(bytes, origin, max_bytes, file.keep);
     if (ends_with(path, ".npz"))
-        throw InputError(path + ": an .npz archive is a bundle; pass it as the bundle, or give " + name + " as .npy or .json");
+        throw InputError(path + ": an .npz archive is a bundle; pass it as the bundle, or give " + name +
+                         " as .npy or .json");
     return parse_json_array(bytes, origin, max_bytes);
 }
 

@@ -2,12 +2,12 @@
 // order, file names, memory-limit messages, UTF-8). Not installed; src/io/ only.
 #pragma once
 
-#include "attnscope/io/array.hpp"
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "attnscope/io/array.hpp"
 
 namespace attnscope::io_detail {
 

@@ -1,8 +1,4 @@
 // Reading whole files: checked, bounded by the memory limit, mapped where possible.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "bytes.hpp"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,6 +9,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "bytes.hpp"
 
 namespace attnscope {
 

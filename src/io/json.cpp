@@ -6,12 +6,8 @@
 // object per number: large weight files read at well over 100 MB/s), strict RFC 8259
 // (numbers by std::from_chars after a grammar check, UTF-8 checked in strings), and
 // it reports ragged or non-numeric data with the element's path, e.g. W_Q[3][1].
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "bytes.hpp"
-
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +17,10 @@
 #include <utility>
 #include <vector>
 
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "bytes.hpp"
+
 namespace attnscope {
 namespace {
 
@@ -29,21 +29,29 @@ using io_detail::ends_with;
 constexpr std::size_t kMaxDims = 32;
 
 bool nonfinite_from_string(const std::string& s, double& out) {
-    if (s == "inf" || s == "+inf" || s == "Infinity" || s == "+Infinity") out = std::numeric_limits<double>::infinity();
-    else if (s == "-inf" || s == "-Infinity") out = -std::numeric_limits<double>::infinity();
-    else if (s == "nan" || s == "NaN") out = std::numeric_limits<double>::quiet_NaN();
-    else return false;
+    if (s == "inf" || s == "+inf" || s == "Infinity" || s == "+Infinity")
+        out = std::numeric_limits<double>::infinity();
+    else if (s == "-inf" || s == "-Infinity")
+        out = -std::numeric_limits<double>::infinity();
+    else if (s == "nan" || s == "NaN")
+        out = std::numeric_limits<double>::quiet_NaN();
+    else
+        return false;
     return true;
 }
 
 bool is_token_name(const std::string& name) { return name.size() > 7 && ends_with(name, "_tokens"); }
 
 class JsonReader {
-public:
+   public:
     // A leading UTF-8 byte-order mark (EF BB BF) is skipped, as RFC 8259 section 8.1 lets a
     // parser do (editors on Windows write one); byte offsets in messages still count it.
     JsonReader(std::string_view text, const std::string& source, std::size_t max_bytes)
-        : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), max_bytes_(max_bytes) {
+        : begin_(text.data()),
+          p_(text.data()),
+          end_(text.data() + text.size()),
+          source_(source),
+          max_bytes_(max_bytes) {
         if (text.substr(0, 3) == "\xEF\xBB\xBF") p_ += 3;
     }
 
@@ -76,9 +84,12 @@ public:
             unsigned char c = static_cast<unsigned char>(*p_++);
             if (c == '"') return out;
             if (c < 0x20) syntax("control character in a string");
-            if (c == '\\') escape(out);
-            else if (c < 0x80) out += char(c);
-            else utf8_sequence(out, c);
+            if (c == '\\')
+                escape(out);
+            else if (c < 0x80)
+                out += char(c);
+            else
+                utf8_sequence(out, c);
         }
     }
 
@@ -86,18 +97,23 @@ public:
     double number(std::string_view& text) {
         const char* s = p_;
         if (p_ < end_ && *p_ == '-') ++p_;
-        if (p_ < end_ && *p_ == '0') ++p_;
-        else if (p_ < end_ && *p_ >= '1' && *p_ <= '9') while (p_ < end_ && std::isdigit(static_cast<unsigned char>(*p_))) ++p_;
-        else syntax("invalid number");
+        if (p_ < end_ && *p_ == '0')
+            ++p_;
+        else if (p_ < end_ && *p_ >= '1' && *p_ <= '9')
+            while (p_ < end_ && std::isdigit(static_cast<unsigned char>(*p_))) ++p_;
+        else
+            syntax("invalid number");
         if (p_ < end_ && *p_ == '.') {
             ++p_;
-            if (p_ >= end_ || !std::isdigit(static_cast<unsigned char>(*p_))) syntax("invalid number: no digit after '.'");
+            if (p_ >= end_ || !std::isdigit(static_cast<unsigned char>(*p_)))
+                syntax("invalid number: no digit after '.'");
             while (p_ < end_ && std::isdigit(static_cast<unsigned char>(*p_))) ++p_;
         }
         if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
             ++p_;
             if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
-            if (p_ >= end_ || !std::isdigit(static_cast<unsigned char>(*p_))) syntax("invalid number: no digit in the exponent");
+            if (p_ >= end_ || !std::isdigit(static_cast<unsigned char>(*p_)))
+                syntax("invalid number: no digit in the exponent");
             while (p_ < end_ && std::isdigit(static_cast<unsigned char>(*p_))) ++p_;
         }
         text = std::string_view(s, std::size_t(p_ - s));
@@ -172,17 +188,17 @@ public:
         return true;
     }
 
-private:
+   private:
     struct Value {
         Value(const std::string& o, const std::string& w, bool t) : origin(o), where(w), text(t) {}
         const std::string& origin;
         const std::string& where;
         bool text;
         Array a;
-        std::vector<std::size_t> shape;   // lengths of the lists at each depth (first list)
-        std::vector<bool> known;          // whether that length is known yet
-        std::size_t leaf = kNoLeaf;       // depth at which scalars sit (= ndim)
-        std::vector<std::size_t> index;   // where we are, for messages
+        std::vector<std::size_t> shape;  // lengths of the lists at each depth (first list)
+        std::vector<bool> known;         // whether that length is known yet
+        std::size_t leaf = kNoLeaf;      // depth at which scalars sit (= ndim)
+        std::vector<std::size_t> index;  // where we are, for messages
         static constexpr std::size_t kNoLeaf = std::size_t(-1);
     };
 
@@ -192,14 +208,30 @@ private:
         if (p_ >= end_) syntax("unterminated string");
         char e = *p_++;
         switch (e) {
-            case '"': out += '"'; break;
-            case '\\': out += '\\'; break;
-            case '/': out += '/'; break;
-            case 'b': out += '\b'; break;
-            case 'f': out += '\f'; break;
-            case 'n': out += '\n'; break;
-            case 'r': out += '\r'; break;
-            case 't': out += '\t'; break;
+            case '"':
+                out += '"';
+                break;
+            case '\\':
+                out += '\\';
+                break;
+            case '/':
+                out += '/';
+                break;
+            case 'b':
+                out += '\b';
+                break;
+            case 'f':
+                out += '\f';
+                break;
+            case 'n':
+                out += '\n';
+                break;
+            case 'r':
+                out += '\r';
+                break;
+            case 't':
+                out += '\t';
+                break;
             case 'u': {
                 std::uint32_t cp = hex4();
                 if (cp >= 0xD800 && cp < 0xDC00) {  // a surrogate pair
@@ -214,7 +246,8 @@ private:
                 io_detail::append_utf8(out, cp);
                 break;
             }
-            default: syntax(std::string("invalid escape \\") + e);
+            default:
+                syntax(std::string("invalid escape \\") + e);
         }
     }
 
@@ -242,10 +275,14 @@ private:
         for (int k = 0; k < 4; ++k) {
             char c = *p_++;
             v <<= 4;
-            if (c >= '0' && c <= '9') v |= std::uint32_t(c - '0');
-            else if (c >= 'a' && c <= 'f') v |= std::uint32_t(c - 'a' + 10);
-            else if (c >= 'A' && c <= 'F') v |= std::uint32_t(c - 'A' + 10);
-            else syntax("invalid \\u escape");
+            if (c >= '0' && c <= '9')
+                v |= std::uint32_t(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                v |= std::uint32_t(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F')
+                v |= std::uint32_t(c - 'A' + 10);
+            else
+                syntax("invalid \\u escape");
         }
         return v;
     }
@@ -292,8 +329,9 @@ private:
             std::string what = describe_scalar(str);
             double nf;
             if (c == '"' && nonfinite_from_string(str, nf)) return v.a.values.push_back(nf);
-            fail(v, levels, "expected a number, found " + what +
-                                (what == "null" ? " (write non-finite values as \"nan\", \"inf\" or \"-inf\")" : ""));
+            fail(v, levels,
+                 "expected a number, found " + what +
+                     (what == "null" ? " (write non-finite values as \"nan\", \"inf\" or \"-inf\")" : ""));
         }
         if (c == '"') {
             v.a.strings.push_back(string());
@@ -357,8 +395,9 @@ private:
             v.shape[d] = count;
             v.known[d] = true;
         } else if (v.shape[d] != count) {
-            fail(v, d, "ragged array: expected " + std::to_string(v.shape[d]) +
-                           " elements (as in the first list at this depth), found " + std::to_string(count));
+            fail(v, d,
+                 "ragged array: expected " + std::to_string(v.shape[d]) +
+                     " elements (as in the first list at this depth), found " + std::to_string(count));
         }
     }
 
@@ -377,7 +416,6 @@ private:
     std::size_t max_bytes_;
     std::size_t held_ = 0;
 };
-
 
 }  // namespace
 

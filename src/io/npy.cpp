@@ -1,9 +1,4 @@
 // .npy reading and writing (NEP 1: format versions 1.0, 2.0, 3.0).
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-#include "bytes.hpp"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -13,6 +8,11 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
+#include "bytes.hpp"
 
 namespace attnscope {
 
@@ -24,9 +24,12 @@ std::size_t element_count(const std::vector<std::size_t>& shape) {
 
 std::size_t dtype_size(DType dtype) {
     switch (dtype) {
-        case DType::float32: return 4;
-        case DType::float64: return 8;
-        case DType::boolean: return 1;
+        case DType::float32:
+            return 4;
+        case DType::float64:
+            return 8;
+        case DType::boolean:
+            return 1;
     }
     return 0;
 }
@@ -42,7 +45,7 @@ struct NpyHeader {
 };
 
 class HeaderParser {
-public:
+   public:
     HeaderParser(std::string_view text, const std::string& origin) : s_(text), origin_(origin) {}
 
     NpyHeader parse() {
@@ -56,7 +59,8 @@ public:
             expect(':');
             skip_ws();
             if (key == "descr") {
-                if (peek() == '[') fail("structured (record) dtypes are not supported; expected a plain numeric dtype such as '<f8'");
+                if (peek() == '[')
+                    fail("structured (record) dtypes are not supported; expected a plain numeric dtype such as '<f8'");
                 h.descr = parse_string();
                 have_descr = true;
             } else if (key == "fortran_order") {
@@ -69,18 +73,20 @@ public:
                 fail("unexpected header key '" + key + "'");
             }
             skip_ws();
-            if (peek() == ',') { ++i_; continue; }
+            if (peek() == ',') {
+                ++i_;
+                continue;
+            }
             if (peek() == '}') break;
             fail("expected ',' or '}' in the header");
         }
         ++i_;  // '}'
-        if (!have_descr || !have_order || !have_shape)
-            fail("header lacks one of 'descr', 'fortran_order', 'shape'");
+        if (!have_descr || !have_order || !have_shape) fail("header lacks one of 'descr', 'fortran_order', 'shape'");
         check_trailing();
         return h;
     }
 
-private:
+   private:
     [[noreturn]] void fail(const std::string& what) const {
         throw InputError(origin_ + ": not a valid .npy header: " + what);
     }
@@ -112,15 +118,20 @@ private:
         std::string out = "\"";
         for (std::size_t k = 0; k < n; ++k) {
             const auto c = static_cast<unsigned char>(t[k]);
-            if (c == '"' || c == '\\') out += '\\', out += char(c);
-            else if (c >= 0x20 && c < 0x7f) out += char(c);
-            else out += "\\x", out += kHex[c >> 4], out += kHex[c & 15];
+            if (c == '"' || c == '\\')
+                out += '\\', out += char(c);
+            else if (c >= 0x20 && c < 0x7f)
+                out += char(c);
+            else
+                out += "\\x", out += kHex[c >> 4], out += kHex[c & 15];
         }
         const bool more = t.find_first_not_of(" \t\f\r\n", n) != std::string_view::npos;
         return out + (more ? "\"..." : "\"");
     }
     char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-    void skip_ws() { while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n')) ++i_; }
+    void skip_ws() {
+        while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n')) ++i_;
+    }
     void expect(char c) {
         skip_ws();
         if (peek() != c) fail(std::string("expected '") + c + "'");
@@ -137,8 +148,14 @@ private:
         return out;
     }
     bool parse_bool() {
-        if (s_.substr(i_, 4) == "True") { i_ += 4; return true; }
-        if (s_.substr(i_, 5) == "False") { i_ += 5; return false; }
+        if (s_.substr(i_, 4) == "True") {
+            i_ += 4;
+            return true;
+        }
+        if (s_.substr(i_, 5) == "False") {
+            i_ += 5;
+            return false;
+        }
         fail("'fortran_order' must be True or False");
     }
     std::vector<std::size_t> parse_shape() {
@@ -146,7 +163,10 @@ private:
         expect('(');
         for (;;) {
             skip_ws();
-            if (peek() == ')') { ++i_; break; }
+            if (peek() == ')') {
+                ++i_;
+                break;
+            }
             if (peek() < '0' || peek() > '9') fail("shape must be a tuple of non-negative integers");
             std::size_t v = 0;
             while (peek() >= '0' && peek() <= '9') {
@@ -158,8 +178,14 @@ private:
             if (peek() == 'L') ++i_;  // Python 2 long suffix
             shape.push_back(v);
             skip_ws();
-            if (peek() == ',') { ++i_; continue; }
-            if (peek() == ')') { ++i_; break; }
+            if (peek() == ',') {
+                ++i_;
+                continue;
+            }
+            if (peek() == ')') {
+                ++i_;
+                break;
+            }
             fail("shape must be a tuple of non-negative integers");
         }
         if (shape.size() > 32) fail("more than 32 dimensions");
@@ -172,9 +198,9 @@ private:
 };
 
 struct ElementType {
-    char kind;          // 'f' float, 'i' signed, 'u' unsigned, 'b' bool, 'U' unicode
-    std::size_t size;   // bytes per element
-    bool swap;          // stored big-endian on this little-endian host
+    char kind;         // 'f' float, 'i' signed, 'u' unsigned, 'b' bool, 'U' unicode
+    std::size_t size;  // bytes per element
+    bool swap;         // stored big-endian on this little-endian host
 };
 
 ElementType parse_descr(const std::string& descr, const std::string& origin) {
@@ -208,9 +234,12 @@ ElementType parse_descr(const std::string& descr, const std::string& origin) {
 double half_to_double(std::uint16_t h) {
     int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
     double v;
-    if (exp == 0) v = std::ldexp(double(mant), -24);
-    else if (exp == 31) v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-    else v = std::ldexp(double(mant | 0x400), exp - 25);
+    if (exp == 0)
+        v = std::ldexp(double(mant), -24);
+    else if (exp == 31)
+        v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    else
+        v = std::ldexp(double(mant | 0x400), exp - 25);
     return sign ? -v : v;
 }
 
@@ -247,11 +276,16 @@ double load_number(const char* p, const ElementType& t) {
 
 std::string dtype_name(const ElementType& t) {
     switch (t.kind) {
-        case 'f': return "float" + std::to_string(t.size * 8);
-        case 'i': return "int" + std::to_string(t.size * 8);
-        case 'u': return "uint" + std::to_string(t.size * 8);
-        case 'b': return "bool";
-        default: return "text";
+        case 'f':
+            return "float" + std::to_string(t.size * 8);
+        case 'i':
+            return "int" + std::to_string(t.size * 8);
+        case 'u':
+            return "uint" + std::to_string(t.size * 8);
+        case 'b':
+            return "bool";
+        default:
+            return "text";
     }
 }
 
@@ -278,7 +312,8 @@ Preamble read_preamble(std::string_view bytes, const std::string& origin) {
         p.header_len = std::size_t(io_detail::load_le(bytes, 8, 4));
         p.header_start = 12;
     } else {
-        throw InputError(origin + ": unsupported .npy format version " + std::to_string(major) + " (expected 1, 2 or 3)");
+        throw InputError(origin + ": unsupported .npy format version " + std::to_string(major) +
+                         " (expected 1, 2 or 3)");
     }
     if (p.header_len > bytes.size() - p.header_start)
         throw InputError(origin + ": truncated .npy file: header claims " + std::to_string(p.header_len) +
@@ -320,7 +355,7 @@ void check_memory(std::size_t count, const ElementType& t, const NpyHeader& h, c
 // index for C-order data; for Fortran order (axis 0 fastest) the C-order offset of a
 // multi-index that advances one step per call.
 class COrderPositions {
-public:
+   public:
     COrderPositions(const std::vector<std::size_t>& shape, bool fortran)
         : shape_(shape), fortran_(fortran), c_stride_(shape.size(), 1), idx_(shape.size(), 0) {
         for (std::size_t i = shape.size(); i-- > 1;) c_stride_[i - 1] = c_stride_[i] * shape[i];
@@ -336,7 +371,7 @@ public:
         return pos;
     }
 
-private:
+   private:
     const std::vector<std::size_t>& shape_;
     bool fortran_;
     std::vector<std::size_t> c_stride_, idx_;
@@ -353,7 +388,8 @@ void read_text(Array& a, std::string_view data, const ElementType& t, std::size_
         for (std::size_t c = 0; c < chars; ++c) {
             auto cp = load_raw<std::uint32_t>(data.data() + k * t.size + c * 4, t.swap);
             if (cp == 0) break;
-            if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) throw InputError(origin + ": text element " + std::to_string(k) + " is not valid Unicode");
+            if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+                throw InputError(origin + ": text element " + std::to_string(k) + " is not valid Unicode");
             io_detail::append_utf8(s, cp);
         }
         a.strings[pos.next(k)] = std::move(s);
@@ -399,16 +435,19 @@ Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t m
     a.dtype = dtype_name(t);
     COrderPositions pos(a.shape, h.fortran_order);
     const bool as_stored = t.kind == 'f' && (t.size == 4 || t.size == 8) && !t.swap && !h.fortran_order;
-    if (t.kind == 'U') read_text(a, data, t, count, pos, origin);
-    else if (as_stored) keep_stored(a, data, t, std::move(keep));
-    else widen(a, data, t, count, pos);
+    if (t.kind == 'U')
+        read_text(a, data, t, count, pos, origin);
+    else if (as_stored)
+        keep_stored(a, data, t, std::move(keep));
+    else
+        widen(a, data, t, count, pos);
     return a;
 }
 
 std::string npy_header(const OutArray& a, std::size_t align) {
     const char* descr = a.dtype == DType::float32 ? "<f4" : a.dtype == DType::float64 ? "<f8" : "|b1";
-    std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " +
-                       shape_str(a.shape) + ", }";
+    std::string dict =
+        std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape_str(a.shape) + ", }";
     // Pad with spaces and a final newline so the data starts on an `align`-byte boundary.
     std::size_t pre = 10;
     std::size_t total = pre + dict.size() + 1;

@@ -1,11 +1,11 @@
 // .npz archives: numpy's np.savez (stored) and np.savez_compressed (deflate) zip files,
 // zip64 records included. Members "NAME.npy" become arrays named NAME.
+#include <zlib.h>
+
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
 #include "attnscope/io/write.hpp"
 #include "bytes.hpp"
-
-#include <zlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -31,7 +31,8 @@ __attribute__((target("pclmul,sse4.1"))) inline __m128i fold128(__m128i acc, __m
 }
 // CRC-32 (zlib's polynomial, reflected) of len bytes, len >= 64 and a multiple of 16,
 // continuing from `crc` in zlib's convention (pre- and post-inverted).
-__attribute__((target("pclmul,sse4.1"))) std::uint32_t crc32_fold(std::uint32_t crc, const unsigned char* buf, std::size_t len) {
+__attribute__((target("pclmul,sse4.1"))) std::uint32_t crc32_fold(std::uint32_t crc, const unsigned char* buf,
+                                                                  std::size_t len) {
     // Folding constants for the reflected polynomial 0x1DB710641 (Intel, "Fast CRC
     // Computation for Generic Polynomials Using PCLMULQDQ"): x^(4*128+32), x^(4*128-32)
     // mod P for folding 512 bits; x^(128+32), x^(128-32) for 128 bits; x^64 mod P; P and mu.
@@ -125,7 +126,7 @@ struct Member {
 };
 
 class ZipReader {
-public:
+   public:
     ZipReader(std::string_view b, const std::string& src) : b_(b), src_(src) {}
 
     [[noreturn]] void fail(const std::string& what) const {
@@ -174,7 +175,7 @@ public:
         return out;
     }
 
-private:
+   private:
     // Where the central directory lies and how many entries it holds.
     struct Directory {
         std::uint64_t count, size, offset;
@@ -188,10 +189,14 @@ private:
         std::size_t end = std::string::npos;
         std::size_t lowest = b_.size() > 22 + 65535 ? b_.size() - 22 - 65535 : 0;
         for (std::size_t at = b_.size() - 22 + 1; at-- > lowest;)
-            if (load_le(b_, at, 4) == kEndSig) { end = at; break; }
+            if (load_le(b_, at, 4) == kEndSig) {
+                end = at;
+                break;
+            }
         if (end == std::string::npos) fail("no end-of-directory record");
         Directory d{u(end + 10, 2), u(end + 12, 4), u(end + 16, 4)};
-        if ((d.count == 0xffff || d.size == k32 || d.offset == k32) && end >= 20 && u(end - 20, 4) == kZip64LocatorSig) {
+        if ((d.count == 0xffff || d.size == k32 || d.offset == k32) && end >= 20 &&
+            u(end - 20, 4) == kZip64LocatorSig) {
             std::uint64_t z = u(end - 20 + 8, 8);
             if (u(z, 4) != kZip64EndSig) fail("bad zip64 end record");
             d.count = u(z + 32, 8);
@@ -259,8 +264,12 @@ private:
             z.avail_out = out_chunk ? uInt(out_chunk) : 1u;
             rc = ::inflate(&z, Z_NO_FLUSH);
             in_done += in_chunk - z.avail_in;
-            if (out_chunk) out_done += out_chunk - z.avail_out;
-            else if (z.avail_out == 0) { rc = Z_BUF_ERROR; break; }  // wrote into the spare byte
+            if (out_chunk)
+                out_done += out_chunk - z.avail_out;
+            else if (z.avail_out == 0) {
+                rc = Z_BUF_ERROR;
+                break;
+            }  // wrote into the spare byte
             if (rc == Z_BUF_ERROR && in_done < comp.size() && out_done < out.size()) rc = Z_OK;
         }
         ::inflateEnd(&z);
@@ -297,8 +306,10 @@ void check_declared_sizes(const std::vector<Member>& members, const std::string&
 //    .npy file, or a name already in the bundle, is refused.
 std::string array_name(const Member& m, const Bundle& bundle, const std::string& source) {
     std::string name = m.name;
-    if (name.size() > 4 && io_detail::ends_with(name, ".npy")) name.resize(name.size() - 4);
-    else throw InputError(source + ": member '" + m.name + "' is not a .npy array");
+    if (name.size() > 4 && io_detail::ends_with(name, ".npy"))
+        name.resize(name.size() - 4);
+    else
+        throw InputError(source + ": member '" + m.name + "' is not a .npy array");
     if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
     return name;
 }
@@ -359,18 +370,18 @@ struct MemberRecord {
 std::string local_header(const MemberRecord& m) {
     std::string local;
     put_le(local, kLocalSig, 4);
-    put_le(local, 45, 2);         // version needed: 4.5 (zip64)
-    put_le(local, 0, 2);          // flags
-    put_le(local, 0, 2);          // stored
-    put_le(local, 0, 2);          // time
-    put_le(local, 0x21, 2);       // date 1980-01-01
+    put_le(local, 45, 2);    // version needed: 4.5 (zip64)
+    put_le(local, 0, 2);     // flags
+    put_le(local, 0, 2);     // stored
+    put_le(local, 0, 2);     // time
+    put_le(local, 0x21, 2);  // date 1980-01-01
     put_le(local, m.crc, 4);
-    put_le(local, k32, 4);        // sizes are in the zip64 extra field
+    put_le(local, k32, 4);  // sizes are in the zip64 extra field
     put_le(local, k32, 4);
     put_le(local, m.name.size(), 2);
-    put_le(local, 20, 2);         // extra field length
+    put_le(local, 20, 2);  // extra field length
     local += m.name;
-    put_le(local, 1, 2);          // zip64 extra: uncompressed, compressed size
+    put_le(local, 1, 2);  // zip64 extra: uncompressed, compressed size
     put_le(local, 16, 2);
     put_le(local, m.size, 8);
     put_le(local, m.size, 8);
@@ -380,8 +391,8 @@ std::string local_header(const MemberRecord& m) {
 // Appends the member's central directory entry; sizes and offset in the zip64 extra field.
 void put_central_entry(std::string& central, const MemberRecord& m) {
     put_le(central, kCentralSig, 4);
-    put_le(central, 45, 2);       // made by
-    put_le(central, 45, 2);       // needed
+    put_le(central, 45, 2);  // made by
+    put_le(central, 45, 2);  // needed
     put_le(central, 0, 2);
     put_le(central, 0, 2);
     put_le(central, 0, 2);
@@ -390,12 +401,12 @@ void put_central_entry(std::string& central, const MemberRecord& m) {
     put_le(central, k32, 4);
     put_le(central, k32, 4);
     put_le(central, m.name.size(), 2);
-    put_le(central, 28, 2);       // extra length
-    put_le(central, 0, 2);        // comment length
-    put_le(central, 0, 2);        // disk
-    put_le(central, 0, 2);        // internal attributes
+    put_le(central, 28, 2);             // extra length
+    put_le(central, 0, 2);              // comment length
+    put_le(central, 0, 2);              // disk
+    put_le(central, 0, 2);              // internal attributes
     put_le(central, 0x81a4u << 16, 4);  // external: regular file, rw-r--r--
-    put_le(central, k32, 4);      // offset in the zip64 extra field
+    put_le(central, k32, 4);            // offset in the zip64 extra field
     central += m.name;
     put_le(central, 1, 2);
     put_le(central, 24, 2);
@@ -410,7 +421,7 @@ void put_central_entry(std::string& central, const MemberRecord& m) {
 std::string end_records(std::uint64_t count, std::uint64_t dir_size, std::uint64_t dir_offset, std::uint64_t z64) {
     std::string tail;
     put_le(tail, kZip64EndSig, 4);
-    put_le(tail, 44, 8);              // size of the rest of this record
+    put_le(tail, 44, 8);  // size of the rest of this record
     put_le(tail, 45, 2);
     put_le(tail, 45, 2);
     put_le(tail, 0, 4);

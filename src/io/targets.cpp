@@ -1,13 +1,13 @@
 // Output targets: what may be replaced, checked with lstat (a link is never followed blindly).
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/write.hpp"
-
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/write.hpp"
 
 namespace attnscope {
 namespace {
@@ -54,7 +54,9 @@ void check_output_target(const std::string& path, bool replace, const std::strin
     }
     const std::string found = describe_path(path);
     const bool regular = S_ISREG(st.st_mode) || found == "a symbolic link to a regular file";
-    if (!regular) throw RuntimeFailure(what + ": cannot be written: it exists and is " + found + ", not a regular file (never replaced)");
+    if (!regular)
+        throw RuntimeFailure(what + ": cannot be written: it exists and is " + found +
+                             ", not a regular file (never replaced)");
     if (!replace) throw UsageError(what + ": exists; pass {force} to replace it");
 }
 

@@ -3,13 +3,13 @@
 // A fixed table of paths, so that remove_unfinished_outputs() needs neither locks nor
 // the heap and may run inside a signal handler (it only reads the table and calls
 // unlink/rmdir, both async-signal-safe).
-#include "attnscope/io/write.hpp"
-
 #include <unistd.h>
 
 #include <atomic>
 #include <climits>
 #include <cstring>
+
+#include "attnscope/io/write.hpp"
 
 namespace attnscope {
 namespace {
@@ -48,9 +48,11 @@ void remove_unfinished_outputs() noexcept {
     for (int kind : {kFile, kDirectory})  // files first: a directory goes only once empty
         for (Slot& s : slots)
             if (s.state.load(std::memory_order_acquire) == kind) {
-                if (kind == kFile) ::unlink(s.path);
-                else ::rmdir(s.path);  // never removes anything but an empty directory
-            }  // the slots stay taken: their owners free them (removing twice is harmless)
+                if (kind == kFile)
+                    ::unlink(s.path);
+                else
+                    ::rmdir(s.path);  // never removes anything but an empty directory
+            }                         // the slots stay taken: their owners free them (removing twice is harmless)
 }
 
 }  // namespace attnscope

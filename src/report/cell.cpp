@@ -1,13 +1,12 @@
 // --cell: one weight's arithmetic, from q_i · k_j to key j's share of the output row.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/report/report.hpp"
-
-#include "text_util.hpp"
-
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <ostream>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
+#include "text_util.hpp"
 
 namespace attnscope {
 
@@ -16,8 +15,8 @@ using namespace text;
 void check_cell(const CellRef& c, const Dims& d) {
     auto check = [](std::size_t i, std::size_t n, const char* what) {
         if (i >= n)
-            throw UsageError("{cell}: " + std::string(what) + " " + std::to_string(i) + " does not exist (expected 0.." +
-                             std::to_string(n - 1) + ")");
+            throw UsageError("{cell}: " + std::string(what) + " " + std::to_string(i) +
+                             " does not exist (expected 0.." + std::to_string(n - 1) + ")");
     };
     check(c.batch, d.B, "batch item");
     check(c.head, d.H, "head");

@@ -43,7 +43,9 @@ Rgb interpolate(const std::array<std::uint32_t, N>& stops, double t) {
 }
 
 // The colour at t in 0..1 of palette p.
-inline Rgb at(Palette p, double t) { return p == Palette::viridis ? interpolate(kViridis, t) : interpolate(kBlueRed, t); }
+inline Rgb at(Palette p, double t) {
+    return p == Palette::viridis ? interpolate(kViridis, t) : interpolate(kBlueRed, t);
+}
 
 inline std::size_t stop_count(Palette p) { return p == Palette::viridis ? kViridis.size() : kBlueRed.size(); }
 

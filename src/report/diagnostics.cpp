@@ -1,12 +1,12 @@
 // --diagnose as text (a table per head) and as JSON rows.
 #include "attnscope/analysis/diagnostics.hpp"
-#include "attnscope/report/report.hpp"
-
-#include "text_util.hpp"
 
 #include <cmath>
 #include <cstdio>
 #include <ostream>
+
+#include "attnscope/report/report.hpp"
+#include "text_util.hpp"
 
 namespace attnscope {
 
@@ -22,7 +22,8 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
         return std::string(buf);
     };
     const std::string legend =
-        "== diagnostics: n = visible keys; H = entropy -sum w ln w (0: one-hot, ln keys: uniform); eff = exp(H), the effective "
+        "== diagnostics: n = visible keys; H = entropy -sum w ln w (0: one-hot, ln keys: uniform); eff = exp(H), the "
+        "effective "
         "number of keys; max w and the key it sits on; top w·v = the key with the largest ||w_ij v_j||, its share "
         "of the context; spread = max - min of the visible scores before → after scaling; sum = the row sum; "
         "flag: uniform when eff >= 90% of the visible keys, one-hot when max w >= 0.9";
@@ -31,23 +32,26 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
     for (std::size_t k = 0; k < lines.size(); ++k) out << (k ? "   " : "") << lines[k] << '\n';
     for (std::size_t b : batches)
         for (std::size_t h : heads) {
-            out << "\n  -- " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h << '\n';
+            out << "\n  -- " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
+                << '\n';
             std::vector<std::vector<std::string>> table = {
                 {"query", "n", "H", "eff", "max w", "at", "top w·v", "spread", "sum", "flag"}};
             std::size_t uniform = 0, one_hot = 0, masked = 0, n = 0;
             for (const auto& r : rows) {
                 if (r.batch != b || r.head != h) continue;
                 ++n;
-                std::string flags = r.fully_masked ? "masked" : r.nearly_uniform ? "uniform"
-                                                            : r.nearly_one_hot   ? "one-hot"
-                                                                                 : "";
+                std::string flags = r.fully_masked     ? "masked"
+                                    : r.nearly_uniform ? "uniform"
+                                    : r.nearly_one_hot ? "one-hot"
+                                                       : "";
                 uniform += r.nearly_uniform, one_hot += r.nearly_one_hot, masked += r.fully_masked;
-                table.push_back({clip_label(axis_label(v, "Tq", b, r.query), 6), std::to_string(r.visible_keys),
-                                 fmt(r.entropy), fmt(r.effective_keys, "%.2f"), fmt(r.max_weight),
-                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_key), 6),
-                                 r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_contribution_key), 6),
-                                 r.fully_masked ? "-" : fmt(r.score_spread_raw, "%.3g") + "→" + fmt(r.score_spread_scaled, "%.3g"),
-                                 fmt(r.row_sum, "%.3f"), flags});
+                table.push_back(
+                    {clip_label(axis_label(v, "Tq", b, r.query), 6), std::to_string(r.visible_keys), fmt(r.entropy),
+                     fmt(r.effective_keys, "%.2f"), fmt(r.max_weight),
+                     r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_key), 6),
+                     r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_contribution_key), 6),
+                     r.fully_masked ? "-" : fmt(r.score_spread_raw, "%.3g") + "→" + fmt(r.score_spread_scaled, "%.3g"),
+                     fmt(r.row_sum, "%.3f"), flags});
             }
             std::vector<std::size_t> w(table[0].size(), 0);
             for (const auto& row : table)
@@ -59,8 +63,8 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
                             (c + 1 < row.size() ? "  " : "");
                 out << line.substr(0, line.find_last_not_of(' ') + 1) << '\n';
             }
-            out << "    " << n << " rows: " << uniform << " nearly uniform, " << one_hot << " nearly one-hot, " << masked
-                << " fully masked\n";
+            out << "    " << n << " rows: " << uniform << " nearly uniform, " << one_hot << " nearly one-hot, "
+                << masked << " fully masked\n";
         }
 }
 

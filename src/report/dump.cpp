@@ -1,7 +1,4 @@
 // .npy / .npz dumps of the chosen stages, every file committed only once all are written.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/report/report.hpp"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,6 +8,9 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
 
 namespace attnscope {
 namespace {
@@ -31,22 +31,20 @@ std::vector<OutArray> arrays_of(const TraceView& v, const std::vector<std::strin
 
 // A file's data region mapped shared: what is stored there is the file's content.
 class MappedRegion : public Placement {
-public:
+   public:
     MappedRegion(void* data, std::size_t bytes) : data_(data), bytes_(bytes) {}
     ~MappedRegion() override { ::munmap(data_, bytes_); }
     void* data() const override { return data_; }
     std::size_t bytes() const override { return bytes_; }
 
-private:
+   private:
     void* data_;
     std::size_t bytes_;
 };
 
 }  // namespace
 
-bool dump_is_npz(const std::string& path) {
-    return path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0;
-}
+bool dump_is_npz(const std::string& path) { return path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0; }
 
 struct Dump::Impl {
     std::string path;
@@ -70,7 +68,8 @@ Dump::Dump(std::string path, std::vector<std::string> stages, bool replace) : im
     struct stat st {};
     if (::stat(d.path.c_str(), &st) == 0) {
         if (!S_ISDIR(st.st_mode))
-            throw UsageError("{dump} " + d.path + ": exists and is not a directory (a dump is a directory or a .npz file)");
+            throw UsageError("{dump} " + d.path +
+                             ": exists and is not a directory (a dump is a directory or a .npz file)");
     } else if (d.slot = register_unfinished(d.path, true); ::mkdir(d.path.c_str(), 0777) == 0) {
         d.created = true;  // listed for the signal handlers before it existed
     } else {
@@ -86,7 +85,8 @@ Dump::Dump(std::string path, std::vector<std::string> stages, bool replace) : im
             if (d.created) ::rmdir(d.path.c_str());
             d.created = false;
             unregister_unfinished(d.slot);
-            throw RuntimeFailure("{dump} " + d.path + ": cannot write " + target + ": it exists and is not a regular file");
+            throw RuntimeFailure("{dump} " + d.path + ": cannot write " + target +
+                                 ": it exists and is not a regular file");
         }
     }
 }

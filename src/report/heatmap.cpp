@@ -1,18 +1,17 @@
 // Terminal heatmaps: (Tq, Tk) stages as coloured cells (or a character ramp without
 // colour), token labels on both axes, a legend with numbers, masked cells marked "××"
 // so they cannot be mistaken for small values. Heads side by side when they fit.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/report/report.hpp"
-
-#include "colour.hpp"
-#include "text_util.hpp"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <ostream>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
+#include "colour.hpp"
+#include "text_util.hpp"
 
 namespace attnscope {
 namespace {
@@ -108,8 +107,10 @@ std::vector<std::string> code_points(const std::string& s) {
 // it, -inf marks them in masked_scores). `mask_index`: the cell's element in the mask.
 bool hidden(const StageView& s, double x, const StageView* mask, std::size_t mask_index) {
     switch (s.id) {
-        case kScores: return false;
-        case kMask: return x == 0;
+        case kScores:
+            return false;
+        case kMask:
+            return x == 0;
         default:
             if (mask) return mask->at(mask_index) == 0;
             return s.id == kMaskedScores && x == -std::numeric_limits<double>::infinity();
@@ -175,9 +176,12 @@ Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t 
         std::string line = pad_right(l.row_labels[i], l.label_w) + " ";
         for (std::size_t j = 0; j < l.shown_cols; ++j) {
             const double x = s.at(off + i * cols + j);
-            if (hidden(s, x, mask, mask ? matrix_offset(*mask, b, 0) + i * cols + j : 0)) line += masked_cell(l.cw, o.color);
-            else if (std::isnan(x)) line += nan_cell(l.cw, o.color);
-            else line += cell((x - range.first) / (range.second - range.first), l.cw, o.color);
+            if (hidden(s, x, mask, mask ? matrix_offset(*mask, b, 0) + i * cols + j : 0))
+                line += masked_cell(l.cw, o.color);
+            else if (std::isnan(x))
+                line += nan_cell(l.cw, o.color);
+            else
+                line += cell((x - range.first) / (range.second - range.first), l.cw, o.color);
         }
         p.add(line, l.line_width());
     }

@@ -13,12 +13,6 @@
 // is the shortest text that reads back to the same float32/float64 value; the number
 // shown in a cell is rounded. Exact zeros print "0", and a value that rounds to zero
 // loses its sign (no "-0.00").
-#include "attnscope/base/errors.hpp"
-#include "attnscope/report/report.hpp"
-
-#include "colour.hpp"
-#include "text_util.hpp"
-
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -30,6 +24,11 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
+#include "colour.hpp"
+#include "text_util.hpp"
 
 namespace attnscope {
 namespace {
@@ -49,10 +48,14 @@ std::size_t decode_utf8(std::string_view s, std::size_t i, char32_t& cp) {
         cp = c;
         return 1;
     }
-    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
+    if ((c & 0xE0) == 0xC0)
+        len = 2, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0)
+        len = 3, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0)
+        len = 4, cp = c & 0x07, min = 0x10000;
+    else
+        return 0;
     if (i + len > s.size()) return 0;
     for (std::size_t k = 1; k < len; ++k) {
         if ((byte(i + k) & 0xC0) != 0x80) return 0;
@@ -84,12 +87,23 @@ std::string escape(std::string_view s) {
             continue;
         }
         switch (cp) {
-            case '&': r += "&amp;"; break;
-            case '<': r += "&lt;"; break;
-            case '>': r += "&gt;"; break;
-            case '"': r += "&quot;"; break;
-            case '\'': r += "&#39;"; break;
-            default: r.append(s.substr(i, len));
+            case '&':
+                r += "&amp;";
+                break;
+            case '<':
+                r += "&lt;";
+                break;
+            case '>':
+                r += "&gt;";
+                break;
+            case '"':
+                r += "&quot;";
+                break;
+            case '\'':
+                r += "&#39;";
+                break;
+            default:
+                r.append(s.substr(i, len));
         }
         i += len;
     }
@@ -142,9 +156,12 @@ std::string shortest(T x) {
 // Element k of a stage, exactly, in the stage's own precision; a mask is "1" or "0".
 std::string exact_number(const StageView& s, std::size_t k) {
     switch (s.dtype) {
-        case DType::float32: return shortest(static_cast<const float*>(s.data)[k]);
-        case DType::float64: return shortest(static_cast<const double*>(s.data)[k]);
-        case DType::boolean: return static_cast<const bool*>(s.data)[k] ? "1" : "0";
+        case DType::float32:
+            return shortest(static_cast<const float*>(s.data)[k]);
+        case DType::float64:
+            return shortest(static_cast<const double*>(s.data)[k]);
+        case DType::boolean:
+            return static_cast<const bool*>(s.data)[k] ? "1" : "0";
     }
     return {};
 }
@@ -160,8 +177,10 @@ std::string readable(double x, const char* format) {
     std::string t = buf;
     if (t[0] == '-') {
         const std::string mantissa = t.substr(0, t.find_first_of("eE"));
-        if (mantissa.find_first_of("123456789") == std::string::npos) t.erase(0, 1);
-        else t.replace(0, 1, "−");
+        if (mantissa.find_first_of("123456789") == std::string::npos)
+            t.erase(0, 1);
+        else
+            t.replace(0, 1, "−");
     }
     return t;
 }
@@ -197,8 +216,10 @@ std::string gradient_stops(Palette p, bool svg) {
         const std::string c = hex(colour::at(p, t));
         char pct[16];
         std::snprintf(pct, sizeof pct, "%.1f%%", 100 * t);
-        if (svg) r += "<stop offset=\"" + std::string(pct) + "\" stop-color=\"" + c + "\"/>";
-        else r += (k ? "," : "") + c + " " + pct;
+        if (svg)
+            r += "<stop offset=\"" + std::string(pct) + "\" stop-color=\"" + c + "\"/>";
+        else
+            r += (k ? "," : "") + c + " " + pct;
     }
     return r;
 }
@@ -263,7 +284,10 @@ struct ColourScale {
     std::vector<double> ticks() const {
         if (!(hi > lo) || !std::isfinite(hi - lo)) return end_ticks();
         const double raw = (hi - lo) / 4, unit = std::pow(10.0, std::floor(std::log10(raw)));
-        const double step = raw / unit < 1.5 ? unit : raw / unit < 3.5 ? 2 * unit : raw / unit < 7.5 ? 5 * unit : 10 * unit;
+        const double step = raw / unit < 1.5   ? unit
+                            : raw / unit < 3.5 ? 2 * unit
+                            : raw / unit < 7.5 ? 5 * unit
+                                               : 10 * unit;
         std::vector<double> t{lo};
         for (double k = std::ceil(lo / step); k * step < hi; ++k)
             if (const double x = k * step; x - lo > 0.1 * (hi - lo) && hi - x > 0.1 * (hi - lo)) t.push_back(x);
@@ -296,8 +320,12 @@ ColourScale scale_of(const Matrix& m, ColorKind kind) {
 // Whether the stage marks masked cells: the mask itself, and the stages after it.
 bool shows_mask(const StageView& s) {
     switch (s.id) {
-        case kMask: case kMaskedScores: case kWeights: return true;
-        default: return false;
+        case kMask:
+        case kMaskedScores:
+        case kWeights:
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -396,7 +424,8 @@ table.heat { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 .swatch.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); }
 .swatch.ok { background: ALLOWED; }
 .note { color: #555; font-size: 15px; margin: 6px 0 0; max-width: 40em; }
-)";;
+)";
+;
 
 std::string style_sheet() {
     std::string css = kStyle;
@@ -488,8 +517,10 @@ void write_table_head(std::ostream& out, const TraceView& v, const Matrix& m, co
         << "\">\n<thead><tr><th class=\"corner\">" << escape(m.row_axis()) << " ↓ " << escape(m.col_axis())
         << " →</th>";
     for (std::size_t j : ci) {
-        if (j == text::kGap) out << "<th class=\"gap\">…</th>";
-        else write_label(out, text::axis_label(v, m.col_axis(), m.batch, j), j, "col");
+        if (j == text::kGap)
+            out << "<th class=\"gap\">…</th>";
+        else
+            write_label(out, text::axis_label(v, m.col_axis(), m.batch, j), j, "col");
     }
     out << "</tr></thead>\n<tbody>\n";
 }
@@ -564,14 +595,15 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
     out << "<section id=\"stage-" << escape(s.name) << "\">\n<h2>" << escape(s.name) << "<span class=\"shape\">"
         << escape(text::shape_text(s)) << "</span></h2>\n<p class=\"formula\">" << escape(s.name) << " = "
         << escape(s.formula) << "</p>\n";
-        out << "<div class=\"figs\">\n";
+    out << "<div class=\"figs\">\n";
     std::size_t drawn = 0, left_out = 0;
     std::string first_left_out;
     for (std::size_t b : text::chosen_or_all(batches, v.dims.B)) {
         const std::vector<char> seen = shows_mask(s) ? visibility(v, b) : std::vector<char>();
         for (std::size_t h : text::has_heads(s) ? text::chosen_or_all(heads, v.dims.H) : std::vector<std::size_t>{0}) {
             const Matrix m = matrix_of(s, b, h);
-            const std::size_t cells = text::shown(m.rows, kMaxAxis, kMaxAxis / 2).size() * text::shown(m.cols, kMaxAxis, kMaxAxis / 2).size();
+            const std::size_t cells =
+                text::shown(m.rows, kMaxAxis, kMaxAxis / 2).size() * text::shown(m.cols, kMaxAxis, kMaxAxis / 2).size();
             if (drawn > 0 && drawn + cells > budget) {
                 if (left_out++ == 0) first_left_out = matrix_title(v, m);
                 continue;
@@ -582,8 +614,9 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
     }
     out << "</div>\n";
     if (left_out > 0)
-        out << "<p class=\"note\">" << left_out << " more table" << (left_out > 1 ? "s" : "") << " of " << escape(s.name)
-            << " (from " << first_left_out << " on) left out to keep the page small: choose fewer stages, "
+        out << "<p class=\"note\">" << left_out << " more table" << (left_out > 1 ? "s" : "") << " of "
+            << escape(s.name) << " (from " << first_left_out
+            << " on) left out to keep the page small: choose fewer stages, "
             << "batch items or heads with --stages, --batch or --head to see more.</p>\n";
     out << "</section>\n";
 }
@@ -601,9 +634,9 @@ std::string px(double x) {
     return t == "-0" ? "0" : t;
 }
 
-constexpr std::size_t kSvgNumbers = 12;     // a matrix this small shows its numbers
-constexpr std::size_t kSvgHover = 4096;     // a matrix this small has a hover title per cell
-constexpr std::size_t kSvgMaxAxis = 256;    // cells drawn along one axis (the ends of a longer one)
+constexpr std::size_t kSvgNumbers = 12;   // a matrix this small shows its numbers
+constexpr std::size_t kSvgHover = 4096;   // a matrix this small has a hover title per cell
+constexpr std::size_t kSvgMaxAxis = 256;  // cells drawn along one axis (the ends of a longer one)
 
 // SVG sizes in pixels: the margin, the fonts of title, formula, axis titles and ticks,
 // and the factor of a column label's length that rises above the grid (turned 45°).
@@ -700,7 +733,8 @@ SvgFigure svg_figure(const TraceView& v, const StageView& s, std::size_t batch, 
     f.kind = kind_of(s);
     f.sc = scale_of(f.m, f.kind);
     // 1) The rows and columns drawn, and whether their numbers and hover titles are.
-    f.ri = text::shown(f.m.rows, kSvgMaxAxis, kSvgMaxAxis / 2), f.ci = text::shown(f.m.cols, kSvgMaxAxis, kSvgMaxAxis / 2);
+    f.ri = text::shown(f.m.rows, kSvgMaxAxis, kSvgMaxAxis / 2),
+    f.ci = text::shown(f.m.cols, kSvgMaxAxis, kSvgMaxAxis / 2);
     f.R = f.ri.size(), f.C = f.ci.size();
     f.numbers = f.R <= kSvgNumbers && f.C <= kSvgNumbers, f.hover = f.R * f.C <= kSvgHover;
     // 2) Cell and label sizes. The grid is about 500 px on its long side (cells of 2 to 64
@@ -744,11 +778,12 @@ void write_svg_titles(std::ostream& out, const SvgFigure& f) {
         << "\" font-size=\"" << px(kSubFont) << "\" fill=\"#555\">" << escape(f.stage->formula) << "</text>\n";
 
     // 2) Axis titles: keys across the top, queries (or features) down the left.
-    out << "<text x=\"" << px(f.grid_x + f.grid_w / 2) << "\" y=\"" << px(f.grid_y - f.col_w * kDiag - f.label_font - 12)
-        << "\" font-size=\"" << px(kAxisFont) << "\" fill=\"#444\" text-anchor=\"middle\">"
-        << escape(axis_title(f.m.col_axis())) << "</text>\n<text transform=\"translate(" << px(kSvgMargin + kAxisFont)
-        << "," << px(f.grid_y + f.grid_h / 2) << ") rotate(-90)\" font-size=\"" << px(kAxisFont)
-        << "\" fill=\"#444\" text-anchor=\"middle\">" << escape(axis_title(f.m.row_axis())) << "</text>\n";
+    out << "<text x=\"" << px(f.grid_x + f.grid_w / 2) << "\" y=\""
+        << px(f.grid_y - f.col_w * kDiag - f.label_font - 12) << "\" font-size=\"" << px(kAxisFont)
+        << "\" fill=\"#444\" text-anchor=\"middle\">" << escape(axis_title(f.m.col_axis()))
+        << "</text>\n<text transform=\"translate(" << px(kSvgMargin + kAxisFont) << "," << px(f.grid_y + f.grid_h / 2)
+        << ") rotate(-90)\" font-size=\"" << px(kAxisFont) << "\" fill=\"#444\" text-anchor=\"middle\">"
+        << escape(axis_title(f.m.row_axis())) << "</text>\n";
 
     // 3) Token labels: rows right-aligned at the left, columns turned 45° above.
     out << "<g font-size=\"" << px(f.label_font) << "\" fill=\"#222\">\n";
@@ -773,8 +808,8 @@ void write_svg_cell(std::ostream& out, const SvgFigure& f, std::size_t p, std::s
                                        : hex(colour::at(f.sc.palette, c.position));
     const double x = f.grid_x + f.cell * double(q), y = f.grid_y + f.cell * double(p);
     if (f.hover)
-        out << "<g class=\"cell" << (c.masked ? " masked" : "") << "\" data-value=\"" << f.m.exact(i, j)
-            << "\"><title>" << escape(f.row_labels[p]) << " → " << escape(f.col_labels[q]) << ": " << f.m.exact(i, j)
+        out << "<g class=\"cell" << (c.masked ? " masked" : "") << "\" data-value=\"" << f.m.exact(i, j) << "\"><title>"
+            << escape(f.row_labels[p]) << " → " << escape(f.col_labels[q]) << ": " << f.m.exact(i, j)
             << (c.masked ? " (masked)" : "") << "</title>";
     out << "<rect x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(f.cell) << "\" height=\"" << px(f.cell)
         << "\" fill=\"" << fill << "\"/>";
@@ -784,7 +819,10 @@ void write_svg_cell(std::ostream& out, const SvgFigure& f, std::size_t p, std::s
         out << "<text x=\"" << px(x + f.cell / 2) << "\" y=\"" << px(y + f.cell / 2)
             << "\" dy=\"0.35em\" text-anchor=\"middle\" stroke=\"none\" font-size=\""
             << px(mark ? std::min(f.cell * 0.5, 22.0) : f.number_font) << "\" fill=\""
-            << (c.nan ? "#b00020" : white ? "#fff" : "#111") << "\">" << c.text << "</text>";
+            << (c.nan   ? "#b00020"
+                : white ? "#fff"
+                        : "#111")
+            << "\">" << c.text << "</text>";
     }
     out << (f.hover ? "</g>\n" : "\n");
 }
@@ -852,8 +890,7 @@ void write_html(std::ostream& out, const TraceView& v, const std::vector<std::st
     out << "</body>\n</html>\n";
 }
 
-void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, std::size_t batch,
-               std::size_t head) {
+void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, std::size_t batch, std::size_t head) {
     TextOptions chosen;
     chosen.batches = {batch};
     chosen.heads = {head};

@@ -1,14 +1,13 @@
 // JSON output, streamed element by element (no document is built in memory).
 // Numbers use the shortest form that reads back to the same float32/float64 value;
 // non-finite numbers, which JSON cannot spell, are the strings "-inf", "inf", "nan".
-#include "attnscope/analysis/diagnostics.hpp"
-#include "attnscope/report/report.hpp"
-
-#include "text_util.hpp"
-
 #include <charconv>
 #include <cmath>
 #include <ostream>
+
+#include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/report/report.hpp"
+#include "text_util.hpp"
 
 namespace attnscope {
 namespace {
@@ -17,11 +16,21 @@ void put_string(std::ostream& out, const std::string& s) {
     out << '"';
     for (unsigned char c : s) {
         switch (c) {
-            case '"': out << "\\\""; break;
-            case '\\': out << "\\\\"; break;
-            case '\n': out << "\\n"; break;
-            case '\t': out << "\\t"; break;
-            case '\r': out << "\\r"; break;
+            case '"':
+                out << "\\\"";
+                break;
+            case '\\':
+                out << "\\\\";
+                break;
+            case '\n':
+                out << "\\n";
+                break;
+            case '\t':
+                out << "\\t";
+                break;
+            case '\r':
+                out << "\\r";
+                break;
             default:
                 if (c < 0x20) {
                     char buf[8];
@@ -51,9 +60,15 @@ void put_stage_data(std::ostream& out, const StageView& s) {
         if (k > 0 && opens < nd) out << ',';
         for (std::size_t a = 0; a < opens; ++a) out << '[';
         switch (s.dtype) {
-            case DType::float32: text::put_json_number(out, static_cast<const float*>(s.data)[k]); break;
-            case DType::float64: text::put_json_number(out, static_cast<const double*>(s.data)[k]); break;
-            case DType::boolean: out << (static_cast<const bool*>(s.data)[k] ? "true" : "false"); break;
+            case DType::float32:
+                text::put_json_number(out, static_cast<const float*>(s.data)[k]);
+                break;
+            case DType::float64:
+                text::put_json_number(out, static_cast<const double*>(s.data)[k]);
+                break;
+            case DType::boolean:
+                out << (static_cast<const bool*>(s.data)[k] ? "true" : "false");
+                break;
         }
         // Advance, closing a bracket for every axis that wraps.
         for (std::size_t a = nd; a-- > 0;) {
@@ -65,7 +80,10 @@ void put_stage_data(std::ostream& out, const StageView& s) {
 }
 
 void put_tokens(std::ostream& out, const TokenLabels& t, bool batched) {
-    if (t.empty()) { out << "null"; return; }
+    if (t.empty()) {
+        out << "null";
+        return;
+    }
     auto list = [&](const std::vector<std::string>& row) {
         out << '[';
         for (std::size_t i = 0; i < row.size(); ++i) {
@@ -74,7 +92,10 @@ void put_tokens(std::ostream& out, const TokenLabels& t, bool batched) {
         }
         out << ']';
     };
-    if (!batched) { list(t[0]); return; }
+    if (!batched) {
+        list(t[0]);
+        return;
+    }
     out << '[';
     for (std::size_t b = 0; b < t.size(); ++b) {
         if (b) out << ',';
@@ -98,8 +119,8 @@ void put_config(std::ostream& out, const TraceView& v) {
         << ",\"key_padding_mask\":" << (v.has_padding() ? "true" : "false") << ",\"layout\":\""
         << (v.spec.layout == Layout::math ? "math" : "torch") << "\",\"batched\":" << (v.batched ? "true" : "false")
         << "},\n\"dims\":{\"B\":" << d.B << ",\"Tq\":" << d.Tq << ",\"Tk\":" << d.Tk << ",\"Dm\":" << d.Dm
-        << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"Dk\":" << d.Dk << ",\"Dv\":" << d.Dv << ",\"Dout\":" << d.Dout
-        << "},\n\"tokens\":{\"query\":";
+        << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"Dk\":" << d.Dk << ",\"Dv\":" << d.Dv
+        << ",\"Dout\":" << d.Dout << "},\n\"tokens\":{\"query\":";
     put_tokens(out, v.query_tokens, v.batched);
     out << ",\"key\":";
     put_tokens(out, v.key_tokens, v.batched);
@@ -128,7 +149,8 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
     put_config(out, v);
     out << ",\n\"fully_masked_rows\":[";
     for (std::size_t k = 0; k < v.fully_masked.size(); ++k) {
-        out << (k ? "," : "") << "{\"batch\":" << v.fully_masked[k].batch << ",\"query\":" << v.fully_masked[k].query << "}";
+        out << (k ? "," : "") << "{\"batch\":" << v.fully_masked[k].batch << ",\"query\":" << v.fully_masked[k].query
+            << "}";
     }
     out << "],\n\"warnings\":[";
     for (std::size_t k = 0; k < v.warnings.size(); ++k) {

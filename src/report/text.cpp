@@ -1,14 +1,13 @@
 // The readable report: each chosen stage with its formula, shape and values, token
 // labels on rows and columns, long axes summarised around "…" as numpy prints them.
-#include "attnscope/base/errors.hpp"
-#include "attnscope/report/report.hpp"
-
-#include "text_util.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/report.hpp"
+#include "text_util.hpp"
 
 namespace attnscope {
 namespace {
@@ -67,12 +66,11 @@ void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std
     }
 }
 
-
 void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const char* option, const char* what) {
     for (std::size_t i : chosen)
         if (i >= n)
-            throw UsageError(std::string(option) + ": " + what + " " + std::to_string(i) + " does not exist (expected 0.." +
-                             std::to_string(n - 1) + ")");
+            throw UsageError(std::string(option) + ": " + what + " " + std::to_string(i) +
+                             " does not exist (expected 0.." + std::to_string(n - 1) + ")");
 }
 
 // The header: what ran, on which sizes, with which scale and masks, and the rows that see no key.
@@ -114,8 +112,10 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, cons
     for (std::size_t b : batches) {
         for (std::size_t h : has_heads(s) ? heads : std::vector<std::size_t>{0}) {
             const std::string title = matrix_title(v, s, b, h);
-            if (!title.empty()) out << "\n  -- " << title << '\n';
-            else out << '\n';
+            if (!title.empty())
+                out << "\n  -- " << title << '\n';
+            else
+                out << '\n';
             const std::size_t offset = matrix_offset(s, b, h);
             print_matrix(out, v, s, offset, b, o);
         }

@@ -2,15 +2,15 @@
 // Internal to the library.
 #pragma once
 
-#include "attnscope/report/report.hpp"
-
 #include <algorithm>
 #include <charconv>
-#include <ostream>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
+
+#include "attnscope/report/report.hpp"
 
 namespace attnscope::text {
 
@@ -104,8 +104,14 @@ inline std::string shape_text(const StageView& s) {
 // the strings "nan", "inf", "-inf" for what JSON cannot spell.
 template <typename T>
 void put_json_number(std::ostream& out, T v) {
-    if (std::isnan(v)) { out << "\"nan\""; return; }
-    if (std::isinf(v)) { out << (v < 0 ? "\"-inf\"" : "\"inf\""); return; }
+    if (std::isnan(v)) {
+        out << "\"nan\"";
+        return;
+    }
+    if (std::isinf(v)) {
+        out << (v < 0 ? "\"-inf\"" : "\"inf\"");
+        return;
+    }
     char buf[40];
     auto r = std::to_chars(buf, buf + sizeof buf, v);
     out.write(buf, r.ptr - buf);
@@ -122,8 +128,10 @@ inline std::vector<std::string> wrap(const std::string& text, std::size_t width)
         word.clear();
     };
     for (char c : text) {
-        if (c == ' ') flush_word();
-        else word += c;
+        if (c == ' ')
+            flush_word();
+        else
+            word += c;
     }
     flush_word();
     if (!line.empty()) lines.push_back(line);

@@ -7,14 +7,14 @@
 // so do sanitizer reports, leaks, timeouts and the __builtin_trap of an oracle.
 #pragma once
 
-#include "attnscope/base/errors.hpp"
-#include "attnscope/io/read.hpp"
-#include "attnscope/io/write.hpp"
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <string_view>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
 
 namespace attnscope::fuzz {
 
@@ -45,8 +45,8 @@ bool accepts(F&& f) {
     __builtin_trap();
 }
 
-#define ATTNSCOPE_FUZZ_CHECK(cond) \
-    do {                           \
+#define ATTNSCOPE_FUZZ_CHECK(cond)                                                \
+    do {                                                                          \
         if (!(cond)) ::attnscope::fuzz::oracle_failed(#cond, __FILE__, __LINE__); \
     } while (0)
 

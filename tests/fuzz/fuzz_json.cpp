@@ -9,12 +9,12 @@
 //    only come from the strings "inf", "-inf", "nan";
 //  - a lone number is read as strtod reads it (both round correctly), and one too large
 //    for a double is refused, never read as infinity or anything else.
-#include "fuzz_common.hpp"
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "fuzz_common.hpp"
 
 using namespace attnscope;
 

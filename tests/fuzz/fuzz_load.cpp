@@ -28,12 +28,6 @@
 // 1e20 in float32); softmax then gives NaN with no warning. That is arithmetic, not a
 // broken reader, so those rows are exempt by default; set ATTNSCOPE_FUZZ_STRICT_NAN=1 to
 // treat any NaN in weights without a warning as a crash.
-#include "fuzz_common.hpp"
-#include "npz_mutator.hpp"
-
-#include "attnscope/core/attention.hpp"
-#include "attnscope/model/model.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -42,6 +36,11 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "attnscope/core/attention.hpp"
+#include "attnscope/model/model.hpp"
+#include "fuzz_common.hpp"
+#include "npz_mutator.hpp"
 
 using namespace attnscope;
 
@@ -58,8 +57,8 @@ struct Variant {
 };
 const Variant kVariants[4] = {
     {{}, 1},
-    {{"weights", "output"}, 1},                                  // scores streamed, weights kept
-    {{"output"}, 2},                                             // fully streamed, on 2 threads
+    {{"weights", "output"}, 1},  // scores streamed, weights kept
+    {{"output"}, 2},             // fully streamed, on 2 threads
     {{"scores", "mask", "masked_scores", "weights", "context"}, 2},
 };
 
@@ -92,13 +91,17 @@ void check_problem(const Problem<T>& p, const Spec& spec) {
     ATTNSCOPE_FUZZ_CHECK(d.H == spec.heads);
     ATTNSCOPE_FUZZ_CHECK(shape_is(p.x, {d.B, d.Tq, d.Dm}));
     ATTNSCOPE_FUZZ_CHECK(p.cross == p.memory.has_value());
-    if (p.memory) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.memory, {d.B, d.Tk, d.Dkv}));
-    else ATTNSCOPE_FUZZ_CHECK(d.Tk == d.Tq && d.Dkv == d.Dm);
+    if (p.memory)
+        ATTNSCOPE_FUZZ_CHECK(shape_is(*p.memory, {d.B, d.Tk, d.Dkv}));
+    else
+        ATTNSCOPE_FUZZ_CHECK(d.Tk == d.Tq && d.Dkv == d.Dm);
     ATTNSCOPE_FUZZ_CHECK(shape_is(p.W_Q, {d.Dm, d.H * d.Dk}));
     ATTNSCOPE_FUZZ_CHECK(shape_is(p.W_K, {d.Dkv, d.H * d.Dk}));
     ATTNSCOPE_FUZZ_CHECK(shape_is(p.W_V, {d.Dkv, d.H * d.Dv}));
-    if (p.W_O) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.W_O, {d.H * d.Dv, d.Dout}));
-    else ATTNSCOPE_FUZZ_CHECK(d.Dout == d.H * d.Dv && !p.b_O);
+    if (p.W_O)
+        ATTNSCOPE_FUZZ_CHECK(shape_is(*p.W_O, {d.H * d.Dv, d.Dout}));
+    else
+        ATTNSCOPE_FUZZ_CHECK(d.Dout == d.H * d.Dv && !p.b_O);
     if (p.b_Q) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_Q, {d.H * d.Dk}));
     if (p.b_K) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_K, {d.H * d.Dk}));
     if (p.b_V) ATTNSCOPE_FUZZ_CHECK(shape_is(*p.b_V, {d.H * d.Dv}));
@@ -166,8 +169,7 @@ void check_trace(const Problem<T>& p, const Trace<T>& tr) {
             bool any = false;
             for (std::size_t j = 0; j < Tk; ++j) {
                 bool pad = p.mask.key_padding() && (*p.mask.key_padding())(b, j);
-                bool future = p.spec.causal &&
-                              (p.spec.causal_align == CausalAlign::top_left ? j > i : j + Tq > i + Tk);
+                bool future = p.spec.causal && (p.spec.causal_align == CausalAlign::top_left ? j > i : j + Tq > i + Tk);
                 bool visible = !pad && !future;
                 ATTNSCOPE_FUZZ_CHECK(tr.mask(b, i, j) == visible);
                 any |= visible;

@@ -6,12 +6,12 @@
 //  - a numeric array survives a round trip through our own writer: encoded again as
 //    float64 .npy (npy_header + raw doubles) and read back, it has the same shape and
 //    bit-identical values.
-#include "fuzz_common.hpp"
-
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "fuzz_common.hpp"
 
 using namespace attnscope;
 

@@ -206,7 +206,11 @@ inline std::size_t mutate_npz(std::uint8_t* data, std::size_t size, std::size_t 
         s.resize(LLVMFuzzerMutate(reinterpret_cast<std::uint8_t*>(s.data()), n, s.size()));
     };
     switch (rng() % 10) {
-        case 0: case 1: case 2: case 3: case 4:  // a member's bytes: its .npy header and data
+        case 0:
+        case 1:
+        case 2:
+        case 3:
+        case 4:  // a member's bytes: its .npy header and data
             mutate_string(m.data, std::min<std::size_t>(max_size, m.data.size() * 2 + 64));
             break;
         case 5:  // a member's name ("x.npy", "expected/W_Q.npy", ...)

@@ -1,10 +1,10 @@
 // attnscope — analysis: how two runs differ, stage by stage.
 #pragma once
 
-#include "attnscope/core/view.hpp"
-
 #include <cstddef>
 #include <vector>
+
+#include "attnscope/core/view.hpp"
 
 namespace attnscope {
 

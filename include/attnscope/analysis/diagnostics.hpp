@@ -8,10 +8,10 @@
 // weight on a tiny value contributes little).
 #pragma once
 
-#include "attnscope/core/view.hpp"
-
 #include <cstddef>
 #include <vector>
+
+#include "attnscope/core/view.hpp"
 
 namespace attnscope {
 
@@ -22,9 +22,9 @@ struct RowDiagnostics {
     double effective_keys = 0;  // exp(entropy): how many keys the row really spreads over
     double max_weight = 0;
     std::size_t max_key = 0;
-    double row_sum = 0;         // 1, or 0 for a fully masked row
-    double score_spread_raw = 0;     // max - min of the visible q_i · k_j before scaling
-    double score_spread_scaled = 0;  // ... and after
+    double row_sum = 0;                // 1, or 0 for a fully masked row
+    double score_spread_raw = 0;       // max - min of the visible q_i · k_j before scaling
+    double score_spread_scaled = 0;    // ... and after
     std::vector<double> contribution;  // ||w_ij · v_j|| per key j
     std::size_t max_contribution_key = 0;
     bool fully_masked = false, nearly_uniform = false, nearly_one_hot = false;

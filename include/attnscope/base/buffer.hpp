@@ -7,8 +7,6 @@
 // allocation: a buffer costs only what is written into it.
 #pragma once
 
-#include <xtensor/xtensor.hpp>
-
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
@@ -16,6 +14,7 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#include <xtensor/xtensor.hpp>
 
 namespace attnscope {
 
@@ -26,7 +25,7 @@ void release_large(void* p) noexcept;
 // region of the .npy file a stage is dumped to, mapped shared, so that computing the
 // stage writes the file (no second copy of it in memory, no write() afterwards).
 class Placement {
-public:
+   public:
     virtual ~Placement() = default;
     virtual void* data() const = 0;
     virtual std::size_t bytes() const = 0;
@@ -38,7 +37,7 @@ public:
 // ownership of the placement until it frees its storage. Any other allocation is
 // unaffected. A null `where` places nothing.
 class PlaceNext {
-public:
+   public:
     explicit PlaceNext(std::shared_ptr<Placement> where);
     ~PlaceNext();
     bool placing() const;  // a placement is given and not yet taken
@@ -64,9 +63,13 @@ struct HugePageAllocator {
         ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
     }
     template <typename U>
-    bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
+    bool operator==(const HugePageAllocator<U>&) const noexcept {
+        return true;
+    }
     template <typename U>
-    bool operator!=(const HugePageAllocator<U>&) const noexcept { return false; }
+    bool operator!=(const HugePageAllocator<U>&) const noexcept {
+        return false;
+    }
 };
 
 // A flat working buffer, huge-page backed when large.

@@ -22,7 +22,7 @@ namespace attnscope {
 std::string spell_fields(std::string_view message, const std::function<std::string(std::string_view)>& spell);
 
 class Error : public std::runtime_error {
-public:
+   public:
     explicit Error(const std::string& message)
         : std::runtime_error(spell_fields(message, [](std::string_view f) { return std::string(f); })),
           message_(message) {}
@@ -31,7 +31,7 @@ public:
         return spell_fields(message_, spell);
     }
 
-private:
+   private:
     std::string message_;
 };
 

@@ -22,22 +22,21 @@
 // make_problem() (model.hpp) validates, attend() computes.
 #pragma once
 
-#include "attnscope/base/buffer.hpp"
-#include "attnscope/core/stages.hpp"
-#include "attnscope/model/model.hpp"
-
-#include <xtensor/xtensor.hpp>
-
 #include <array>
 #include <atomic>
 #include <bitset>
-#include <optional>
+#include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
-#include <cstddef>
 #include <string_view>
 #include <vector>
+#include <xtensor/xtensor.hpp>
+
+#include "attnscope/base/buffer.hpp"
+#include "attnscope/core/stages.hpp"
+#include "attnscope/model/model.hpp"
 
 namespace attnscope {
 

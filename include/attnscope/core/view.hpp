@@ -2,15 +2,15 @@
 // the stages in pipeline order, each with its axis names, shape, formula and data.
 #pragma once
 
-#include "attnscope/core/attention.hpp"
-#include "attnscope/io/write.hpp"
-#include "attnscope/model/model.hpp"
-
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "attnscope/core/attention.hpp"
+#include "attnscope/io/write.hpp"
+#include "attnscope/model/model.hpp"
 
 namespace attnscope {
 
@@ -31,8 +31,8 @@ struct StageView {
 
 // Everything a report shows about one run.
 struct TraceView {
-    std::string source;       // the bundle's file name
-    std::string dtype;        // "float32" | "float64"
+    std::string source;  // the bundle's file name
+    std::string dtype;   // "float32" | "float64"
     Spec spec;
     Dims dims;
     bool batched = true;

@@ -63,8 +63,8 @@ extern template NonFinite copy_numbers<double>(const Array&, double*);
 
 // Named arrays from one source (an .npz archive, a JSON object, or single files).
 struct Bundle {
-    std::string source;                  // file name, or "<stdin>"
-    std::map<std::string, Array> arrays; // by name, e.g. "x", "W_Q", "query_tokens"
+    std::string source;                   // file name, or "<stdin>"
+    std::map<std::string, Array> arrays;  // by name, e.g. "x", "W_Q", "query_tokens"
 };
 
 // "(2, 3, 4)", "(5,)", "()" — numpy's spelling, used in every shape message.

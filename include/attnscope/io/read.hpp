@@ -4,13 +4,13 @@
 // truncated files and mis-parses headers, so it is not used for anything a user hands us.
 #pragma once
 
-#include "attnscope/io/array.hpp"
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include "attnscope/io/array.hpp"
 
 namespace attnscope {
 

@@ -40,7 +40,7 @@ std::string npy_header(const OutArray& a, std::size_t align = 64);
 // a link to one: the link itself is replaced) is replaced, never a device, FIFO,
 // directory or dangling link, even one that appeared after the run began.
 class AtomicFile {
-public:
+   public:
     explicit AtomicFile(std::string target, bool replace = true);
     ~AtomicFile();
     AtomicFile(const AtomicFile&) = delete;
@@ -55,7 +55,7 @@ public:
     const std::string& target() const { return target_; }
     int fd() const { return fd_; }  // the open temporary (-1 once closed), e.g. to map it
 
-private:
+   private:
     std::string target_, temp_;
     int fd_ = -1;
     int slot_ = -1;  // register_unfinished's, while the temporary exists
@@ -75,11 +75,11 @@ void remove_unfinished_outputs() noexcept;
 // An std::ostream into an AtomicFile, for text outputs (HTML, SVG). Write errors surface
 // as RuntimeFailure from commit().
 class AtomicTextFile : public std::ostream {
-public:
+   public:
     explicit AtomicTextFile(std::string target, bool replace = true);
     void commit();
 
-private:
+   private:
     struct Buf : std::streambuf {
         explicit Buf(AtomicFile& f) : file(f) { setp(data, data + sizeof data); }
         int_type overflow(int_type c) override;

@@ -11,18 +11,17 @@
 // explicit positions and additive biases extend this object, not its callers.
 #pragma once
 
-#include <xtensor/xtensor.hpp>
-
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <xtensor/xtensor.hpp>
 
 namespace attnscope {
 
 enum class CausalAlign { top_left, bottom_right };
 
 class MaskRule {
-public:
+   public:
     MaskRule() = default;  // nothing hidden
     // `key_padding`: (B, Tk), true = PAD, or none.
     MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, std::optional<xt::xtensor<bool, 2>> key_padding,
@@ -45,7 +44,7 @@ public:
     // In words, for headings: "causal: j <= i", "key j is not PAD", "not PAD, and j <= i + Tk - Tq".
     std::string causal_rule() const;
 
-private:
+   private:
     std::size_t B_ = 0, Tq_ = 0, Tk_ = 0;
     std::optional<xt::xtensor<bool, 2>> padding_;  // (B, Tk), true = PAD
     bool causal_ = false;

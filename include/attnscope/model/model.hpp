@@ -14,17 +14,16 @@
 // key_padding_mask follows PyTorch: 1/true = PAD = this key is ignored.
 #pragma once
 
-#include "attnscope/base/buffer.hpp"
-#include "attnscope/io/array.hpp"
-#include "attnscope/model/mask.hpp"
-
-#include <xtensor/xtensor.hpp>
-
 #include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+#include <xtensor/xtensor.hpp>
+
+#include "attnscope/base/buffer.hpp"
+#include "attnscope/io/array.hpp"
+#include "attnscope/model/mask.hpp"
 
 namespace attnscope {
 
@@ -39,8 +38,8 @@ struct Spec {
     CausalAlign causal_align = CausalAlign::top_left;  // bottom_right: query i sits at i + Tk - Tq
     Layout layout = Layout::math;
     // Experiments
-    double temperature = 1;                 // default scale becomes 1/(sqrt(Dk) * temperature)
-    std::optional<std::size_t> zero_key;    // set key vector j (every head, every item) to 0
+    double temperature = 1;               // default scale becomes 1/(sqrt(Dk) * temperature)
+    std::optional<std::size_t> zero_key;  // set key vector j (every head, every item) to 0
 };
 
 // Sizes, in the names of the shape legend (see attention.hpp).
@@ -51,7 +50,7 @@ struct Dims {
 // Token labels: a list per batch item, or one list that every item shares (never
 // copied per item: a (Tq,) list serves a batch of any size). Copies share the strings.
 class TokenLabels {
-public:
+   public:
     TokenLabels() = default;
     // One list for all `items` batch items.
     static TokenLabels shared(std::vector<std::string> list, std::size_t items);
@@ -64,7 +63,7 @@ public:
     std::size_t bytes() const;  // what the labels hold in memory
     bool same_as(const TokenLabels& o) const { return lists_ == o.lists_; }
 
-private:
+   private:
     std::shared_ptr<const std::vector<std::vector<std::string>>> lists_;
     std::size_t items_ = 0;
 };
@@ -78,12 +77,12 @@ struct Problem {
     T scale = T(1);
     std::string scale_source;  // how the scale was chosen, for reports: "1/sqrt(Dk) = 1/sqrt(4)"
 
-    Tensor<T, 3> x;                    // (B, Tq, Dm)
-    std::optional<Tensor<T, 3>> memory; // (B, Tk, Dkv), cross-attention only
-    Tensor<T, 2> W_Q, W_K, W_V;        // (Dm, H*Dk), (Dkv, H*Dk), (Dkv, H*Dv)
-    std::optional<Tensor<T, 2>> W_O;   // (H*Dv, Dout)
+    Tensor<T, 3> x;                                  // (B, Tq, Dm)
+    std::optional<Tensor<T, 3>> memory;              // (B, Tk, Dkv), cross-attention only
+    Tensor<T, 2> W_Q, W_K, W_V;                      // (Dm, H*Dk), (Dkv, H*Dk), (Dkv, H*Dv)
+    std::optional<Tensor<T, 2>> W_O;                 // (H*Dv, Dout)
     std::optional<Tensor<T, 1>> b_Q, b_K, b_V, b_O;  // (H*Dk), (H*Dk), (H*Dv), (Dout)
-    MaskRule mask;  // key padding (B, Tk) true = PAD, causal and its alignment
+    MaskRule mask;                                   // key padding (B, Tk) true = PAD, causal and its alignment
 
     TokenLabels query_tokens, key_tokens;  // (B, Tq) and (B, Tk), empty when not given
     std::vector<std::string> warnings;     // e.g. non-finite input values

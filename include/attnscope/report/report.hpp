@@ -2,16 +2,16 @@
 // and .npy/.npz dumps for numpy. Knows nothing of how the trace was computed.
 #pragma once
 
-#include "attnscope/analysis/diagnostics.hpp"
-#include "attnscope/core/view.hpp"
-#include "attnscope/io/write.hpp"
-
 #include <cstddef>
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/core/view.hpp"
+#include "attnscope/io/write.hpp"
 
 namespace attnscope {
 
@@ -20,8 +20,8 @@ namespace attnscope {
 enum class ColorMode { none, c256, truecolor };
 
 struct TextOptions {
-    std::vector<std::string> stages;                 // which stages, pipeline order
-    std::vector<std::size_t> batches, heads;         // which items and heads; empty = all
+    std::vector<std::string> stages;          // which stages, pipeline order
+    std::vector<std::size_t> batches, heads;  // which items and heads; empty = all
     int decimals = 4;
     std::size_t edgeitems = 3;  // an axis longer than 2*edgeitems + 2 shows its ends around "…"
     bool full = false;          // never summarise
@@ -29,7 +29,7 @@ struct TextOptions {
     bool panels = false;        // scores | masked_scores | weights side by side, per head
     bool explain = false;       // narrate each stage: formula, shapes with numbers, masks
     ColorMode color = ColorMode::none;
-    std::size_t width = 80;     // terminal columns, for heads side by side
+    std::size_t width = 80;  // terminal columns, for heads side by side
 };
 
 // Heatmaps of one (Tq, Tk) stage for the chosen batch items and heads, several heads
@@ -42,7 +42,8 @@ void write_heatmaps(std::ostream& out, const TraceView& view, const StageView& s
 // Compute::keep; a view missing one refuses with UsageError.
 inline const StageSet kHeatmapNeeds = StageSet().set(kMask);  // masked cells are marked
 inline const StageSet kPanelsNeeds = StageSet().set(kScores).set(kMaskedScores).set(kWeights).set(kMask);
-inline const StageSet kCellNeeds = StageSet().set(kQ).set(kK).set(kV).set(kScores).set(kMask).set(kMaskedScores).set(kWeights).set(kContext);
+inline const StageSet kCellNeeds =
+    StageSet().set(kQ).set(kK).set(kV).set(kScores).set(kMask).set(kMaskedScores).set(kWeights).set(kContext);
 
 // For each chosen batch item and head: scores | masked_scores | weights side by side.
 void write_panels(std::ostream& out, const TraceView& view, const TextOptions& options);
@@ -82,8 +83,7 @@ void write_html(std::ostream& out, const TraceView& view, const std::vector<std:
 
 // One stage of one batch item and head as a self-contained SVG heatmap (for slides),
 // with token labels, a colour legend, and masked cells marked.
-void write_svg(std::ostream& out, const TraceView& view, const std::string& stage, std::size_t batch,
-               std::size_t head);
+void write_svg(std::ostream& out, const TraceView& view, const std::string& stage, std::size_t batch, std::size_t head);
 
 // The chosen stages as .npy files NAME.npy in a directory (created if needed), or as one
 // .npz archive when `path` ends in ".npz". Every file is written under a temporary name
@@ -100,7 +100,7 @@ bool dump_is_npz(const std::string& path);  // the archive form of write_dump
 // uncommitted, it leaves nothing behind (nor the directory, if it created it). An .npz
 // dump places nothing.
 class Dump {
-public:
+   public:
     // `replace`: whether existing files may be replaced (AtomicFile's rule).
     Dump(std::string path, std::vector<std::string> stages, bool replace = true);
     ~Dump();
@@ -111,7 +111,7 @@ public:
     std::shared_ptr<Placement> place(const std::string& name, std::size_t bytes);
     void commit(const TraceView& view);
 
-private:
+   private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

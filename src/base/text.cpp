@@ -4,11 +4,8 @@
 #include <cstdio>
 
 namespace attnscope {
-namespace {
 
-// Length of the well-formed UTF-8 sequence at s[k] (RFC 3629: no overlong forms, no
-// surrogates, nothing past U+10FFFF), or 0.
-std::size_t utf8_length(std::string_view s, std::size_t k) {
+std::size_t utf8_sequence_length(std::string_view s, std::size_t k) {
     const auto at = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
     const unsigned char c = at(k);
     std::size_t n = c < 0x80                 ? 1
@@ -26,6 +23,8 @@ std::size_t utf8_length(std::string_view s, std::size_t k) {
     return n;
 }
 
+namespace {
+
 void put_hex(std::string& out, unsigned char c) {
     char buf[8];
     std::snprintf(buf, sizeof buf, "\\x%02x", c);
@@ -39,7 +38,7 @@ std::string escape_control(std::string_view s) {
     out.reserve(s.size());
     for (std::size_t k = 0; k < s.size();) {
         const unsigned char c = static_cast<unsigned char>(s[k]);
-        const std::size_t n = utf8_length(s, k);
+        const std::size_t n = utf8_sequence_length(s, k);
         if (n == 1 && c >= 0x20 && c != 0x7f) {
             out += char(c);
         } else if (n == 1) {

@@ -493,35 +493,6 @@ Held compute_all(const RunOptions& o, std::size_t limit) {
                                 : compute_all<double>(bundle, spec, o.threads, limit);
 }
 
-// A JSON string: quotes, backslashes and control characters escaped; an invalid UTF-8
-// byte becomes U+FFFD, so the document stays valid whatever the argument held.
-std::string json_string(const std::string& s) {
-    std::string out = "\"";
-    for (std::size_t k = 0; k < s.size();) {
-        const unsigned char c = static_cast<unsigned char>(s[k]);
-        if (c == '"' || c == '\\') {
-            out += '\\', out += char(c), ++k;
-        } else if (c < 0x20 || c == 0x7f) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf, ++k;
-        } else if (c < 0x80) {
-            out += char(c), ++k;
-        } else {
-            // A well-formed sequence: a lead byte, then its continuation bytes (no overlong
-            // two-byte forms, nothing past U+10FFFF).
-            const std::size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-            bool ok = n > 0 && k + n <= s.size();
-            for (std::size_t i = 1; ok && i < n; ++i) ok = (static_cast<unsigned char>(s[k + i]) & 0xc0) == 0x80;
-            if (ok)
-                out.append(s, k, n), k += n;
-            else
-                out += "\xef\xbf\xbd", ++k;
-        }
-    }
-    return out + "\"";
-}
-
 std::vector<std::string> split_words(const std::string& s) {
     std::vector<std::string> out;
     std::string w;
@@ -586,36 +557,6 @@ void check_compare_options(const RunOptions& o) {
                              " belongs to a single run (run it without --compare)");
 }
 
-// The comparison as one JSON document: both runs' options and, per stage, the differences.
-void write_compare_json(const std::vector<std::string>& extra, const Held& A, const Held& B) {
-    auto num = [](double v) {
-        if (std::isnan(v)) return std::string("\"nan\"");
-        if (std::isinf(v)) return std::string(v < 0 ? "\"-inf\"" : "\"inf\"");
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.17g", v);
-        return std::string(buf);
-    };
-    auto list = [](const std::vector<std::size_t>& v) {
-        std::string s = "[";
-        for (std::size_t k = 0; k < v.size(); ++k) s += (k ? "," : "") + std::to_string(v[k]);
-        return s + "]";
-    };
-    std::cout << "{\"compare\":{\"b_adds\":[";
-    for (std::size_t k = 0; k < extra.size(); ++k) std::cout << (k ? "," : "") << json_string(extra[k]);
-    std::cout << "],\"scale\":{\"a\":" << num(A.view.scale) << ",\"b\":" << num(B.view.scale) << "}},\"stages\":{";
-    bool first = true;
-    for (const StageDiff& d : compare_stages(A.view, B.view)) {
-        std::cout << (first ? "" : ",") << '"' << stage_name(d.id) << "\":{\"shape_a\":" << list(d.shape_a)
-                  << ",\"shape_b\":" << list(d.shape_b);
-        if (d.same_shape)
-            std::cout << ",\"max_abs_diff\":" << num(d.max_abs) << ",\"at\":" << (d.at.empty() ? "null" : list(d.at))
-                      << ",\"mean_abs_diff\":" << num(d.mean_abs);
-        std::cout << '}';
-        first = false;
-    }
-    std::cout << "}}\n";
-}
-
 // Prints, stage by stage, how run B differs from run A.
 int run_compare(const RunOptions& a) {
     check_compare_options(a);
@@ -624,7 +565,7 @@ int run_compare(const RunOptions& a) {
     const std::size_t limit = memory_limit(a);
     const Held A = compute_all(a, limit), B = compute_all(b, limit);
     if (a.json) {
-        write_compare_json(extra, A, B);
+        write_compare_json(std::cout, extra, A.view.scale, B.view.scale, compare_stages(A.view, B.view));
         std::cout.flush();
         if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
         return 0;

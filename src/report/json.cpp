@@ -5,43 +5,47 @@
 #include <cmath>
 #include <ostream>
 
+#include "attnscope/analysis/compare.hpp"
 #include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/base/text.hpp"
 #include "attnscope/report/report.hpp"
 #include "text_util.hpp"
 
 namespace attnscope {
 namespace {
 
+// A JSON string: quotes, backslashes and control characters escaped; a byte that is not
+// part of well-formed UTF-8 (a file name may hold any bytes) becomes U+FFFD, so the
+// document stays valid JSON.
 void put_string(std::ostream& out, const std::string& s) {
     out << '"';
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"':
-                out << "\\\"";
-                break;
-            case '\\':
-                out << "\\\\";
-                break;
-            case '\n':
-                out << "\\n";
-                break;
-            case '\t':
-                out << "\\t";
-                break;
-            case '\r':
-                out << "\\r";
-                break;
-            default:
-                if (c < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    out << buf;
-                } else {
-                    out << char(c);
-                }
+    for (std::size_t k = 0; k < s.size();) {
+        const unsigned char c = static_cast<unsigned char>(s[k]);
+        const std::size_t n = utf8_sequence_length(s, k);
+        if (n > 1) {
+            out.write(s.data() + k, std::streamsize(n));
+        } else if (n == 0) {
+            out << "\xef\xbf\xbd";
+        } else if (c == '"' || c == '\\') {
+            out << '\\' << char(c);
+        } else if (c == '\n' || c == '\t' || c == '\r') {
+            out << (c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r");
+        } else if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out << buf;
+        } else {
+            out << char(c);
         }
+        k += n ? n : 1;
     }
     out << '"';
+}
+
+void put_index(std::ostream& out, const std::vector<std::size_t>& v) {
+    out << '[';
+    for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
+    out << ']';
 }
 
 void put_stage_data(std::ostream& out, const StageView& s) {
@@ -172,6 +176,40 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
         put_stage(out, v, v.stage(name));
     }
     out << "\n}}\n";
+}
+
+void write_compare_json(std::ostream& out, const std::vector<std::string>& b_adds, double scale_a, double scale_b,
+                        const std::vector<StageDiff>& diffs) {
+    out << "{\"compare\":{\"b_adds\":[";
+    for (std::size_t k = 0; k < b_adds.size(); ++k) {
+        if (k) out << ',';
+        put_string(out, b_adds[k]);
+    }
+    out << "],\"scale\":{\"a\":";
+    text::put_json_number(out, scale_a);
+    out << ",\"b\":";
+    text::put_json_number(out, scale_b);
+    out << "}},\"stages\":{";
+    for (std::size_t k = 0; k < diffs.size(); ++k) {
+        const StageDiff& d = diffs[k];
+        out << (k ? "," : "") << '"' << stage_info(d.id).name << "\":{\"shape_a\":";
+        put_index(out, d.shape_a);
+        out << ",\"shape_b\":";
+        put_index(out, d.shape_b);
+        if (d.same_shape) {
+            out << ",\"max_abs_diff\":";
+            text::put_json_number(out, d.max_abs);
+            out << ",\"at\":";
+            if (d.at.empty())
+                out << "null";
+            else
+                put_index(out, d.at);
+            out << ",\"mean_abs_diff\":";
+            text::put_json_number(out, d.mean_abs);
+        }
+        out << '}';
+    }
+    out << "}}\n";
 }
 
 }  // namespace attnscope

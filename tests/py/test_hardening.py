@@ -187,6 +187,15 @@ class NumbersAndMessages(CliTestCase):
                 self.assert_error(r, name, "(8, 0)")
                 self.assertNotIn("W_K", r.err)
 
+    def test_json_stays_valid_for_a_file_name_that_is_not_utf8(self):
+        name = os.fsencode(str(self.tmp)) + b"/bad\xff.npz"
+        with open(name, "wb") as f:
+            np.savez(f, **bundle_g())
+        r = common.run("run", os.fsdecode(name), "--json")
+        self.assertEqual(r.code, 0, r)
+        doc = json.loads(r.out.decode("utf-8"))  # strict UTF-8: the raw byte is replaced
+        self.assertIn("bad\ufffd.npz", doc["config"]["source"])
+
     def test_errors_echo_nothing_a_terminal_acts_on(self):
         bad = self.path("esc.json")
         bad.write_text('{"x\\u001b[31mRED\\u0007": [[1]], "x": [[1, 2]]}', encoding="utf-8")

@@ -13,6 +13,10 @@ namespace attnscope {
 // "\xNN". Printable text, UTF-8 included, is kept as it is. Never longer than 4x `s`.
 std::string escape_control(std::string_view s);
 
+// Length in bytes of the well-formed UTF-8 sequence starting at s[k] (RFC 3629: no
+// overlong forms, no surrogates, nothing past U+10FFFF), or 0 when there is none.
+std::size_t utf8_sequence_length(std::string_view s, std::size_t k);
+
 // `s` cut to at most `max_bytes` (on a UTF-8 character boundary), with
 // "... (N bytes in all)" after it when it was longer: for echoing a fragment of input.
 std::string clip_fragment(std::string_view s, std::size_t max_bytes = 80);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/analysis/compare.hpp"
 #include "attnscope/analysis/diagnostics.hpp"
 #include "attnscope/core/view.hpp"
 #include "attnscope/io/write.hpp"
@@ -122,5 +123,10 @@ void write_diagnostics_text(std::ostream& out, const TraceView& view, const std:
 
 // --diagnose for --json: an array of row objects (no surrounding document).
 void write_diagnostics_json(std::ostream& out, const std::vector<RowDiagnostics>& rows);
+
+// --compare --json: one document with the words run B added, both scales, and per stage
+// the shapes, the largest difference, where it is, and the mean difference.
+void write_compare_json(std::ostream& out, const std::vector<std::string>& b_adds, double scale_a, double scale_b,
+                        const std::vector<StageDiff>& diffs);
 
 }  // namespace attnscope

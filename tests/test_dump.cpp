@@ -103,8 +103,13 @@ void dump_and_compare(bool padded) {
         const Trace<T> placed = attend(p, how);
         CHECK(asked.size() == stages.size());  // every kept stage is offered a place once
         // In the files already, under temporary names, before the commit.
-        CHECK(TempDir::entries_of(out).size() == 3);  // scores, masked_scores, weights (≥ 1 MiB), as temporaries
-        CHECK(!placed.masked_is_scores);              // masked_scores has its own file
+        // scores, masked_scores, weights (≥ 1 MiB), as temporaries in a temporary
+        // directory beside the dump's path
+        const auto beside = dir.entries();
+        REQUIRE(beside.size() == 1);
+        CHECK(beside.begin()->rfind("dump.tmp-", 0) == 0);
+        CHECK(TempDir::entries_of(dir / *beside.begin()).size() == 3);
+        CHECK(!placed.masked_is_scores);  // masked_scores has its own file
         CHECK(maxdiff(placed.scores, plain.scores) == 0.0);
         CHECK(maxdiff(placed.weights, plain.weights) == 0.0);
         CHECK(maxdiff(placed.output, plain.output) == 0.0);
@@ -190,9 +195,12 @@ TEST_CASE("dump: a dump never committed leaves nothing behind") {
         {
             Dump dump(out, {"scores", "weights"});
             REQUIRE(dump.place("scores", 2 << 20) != nullptr);
-            CHECK(TempDir::entries_of(out).size() == 1);  // the temporary
+            CHECK(!exists(out));  // built beside it, as a whole
+            const auto beside = dir.entries();
+            REQUIRE(beside.size() == 1);
+            CHECK(TempDir::entries_of(dir / *beside.begin()).size() == 1);  // the temporary
         }
-        CHECK(!exists(out));
+        CHECK(dir.entries().empty());
     }
     SUBCASE("an existing directory keeps exactly what it had") {
         const std::string keep = dir / "scores.npy";
@@ -241,7 +249,11 @@ TEST_CASE("dump: an .npz dump places nothing and a file in the way is refused fi
     CHECK_THROWS_AS(Dump(blocker, {"scores"}), UsageError);
     REQUIRE(::mkdir((dir / "d").c_str(), 0777) == 0);
     REQUIRE(::mkdir((dir / "d/scores.npy").c_str(), 0777) == 0);
-    CHECK_THROWS_AS(Dump(dir / "d", {"scores"}), RuntimeFailure);
+    CHECK_THROWS_WITH_AS(Dump(dir / "d", {"scores"}, false), doctest::Contains("not a regular file"), RuntimeFailure);
+    // --force replaces a dump directory as a whole, and refuses one that holds anything
+    // a dump would not.
+    CHECK_THROWS_WITH_AS(Dump(dir / "d", {"scores"}), doctest::Contains("holds other files (scores.npy)"), UsageError);
+    CHECK(TempDir::entries_of(dir / "d") == std::set<std::string>{"scores.npy"});
 }
 
 TEST_CASE("threads: the same stages, bit for bit, on one thread and on several") {

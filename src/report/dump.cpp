@@ -1,11 +1,14 @@
 // .npy / .npz dumps of the chosen stages, every file committed only once all are written.
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -46,11 +49,25 @@ class MappedRegion : public Placement {
 
 bool dump_is_npz(const std::string& path) { return path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0; }
 
+// How a directory dump reaches its path.
+enum class DumpMode {
+    fresh,     // the path is new: the dump is built in a temporary directory beside it,
+               // which is renamed into place once complete (claiming the name)
+    exchange,  // --force over an old dump directory: built beside it likewise, then the
+               // two are exchanged at once and the old one removed
+    into       // an existing directory without --force: files added one by one (none
+               // exists yet; each is claimed)
+};
+
 struct Dump::Impl {
-    std::string path;
+    std::string path;  // where the dump is to be
+    std::string dir;   // where its files are written: path, or a temporary directory beside it
     std::vector<std::string> stages;
-    bool npz = false, created = false, committed = false, replace = true;
-    int slot = -1;  // the created directory's, in the unfinished outputs
+    DumpMode mode = DumpMode::into;
+    bool npz = false, committed = false, replace = true;
+    int slot = -1;                  // the temporary directory's, in the unfinished outputs
+    std::vector<int> file_slots;    // its files', listed before they take their names
+    std::vector<std::string> done;  // the files that took their names, until committed
     struct Placed {
         AtomicFile file;
         std::shared_ptr<Placement> region;
@@ -58,44 +75,94 @@ struct Dump::Impl {
     std::map<std::string, Placed> placed;
 };
 
+namespace {
+
+// A new directory beside `path`, listed for the signal handlers before it exists.
+std::string make_temp_dir(const std::string& path, int& slot) {
+    static unsigned counter = 0;
+    for (int attempt = 0;; ++attempt) {
+        char suffix[32];
+        std::snprintf(suffix, sizeof suffix, ".tmp-%06x",
+                      unsigned(::getpid() * 2654435761u + counter++ * 40503u) & 0xffffffu);
+        const std::string dir = path + suffix;
+        slot = register_unfinished(dir, true);
+        if (::mkdir(dir.c_str(), 0777) == 0) return dir;
+        const int err = errno;
+        unregister_unfinished(slot);
+        slot = -1;
+        if (err != EEXIST || attempt == 100)
+            throw RuntimeFailure("{dump} " + path + ": cannot create directory: " + std::strerror(err));
+    }
+}
+
+// The names in a directory that an attnscope dump would not hold (anything but STAGE.npy).
+std::vector<std::string> foreign_entries(const std::string& dir) {
+    std::vector<std::string> out;
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) throw RuntimeFailure("{dump} " + dir + ": cannot read directory: " + std::strerror(errno));
+    while (const dirent* e = ::readdir(d)) {
+        const std::string n = e->d_name;
+        if (n == "." || n == "..") continue;
+        const bool stage =
+            n.size() > 4 && n.compare(n.size() - 4, 4, ".npy") == 0 && find_stage(n.substr(0, n.size() - 4));
+        struct stat st {};
+        if (!stage || ::lstat((dir + "/" + n).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) out.push_back(n);
+    }
+    ::closedir(d);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+// Removes a dump directory's stage files, then the directory (empty by then).
+void remove_dump_dir(const std::string& dir) {
+    for (const StageInfo& s : stage_table()) ::unlink((dir + "/" + std::string(s.name) + ".npy").c_str());
+    ::rmdir(dir.c_str());
+}
+
+}  // namespace
+
 Dump::Dump(std::string path, std::vector<std::string> stages, bool replace) : impl_(std::make_unique<Impl>()) {
-    impl_->replace = replace;
     Impl& d = *impl_;
+    d.replace = replace;
     d.path = std::move(path);
     d.stages = std::move(stages);
     d.npz = dump_is_npz(d.path);
     if (d.npz) return;
-    struct stat st {};
-    if (::stat(d.path.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode))
+    const std::string found = describe_path(d.path);
+    if (found == "absent") {
+        d.mode = DumpMode::fresh;
+    } else if (found != "a directory") {
+        throw UsageError("{dump} " + d.path + ": exists and is not a directory (a dump is a directory or a .npz file)");
+    } else if (replace) {
+        // The old dump is replaced as a whole (no stale stage from an earlier run stays);
+        // a directory holding anything else is not a dump to delete.
+        const auto foreign = foreign_entries(d.path);
+        if (!foreign.empty())
             throw UsageError("{dump} " + d.path +
-                             ": exists and is not a directory (a dump is a directory or a .npz file)");
-    } else if (d.slot = register_unfinished(d.path, true); ::mkdir(d.path.c_str(), 0777) == 0) {
-        d.created = true;  // listed for the signal handlers before it existed
+                             ": {force} replaces a dump directory as a whole, and this one holds " + "other files (" +
+                             foreign[0] + (foreign.size() > 1 ? ", ..." : "") + "); choose another directory");
+        d.mode = DumpMode::exchange;
     } else {
-        unregister_unfinished(d.slot);
-        d.slot = -1;
-        throw RuntimeFailure("{dump} " + d.path + ": cannot create directory: " + std::strerror(errno));
+        d.mode = DumpMode::into;
+        // Refuse before writing anything when a target cannot be replaced by a file, so a
+        // failed dump never leaves old and new stages mixed.
+        for (const auto& name : d.stages)
+            check_output_target(d.path + "/" + name + ".npy", false,
+                                "{dump} " + d.path + ": " + d.path + "/" + name + ".npy");
     }
-    // Refuse before writing anything when a target cannot be replaced by a file, so a
-    // failed dump never leaves old and new stages mixed.
-    for (const auto& name : d.stages) {
-        std::string target = d.path + "/" + name + ".npy";
-        if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-            if (d.created) ::rmdir(d.path.c_str());
-            d.created = false;
-            unregister_unfinished(d.slot);
-            throw RuntimeFailure("{dump} " + d.path + ": cannot write " + target +
-                                 ": it exists and is not a regular file");
-        }
-    }
+    d.dir = d.mode == DumpMode::into ? d.path : make_temp_dir(d.path, d.slot);
 }
 
 Dump::~Dump() {
     if (!impl_) return;
-    impl_->placed.clear();  // removes the uncommitted temporaries
-    if (impl_->created && !impl_->committed) ::rmdir(impl_->path.c_str());
-    unregister_unfinished(impl_->slot);
+    Impl& d = *impl_;
+    d.placed.clear();  // removes the uncommitted temporaries
+    if (!d.committed) {
+        if (d.mode != DumpMode::into && !d.dir.empty()) remove_dump_dir(d.dir);
+        for (const auto& done : d.done) ::unlink(done.c_str());  // claimed by this run
+    }
+    for (int slot : d.file_slots) unregister_unfinished(slot);
+    unregister_unfinished(d.slot);
 }
 
 std::shared_ptr<Placement> Dump::place(const std::string& name, std::size_t bytes) {
@@ -103,7 +170,7 @@ std::shared_ptr<Placement> Dump::place(const std::string& name, std::size_t byte
     if (d.npz || bytes < kPlaceMin || d.placed.count(name) ||
         std::find(d.stages.begin(), d.stages.end(), name) == d.stages.end())
         return nullptr;
-    AtomicFile file(d.path + "/" + name + ".npy", d.replace);
+    AtomicFile file(d.dir + "/" + name + ".npy", d.mode == DumpMode::into ? false : d.replace);
     // Reserve the blocks now: a full disk is an error here, never a fault while storing
     // into the mapping. A file system without fallocate gets ordinary memory and write().
     const off_t size = off_t(kPage + bytes);
@@ -118,21 +185,14 @@ std::shared_ptr<Placement> Dump::place(const std::string& name, std::size_t byte
     return region;
 }
 
-void Dump::commit(const TraceView& v) {
-    Impl& d = *impl_;
-    auto arrays = arrays_of(v, d.stages);
-    if (d.npz) {
-        AtomicFile f(d.path, d.replace);
-        write_npz(f, arrays);
-        f.commit();
-        d.committed = true;
-        return;
-    }
-    std::vector<AtomicFile> files;
+namespace {
+
+// The headers and every stage not placed, written; the files still under temporary names.
+void write_files(Dump::Impl& d, const std::vector<OutArray>& arrays, std::vector<AtomicFile>& files) {
     for (const auto& a : arrays) {
         auto it = d.placed.find(a.name);
         if (it == d.placed.end()) {
-            files.emplace_back(d.path + "/" + a.name + ".npy", d.replace);
+            files.emplace_back(d.dir + "/" + a.name + ".npy", false);
             write_npy(files.back(), a);
             files.back().close();
             continue;
@@ -151,7 +211,58 @@ void Dump::commit(const TraceView& v) {
         f.close();
         files.push_back(std::move(f));
     }
-    for (auto& f : files) f.commit();
+}
+
+// The complete temporary directory becomes the dump, in one rename.
+void move_into_place(Dump::Impl& d) {
+    if (d.mode == DumpMode::fresh) {
+        if (::renameat2(AT_FDCWD, d.dir.c_str(), AT_FDCWD, d.path.c_str(), RENAME_NOREPLACE) == 0) return;
+        if (errno == EEXIST || errno == ENOTEMPTY)
+            throw RuntimeFailure("{dump} " + d.path + ": was created by someone else while this run wrote it; kept");
+        if (errno != EINVAL && errno != ENOSYS)
+            throw RuntimeFailure("{dump} " + d.path + ": cannot move the dump into place: " + std::strerror(errno));
+        if (describe_path(d.path) != "absent")  // no RENAME_NOREPLACE here: check, then rename
+            throw RuntimeFailure("{dump} " + d.path + ": was created by someone else while this run wrote it; kept");
+        if (::rename(d.dir.c_str(), d.path.c_str()) != 0)
+            throw RuntimeFailure("{dump} " + d.path + ": cannot move the dump into place: " + std::strerror(errno));
+        return;
+    }
+    // exchange: the new dump takes the old one's place at once; the old one, now at the
+    // temporary name, is removed.
+    if (::renameat2(AT_FDCWD, d.dir.c_str(), AT_FDCWD, d.path.c_str(), RENAME_EXCHANGE) != 0)
+        throw RuntimeFailure("{dump} " + d.path + ": cannot replace the old dump: " + std::strerror(errno));
+    remove_dump_dir(d.dir);
+}
+
+}  // namespace
+
+void Dump::commit(const TraceView& v) {
+    Impl& d = *impl_;
+    auto arrays = arrays_of(v, d.stages);
+    if (d.npz) {
+        AtomicFile f(d.path, d.replace);
+        write_npz(f, arrays);
+        f.commit();
+        d.committed = true;
+        return;
+    }
+    std::vector<AtomicFile> files;
+    write_files(d, arrays, files);
+    for (auto& f : files) {
+        // The final name is listed before the file takes it, so a signal or a failure
+        // before the whole dump is in place removes it again. In an existing directory
+        // each name is claimed (never replaced): a name that is listed is this run's.
+        const int slot = register_unfinished(f.target(), false);
+        try {
+            f.commit();
+        } catch (...) {
+            unregister_unfinished(slot);
+            throw;
+        }
+        d.file_slots.push_back(slot);
+        d.done.push_back(f.target());
+    }
+    if (d.mode != DumpMode::into) move_into_place(d);
     d.committed = true;
 }
 

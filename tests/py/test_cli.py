@@ -337,8 +337,8 @@ class Dump(CliTestCase):
 
     def test_interrupted_dump_leaves_nothing(self):
         # Ctrl-C while large stages are being computed into their files: the temporaries
-        # (gigabytes reserved on disk) and the directory the run created are removed, and
-        # the process dies of SIGINT as usual.
+        # (gigabytes reserved on disk) and the temporary dump directory are removed, an old
+        # dump that --force was replacing is untouched, and the process dies of SIGINT.
         import signal
         import time
         rng = np.random.default_rng(9)
@@ -346,19 +346,37 @@ class Dump(CliTestCase):
         src = self.save_npz("long.npz", x=rng.standard_normal((1, T, D), dtype=np.float32),
                             **{k: rng.standard_normal((D, D), dtype=np.float32) / 4
                                for k in ("W_Q", "W_K", "W_V")})
-        for target in ("fresh", "existing"):
+        for target in ("fresh", "existing", "replaced"):
             with self.subTest(target=target):
                 out = self.path(f"dump-{target}")
+                force = []
                 if target == "existing":
                     out.mkdir()
                     (out / "keep.txt").write_text("mine")
+                elif target == "replaced":
+                    out.mkdir()
+                    np.save(out / "Q.npy", np.arange(3.0))
+                    force = ["--force"]
+                before = {p.name: p.read_bytes() for p in out.iterdir()} if out.exists() else None
                 proc = subprocess.Popen([str(common.BIN), "run", str(src), "--heads", "4",
-                                         "--dtype", "float32", "--threads", "1", "--dump", str(out), "-q"],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                         "--dtype", "float32", "--threads", "1", "--dump", str(out), "-q",
+                                         *force], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+                def temporaries():
+                    # A new or replaced dump is built in a directory beside its path; an
+                    # existing directory without --force gets temporary files inside.
+                    if target == "existing":
+                        return [n for n in os.listdir(out) if ".tmp-" in n]
+                    return [n for d in self.tmp.iterdir() if d.name.startswith(out.name + ".tmp-")
+                            for n in os.listdir(d) if ".tmp-" in n]
+
                 seen = False
                 while proc.poll() is None:  # no time limit: a slow machine must not fail this
-                    if out.is_dir() and any(".tmp-" in n for n in os.listdir(out)):
-                        seen = True
+                    try:
+                        seen = bool(temporaries())
+                    except FileNotFoundError:
+                        pass
+                    if seen:
                         break
                     time.sleep(0.002)
                 if not seen:
@@ -368,10 +386,12 @@ class Dump(CliTestCase):
                 proc.send_signal(signal.SIGINT)
                 _, err = proc.communicate()
                 self.assertEqual(proc.returncode, -signal.SIGINT, err.decode())
+                beside = sorted(d.name for d in self.tmp.iterdir() if d.name.startswith(out.name))
                 if target == "fresh":
-                    self.assertFalse(out.exists(), sorted(os.listdir(out)) if out.exists() else "")
+                    self.assertEqual(beside, [])
                 else:
-                    self.assertEqual(sorted(os.listdir(out)), ["keep.txt"])
+                    self.assertEqual(beside, [out.name])
+                    self.assertEqual({p.name: p.read_bytes() for p in out.iterdir()}, before)
 
     def test_unbatched_shapes_drop_batch_axis(self):
         path = self.path("cross.npz")
@@ -867,14 +887,15 @@ class RuntimeFailure(CliTestCase):
                 self.assertTrue(lines[0].startswith(common.ERROR_PREFIX), proc.stderr)
 
     def test_failed_new_directory_dump_leaves_nothing(self):
-        """A dump directory whose path leaves room for Q.npy.tmp-XXXXXX but not for
-        masked_scores.npy.tmp-XXXXXX (PATH_MAX 4096): writing fails half-way, even
-        for root. Neither the directory nor any temporary may remain."""
+        """A dump directory whose temporary twin (PATH.tmp-XXXXXX) leaves room for
+        Q.npy.tmp-XXXXXX but not for masked_scores.npy.tmp-XXXXXX (PATH_MAX 4096):
+        writing fails half-way, even for root. Neither directory nor any temporary may
+        remain."""
         parent = self.tmp
         while len(str(parent)) < 4060 - 201:
             parent = parent / ("d" * 200)
         parent.mkdir(parents=True)
-        target = parent / ("x" * (4070 - len(str(parent)) - 1))
+        target = parent / ("x" * (4059 - len(str(parent)) - 1))
         r = run_text("run", DATA / "sentence.json", "--dump", target, "-q")
         self.assert_error(r, "masked_scores.npy", code=1)
         self.assertEqual(list(parent.iterdir()), [])

@@ -121,6 +121,75 @@ class Races(CliTestCase):
         self.assertTrue(all(c[0] == 0 and c[1] != 0 for c in outcomes), outcomes)
 
 
+    def test_two_runs_one_new_dump_directory(self):
+        # A dump directory is built under a temporary name and renamed into place with
+        # RENAME_NOREPLACE: exactly one of two runs gets the name; the other says so in
+        # one line, and the winner's dump is whole, never mixed with the loser's files.
+        g = self.save_npz("g.npz", **bundle_g())
+        g2 = self.save_npz("g2.npz", **bundle_g(1))
+        outcomes = []
+        for k in range(50):
+            target = self.path(f"race-{k}")
+            procs = [subprocess.Popen([str(common.BIN), "run", str(src), "--dump", str(target), "-q"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                     for src in (g, g2)]
+            results = [(p.wait(), p.stderr.read().decode()) for p in procs]
+            for p in procs:
+                p.stdout.close()
+                p.stderr.close()
+            codes = [code for code, _ in results]
+            outcomes.append(sorted(codes))
+            self.assertEqual(sorted(codes)[0], 0, results)
+            for code, err in results:
+                if code != 0:
+                    self.assertEqual(len(err.splitlines()), 1, err)
+                    self.assertIn(str(target), err)
+            winner = common.reference(dict(np.load((g, g2)[codes.index(0)])), heads=1)
+            self.assertEqual(sorted(os.listdir(target)), sorted(f"{s}.npy" for s in common.STAGES))
+            for s in common.STAGES:
+                np.testing.assert_allclose(np.load(target / f"{s}.npy").astype(float),
+                                           np.asarray(winner[s], dtype=float), rtol=1e-12, atol=1e-12, err_msg=s)
+            self.assertEqual([p.name for p in self.tmp.glob("*.tmp-*")], [])
+        self.assertTrue(all(c[0] == 0 and c[1] != 0 for c in outcomes), outcomes)
+
+
+class DumpDirectory(CliTestCase):
+    """--dump DIR is whole or absent; --force replaces an old dump as a whole."""
+
+    def setUp(self):
+        super().setUp()
+        self.g = self.save_npz("g.npz", **bundle_g())
+
+    def test_force_leaves_no_stale_stage(self):
+        d = self.path("d")
+        self.assert_ok(run_text("run", self.g, "--dump", d, "-q"))
+        self.assertIn("Q.npy", os.listdir(d))
+        self.assert_ok(run_text("run", EXAMPLE, "--dump", d, "--force", "--stages", "weights", "-q"))
+        self.assertEqual(os.listdir(d), ["weights.npy"])
+        self.assertEqual(np.load(d / "weights.npy").shape, (1, 6, 6))  # sentence.json's, not G's
+        self.assertEqual([p.name for p in self.tmp.glob("*.tmp-*")], [])
+
+    def test_force_refuses_a_directory_that_is_not_a_dump(self):
+        d = self.path("mine")
+        d.mkdir()
+        (d / "notes.txt").write_text("keep")
+        np.save(d / "Q.npy", np.zeros(2))
+        r = run_text("run", self.g, "--dump", d, "--force", "-q")
+        self.assert_error(r, "--force replaces a dump directory as a whole", code=2)
+        self.assertIn("notes.txt", r.err)
+        self.assertEqual(sorted(os.listdir(d)), ["Q.npy", "notes.txt"])
+        self.assertEqual((d / "notes.txt").read_text(), "keep")
+
+    def test_existing_directory_without_force_gets_new_files_only(self):
+        d = self.path("empty")
+        d.mkdir()
+        self.assert_ok(run_text("run", self.g, "--dump", d, "--stages", "weights", "-q"))
+        self.assertEqual(os.listdir(d), ["weights.npy"])
+        r = run_text("run", self.g, "--dump", d, "--stages", "weights,Q", "-q")
+        self.assert_error(r, "weights.npy", code=2)
+        self.assertEqual(os.listdir(d), ["weights.npy"])
+
+
 class Compare(CliTestCase):
 
     def test_outputs_of_a_single_run_are_refused(self):

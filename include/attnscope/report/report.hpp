@@ -97,9 +97,12 @@ bool dump_is_npz(const std::string& path);  // the archive form of write_dump
 // reserves its size on disk (a full disk is reported here, before any work) and maps its
 // data region, which starts at byte 4096 (the header is padded to one page), for the
 // stage to live in: no second copy in memory and no write() afterwards. commit() writes
-// the headers and every stage not placed, then renames all files into place. Destroyed
-// uncommitted, it leaves nothing behind (nor the directory, if it created it). An .npz
-// dump places nothing.
+// the headers and every stage not placed, then moves the dump into place at once: a new
+// dump directory is built under a temporary name beside its path and renamed (claiming
+// the name: of two runs, one wins); with `replace`, an old dump directory is exchanged
+// for the new one as a whole (a directory holding other files is refused); without, an
+// existing directory gets the new files, each claimed. Destroyed uncommitted, it leaves
+// nothing behind. An .npz dump places nothing.
 class Dump {
    public:
     // `replace`: whether existing files may be replaced (AtomicFile's rule).
@@ -112,8 +115,9 @@ class Dump {
     std::shared_ptr<Placement> place(const std::string& name, std::size_t bytes);
     void commit(const TraceView& view);
 
-   private:
     struct Impl;
+
+   private:
     std::unique_ptr<Impl> impl_;
 };
 

@@ -379,6 +379,12 @@ class Sinks(Case):
         self.assertTrue(np.all(st["sink_weight"][0] == 1))
         self.close(st["output"][0], np.broadcast_to(b["b_O"], (3, 6)), 0, "output = b_O")
         self.assertTrue(np.all(st["sink_weight"][1] > 0))
+        # M = max(row max, s_h): a sink logit far above the scores must not overflow.
+        big = mref.attention(dict(b, sinks=np.array([800.0, -800.0])), 2)
+        self.assertTrue(np.all(np.isfinite(big["weights"])))
+        self.assertTrue(np.all(big["sink_weight"][:, 0] == 1))
+        self.assertTrue(np.all(big["sink_weight"][1, 1] == 0))
+        self.close(big["weights"][1, 1].sum(-1), np.ones(3), 1e-15, "no sink share")
         with self.assertRaisesRegex(ValueError, "sinks"):
             mref.attention(dict(b, sinks=np.array([0.0, np.inf])), 2)
 
@@ -679,7 +685,8 @@ class TorchChecks(Case):
         return w.numpy(), (ctx @ t(b["W_O"]) + t(b["b_O"])).numpy()
 
     def test_combined_against_hf_style_torch(self):
-        hasattr(self.torch.nn.functional, "scaled_dot_product_attention")  # not in torch 1.13
+        # torch 1.13 has no F.scaled_dot_product_attention (2.0 added it): the attention
+        # is written out in torch as Hugging Face's Llama / gpt-oss code does it.
         rng = np.random.default_rng(21)
         H, G, W, T = 6, 2, 3, 7
         pad = np.zeros((2, T), bool)

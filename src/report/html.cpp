@@ -466,7 +466,7 @@ void write_header(std::ostream& out, const TraceView& v, const std::vector<std::
         rows += (rows.empty() ? "" : ", ") + (v.batched ? "batch " + std::to_string(r.batch) + " " : std::string()) +
                 "query " + std::to_string(r.query);
         if (r.batch < v.query_tokens.size() && r.query < v.query_tokens[r.batch].size())
-            rows += " ‘" + escape(v.query_tokens[r.batch][r.query]) + "’";
+            rows += " ‘" + escape(text::axis_label(v, "Tq", r.batch, r.query)) + "’";
     }
     row("rows with every key masked", rows.empty() ? "none" : rows + " (their weights are all 0)");
     for (const auto& w : v.warnings) row("warning", escape(w));

@@ -77,7 +77,7 @@ void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const ch
 void write_run_header(std::ostream& out, const TraceView& v) {
     const Dims& d = v.dims;
     out << "attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H
-        << (d.H == 1 ? " head" : " heads") << ", " << v.dtype << ", " << v.source << '\n';
+        << (d.H == 1 ? " head" : " heads") << ", " << v.dtype << ", " << escape_control(v.source) << '\n';
     out << "  sizes   " << dims_line(d) << '\n';
     if (!v.batched) out << "          (x is 2-D: the results have no batch axis)\n";
     char scale[32];
@@ -88,7 +88,7 @@ void write_run_header(std::ostream& out, const TraceView& v) {
         out << "  rows with every key masked (weights all 0):";
         for (const auto& r : v.fully_masked) {
             out << (v.batched ? " batch " + std::to_string(r.batch) + " query " : " query ") << r.query;
-            if (!v.query_tokens.empty()) out << " '" << v.query_tokens[r.batch][r.query] << "'";
+            if (!v.query_tokens.empty()) out << " '" << clip_label(axis_label(v, "Tq", r.batch, r.query)) << "'";
             out << (&r == &v.fully_masked.back() ? "" : ",");
         }
         out << '\n';

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/text.hpp"
 #include "attnscope/report/report.hpp"
 
 namespace attnscope::text {
@@ -51,12 +52,13 @@ inline std::string format_number(double v, int decimals) {
     return buf;
 }
 
-// The label of position i along `axis` for batch item b: its token (whole, unclipped),
-// or q0.. / k0.. / d0..
+// The label of position i along `axis` for batch item b: its token (whole, unclipped,
+// with control characters and bytes that are not UTF-8 escaped: a label never acts on
+// the terminal or breaks a line), or q0.. / k0.. / d0..
 inline std::string axis_label(const TraceView& v, const std::string& axis, std::size_t b, std::size_t i) {
     const bool query = axis == "Tq", key = axis == "Tk";
     const TokenLabels& tokens = query ? v.query_tokens : v.key_tokens;
-    if ((query || key) && b < tokens.size() && i < tokens[b].size()) return tokens[b][i];
+    if ((query || key) && b < tokens.size() && i < tokens[b].size()) return escape_control(tokens[b][i]);
     return (query ? "q" : key ? "k" : "d") + std::to_string(i);
 }
 

@@ -190,6 +190,39 @@ class DumpDirectory(CliTestCase):
         self.assertEqual(os.listdir(d), ["weights.npy"])
 
 
+class TerminalSafeLabels(CliTestCase):
+    """Token labels reach a terminal escaped in every view, and a JSON document exactly."""
+
+    HOSTILE = ["\x1b[31mRED", "\x1b]0;title\x07", "a\nb", "ok"]
+
+    def test_labels_never_act_on_the_terminal(self):
+        # The output with hostile labels is the output with labels that spell their
+        # escapes out literally: nothing acts on the terminal, no label breaks a line.
+        b = json.loads(EXAMPLE.read_text())
+        T = len(b["query_tokens"])
+        hostile = (self.HOSTILE * T)[:T]
+        spelled = [t.encode("unicode_escape").decode() for t in hostile]
+        paths = {}
+        for name, labels in (("hostile", hostile), ("spelled", spelled)):
+            (self.tmp / name).mkdir()
+            paths[name] = self.tmp / name / "b.json"
+            paths[name].write_text(json.dumps({**b, "query_tokens": labels, "key_tokens": labels}))
+        for view in ([], ["--heatmap"], ["--panels"], ["--diagnose"], ["--explain"],
+                     ["--cell", "0,1,2"], ["--full"]):
+            with self.subTest(view=view):
+                r = run_text("run", paths["hostile"], *view)
+                self.assertEqual(r.code, 0, r)
+                for c in ("\x1b", "\x07", "\x00"):
+                    self.assertNotIn(c, r.out)
+                ok = run_text("run", paths["spelled"], *view)
+                self.assertEqual(r.out.replace("/hostile/", "/spelled/"), ok.out)
+        html = self.path("r.html")
+        self.assert_ok(run_text("run", paths["hostile"], "--html", html, "-q"))
+        self.assertNotIn("\x1b", html.read_text())
+        doc = json.loads(run_text("run", paths["hostile"], "--json").out)  # JSON keeps them exactly
+        self.assertEqual(doc["tokens"]["query"], hostile)
+
+
 class Compare(CliTestCase):
 
     def test_outputs_of_a_single_run_are_refused(self):

@@ -84,12 +84,16 @@ std::size_t parse_size(const std::string& text) {
     return std::size_t(v * mult);
 }
 
+}  // namespace
+
 std::size_t memory_limit(const RunOptions& o) {
     if (!o.max_memory.empty()) return parse_size(o.max_memory);
     long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
     if (pages <= 0 || page <= 0) return kNoLimit;
     return std::size_t(pages) / 4 * 3 * std::size_t(page);
 }
+
+namespace {
 
 // Existing outputs are kept unless --force: checked before any work is done.
 void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) {
@@ -314,6 +318,8 @@ std::vector<std::string> matrix_stage_names() {
     return names;
 }
 
+}  // namespace
+
 // Options that choose the inputs: the bundle and arrays from their own files.
 void add_input_options(CLI::App* run, RunOptions& o) {
     run->add_option("bundle", o.bundle,
@@ -346,6 +352,8 @@ void add_model_options(CLI::App* run, RunOptions& o) {
         ->capture_default_str()
         ->check(CLI::IsMember({"math", "torch"}));
 }
+
+namespace {
 
 // What is shown and written, and the limits of a run.
 void add_output_options(CLI::App* run, RunOptions& o) {
@@ -424,8 +432,6 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     return run;
 }
 
-namespace {
-
 Spec spec_of(const RunOptions& o) {
     Spec spec;
     spec.heads = o.heads;
@@ -468,6 +474,8 @@ Bundle load_inputs(const RunOptions& o, std::size_t limit) {
     if (o.ignore_padding) bundle.arrays.erase("key_padding_mask");
     return bundle;
 }
+
+namespace {
 
 // A computed run with every stage, kept alive behind a type-erased handle.
 struct Held {

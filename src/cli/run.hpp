@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/io/array.hpp"
+#include "attnscope/model/model.hpp"
+
 namespace attnscope::cli {
 
 struct RunOptions {
@@ -46,5 +49,13 @@ struct RunOptions {
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);
 int run_run(const RunOptions& opts);
+
+// The parts of `run` that other subcommands share: the inputs (bundle and --ARRAY files),
+// the model and mask options, the Spec they give, and the bundle as loaded.
+void add_input_options(CLI::App* cmd, RunOptions& o);
+void add_model_options(CLI::App* cmd, RunOptions& o);
+Spec spec_of(const RunOptions& o);  // UsageError for options that contradict each other
+Bundle load_inputs(const RunOptions& o, std::size_t limit);
+std::size_t memory_limit(const RunOptions& o);
 
 }  // namespace attnscope::cli

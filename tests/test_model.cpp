@@ -230,6 +230,6 @@ TEST_CASE("shape errors say what was expected and found") {
         Bundle b = ok;
         b.arrays["key_padding_mask"] = arr({4}, {0, 0, -INFINITY, 0});
         std::string m = message([&] { make_problem<double>(b, Spec{}); });
-        CHECK(m.find("additive float masks") != std::string::npos);
+        CHECK(m.find("an additive float mask is an attn_mask") != std::string::npos);
     }
 }

@@ -8,11 +8,15 @@ namespace attnscope::cli {
 
 std::string flag_of(std::string_view field) {
     // Fields whose flag is not simply "--" + field.
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kSpelled = {{
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kSpelled = {{
         {"zero_key", "--zero-key"},
         {"svg_stage", "--svg-stage"},
         {"max_memory", "--max-memory"},
         {"causal_align", "--causal-align"},
+        {"kv_heads", "--kv-heads"},
+        {"rope_base", "--rope-base"},
+        {"rope_dim", "--rope-dim"},
+        {"attn_mask_means", "--attn-mask-means"},
     }};
     for (const auto& [f, flag] : kSpelled)
         if (f == field) return std::string(flag);
@@ -44,7 +48,11 @@ std::string flag_of(std::string_view field) {
                                                  "b_K",
                                                  "b_V",
                                                  "b_O",
-                                                 "key_padding_mask"};
+                                                 "key_padding_mask",
+                                                 "rope",
+                                                 "alibi",
+                                                 "window",
+                                                 "softcap"};
     for (std::string_view f : kSame)
         if (f == field) return "--" + std::string(field);
     return "{" + std::string(field) + "}";

@@ -253,10 +253,28 @@ void write_stdout(const RunOptions& o, const TraceView& view, const std::vector<
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
 }
 
+// The stages of this run: those asked for, each of which the problem must have; by
+// default, every stage the problem has but head_output.
+std::vector<std::string> stages_of_run(const RunOptions& o, StageSet has) {
+    std::vector<std::string> out;
+    if (o.stages.empty() || o.stages == "all") {
+        for (Stage id : stages_in(has & default_stages())) out.push_back(stage_name(id));
+        return out;
+    }
+    for (const auto& name : parse_stage_list(o.stages)) {
+        const Stage id = *find_stage(name);
+        if (!has[id])
+            throw UsageError("{stages}: this run has no stage " + name + "; it exists with " +
+                             std::string(stage_info(id).exists_with));
+        out.push_back(name);
+    }
+    return out;
+}
+
 template <typename T>
 int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit, Clock::time_point t0) {
-    const auto stages = parse_stage_list(o.stages);
     Problem<T> problem = make_problem<T>(bundle, spec);
+    const auto stages = stages_of_run(o, stages_of(problem));
     const TextOptions text = text_options(o, stages);
     check_selection(text, problem.dims);  // before anything is written
     const CellRef cell = parse_cell(o, problem.batched, problem.dims);
@@ -346,6 +364,40 @@ void add_model_options(CLI::App* run, RunOptions& o) {
     run->add_option("--dtype", o.dtype, "Arithmetic precision")
         ->capture_default_str()
         ->check(CLI::IsMember({"float32", "float64"}));
+    auto* modern = run->add_option_group("Modern attention (README: grouped K/V heads, positions, biases)");
+    modern
+        ->add_option_function<std::size_t>(
+            "--kv-heads", [&o](std::size_t g) { o.kv_heads = g; },
+            "K/V heads G (grouped-query attention; 1: multi-query): query head h reads K/V head h / (H/G)")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+    modern->add_flag("--rope", o.rope, "Rotary position embeddings on Q and K (stages Q_rot, K_rot)");
+    modern->add_option_function<double>(
+        "--rope-base", [&o](double v) { o.rope_base = v; }, "RoPE's base θ: inv_freq_j = θ^(-2j/R) (default 10000)");
+    modern
+        ->add_option_function<std::size_t>(
+            "--rope-dim", [&o](std::size_t v) { o.rope_dim = v; },
+            "Features of each head that rotate, R (even; default Dk, the rest pass through)")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+    modern
+        ->add_option("--rope-style", o.rope_style,
+                     "half: feature j pairs with j + R/2 (Llama, GPT-NeoX; default); interleaved: 2j with 2j+1 "
+                     "(RoFormer, GPT-J)")
+        ->check(CLI::IsMember({"half", "interleaved"}));
+    modern->add_flag("--alibi", o.alibi,
+                     "ALiBi bias m_h · (k_pos - q_pos), slopes 2^(-8(h+1)/H) (or the bundle's alibi_slopes)");
+    modern
+        ->add_option_function<std::size_t>(
+            "--window", [&o](std::size_t w) { o.window = w; },
+            "Sliding window W: with --causal the W latest keys (q_pos - W < k_pos <= q_pos), else |q_pos - k_pos| < W")
+        ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()));
+    modern->add_option_function<double>(
+        "--softcap", [&o](double c) { o.softcap = c; },
+        "Logit soft-capping C · tanh(scores / C) before bias and mask (Gemma 2)");
+    modern
+        ->add_option("--attn-mask-means", o.attn_mask_means,
+                     "A bool/int attn_mask's convention: allow (true = may attend, scaled_dot_product_attention) or "
+                     "block (true = blocked, nn.MultiheadAttention)")
+        ->check(CLI::IsMember({"allow", "block"}));
     run->add_option("--layout", o.layout,
                     "Weight layout: math (in, out), Q = x · W_Q; torch (out, in) as nn.Linear and "
                     "nn.MultiheadAttention store them")
@@ -453,7 +505,28 @@ Spec spec_of(const RunOptions& o) {
         spec.scale = v;
     }
     if (spec.scale && o.temperature != 1) throw UsageError("--temperature: contradicts --scale; give one of them");
-    if (o.causal_align != "top-left" && !o.causal) throw UsageError("--causal-align: has no effect without --causal");
+    spec.kv_heads = o.kv_heads;
+    if (o.rope) {
+        spec.rope = Rope{};
+        if (o.rope_base) spec.rope->base = *o.rope_base;
+        spec.rope->dim = o.rope_dim;
+        spec.rope->style = o.rope_style == "interleaved" ? RopeStyle::interleaved : RopeStyle::half;
+    } else if (o.rope_base || o.rope_dim || !o.rope_style.empty()) {
+        throw UsageError(std::string(o.rope_base  ? "--rope-base"
+                                     : o.rope_dim ? "--rope-dim"
+                                                  : "--rope-style") +
+                         ": has no effect without --rope");
+    }
+    spec.alibi = o.alibi;
+    spec.window = o.window;
+    spec.softcap = o.softcap;
+    spec.attn_mask_means = o.attn_mask_means == "allow"   ? MaskMeans::allow
+                           : o.attn_mask_means == "block" ? MaskMeans::block
+                                                          : MaskMeans::unset;
+    // The alignment places the queries: it matters to the causal mask, and to anything
+    // else that reads positions (RoPE, ALiBi, a window).
+    if (o.causal_align != "top-left" && !o.causal && !o.rope && !o.alibi && !o.window)
+        throw UsageError("--causal-align: has no effect without --causal (or --rope, --alibi, --window)");
     if (o.bundle.empty() && o.array_files.empty())
         throw UsageError("run: expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ...");
     return spec;

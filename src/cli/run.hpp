@@ -20,6 +20,15 @@ struct RunOptions {
     std::string causal_align = "top-left";
     std::string dtype = "float64";
     std::string layout = "math";
+    std::optional<std::size_t> kv_heads;  // grouped-query attention: K/V heads
+    bool rope = false;
+    std::optional<double> rope_base;
+    std::optional<std::size_t> rope_dim;
+    std::string rope_style;  // half | interleaved (empty: half)
+    bool alibi = false;
+    std::optional<std::size_t> window;
+    std::optional<double> softcap;
+    std::string attn_mask_means;  // allow | block (empty: a float mask, or refused)
     std::string dump;
     bool json = false;
     bool quiet = false;

@@ -40,10 +40,6 @@ Tensor<T, 4> split_heads(const Buffer<T>& flat, std::size_t B, std::size_t T_, s
     return out;
 }
 
-// Which K/V head serves query head h. Today every query head has its own; grouped-query
-// attention (fewer K/V heads) changes only this mapping and the K/V head count.
-inline std::size_t kv_head(std::size_t h) { return h; }
-
 // Query rows per tile: about 16 MiB of scores. Large enough that BLAS's packing of the
 // head's K and V (once per call) is amortised over many rows (T=4096, H=16: 4% faster
 // than 4 MiB tiles); small enough that the working set stays bounded whatever Tq is.
@@ -140,17 +136,23 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
         return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<std::size_t>::max() : r;
     };
     const auto& k = how.keep;
-    std::size_t bh = mul(d.B, d.H), scores = mul(mul(bh, d.Tq), d.Tk);
+    const std::size_t G = d.G ? d.G : d.H;
+    std::size_t bh = mul(d.B, d.H), bg = mul(d.B, G), scores = mul(mul(bh, d.Tq), d.Tk);
     std::size_t total = 0;
     // working set: flat projections, merged heads, per-thread tiles
-    total = add(total, mul(vs, mul(d.B, add(mul(d.Tq, mul(d.H, d.Dk)), mul(d.Tk, mul(d.H, add(d.Dk, d.Dv)))))));
+    total = add(total, mul(vs, mul(d.B, add(mul(d.Tq, mul(d.H, d.Dk)), mul(d.Tk, mul(G, add(d.Dk, d.Dv)))))));
     total = add(total, mul(vs, mul(mul(d.B, d.Tq), mul(d.H, d.Dv))));
     // per-thread tiles: only as many threads as there are tiles ever hold one
     total = add(total, mul(tile_workers(d, vs, how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
     // kept stages
     if (k[kQ]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dk)));
-    if (k[kK]) total = add(total, mul(vs, mul(mul(bh, d.Tk), d.Dk)));
-    if (k[kV]) total = add(total, mul(vs, mul(mul(bh, d.Tk), d.Dv)));
+    if (k[kK]) total = add(total, mul(vs, mul(mul(bg, d.Tk), d.Dk)));
+    if (k[kV]) total = add(total, mul(vs, mul(mul(bg, d.Tk), d.Dv)));
+    if (k[kQRot]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dk)));
+    if (k[kKRot]) total = add(total, mul(vs, mul(mul(bg, d.Tk), d.Dk)));
+    if (k[kBias]) total = add(total, mul(vs, scores));
+    if (k[kSinkWeight]) total = add(total, mul(vs, mul(bh, d.Tq)));
+    if (k[kHeadOutput]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dout)));
     for (Stage s : {kScores, kMaskedScores, kWeights})
         if (k[s] && !(s == kMaskedScores && !masking && k[kScores]))  // else held as scores
             total = add(total, mul(vs, scores));
@@ -169,16 +171,17 @@ void check_memory_limit(const Bundle& bundle, const Problem<T>& p, const Compute
         for (const auto& s : a.strings) read += sizeof(std::string) + s.capacity();  // token labels as read
     }
     std::size_t typed = sizeof(T) * (d.B * d.Tq * d.Dm + (p.cross ? d.B * d.Tk * d.Dkv : 0) + d.Dm * d.H * d.Dk +
-                                     d.Dkv * d.H * (d.Dk + d.Dv) + (p.W_O ? d.H * d.Dv * d.Dout : 0));
+                                     d.Dkv * d.G * (d.Dk + d.Dv) + (p.W_O ? d.H * d.Dv * d.Dout : 0) +
+                                     (p.attn_bias ? p.attn_bias->size() : 0));
     typed += p.query_tokens.bytes() + (p.key_tokens.same_as(p.query_tokens) ? 0 : p.key_tokens.bytes());
-    std::size_t run = planned_bytes(d, sizeof(T), how, p.masking());
+    std::size_t run = planned_bytes(d, sizeof(T), how, !p.masked_is_scores());
     std::size_t total = read + typed;
     if (__builtin_add_overflow(total, run, &total)) total = std::numeric_limits<std::size_t>::max();
     if (total <= limit) return;
     // Each thread holds tiles of its own: with many threads they can be most of the run.
     Compute one = how;
     one.threads = 1;
-    const std::size_t extra = run - std::min(run, planned_bytes(d, sizeof(T), one, p.masking()));
+    const std::size_t extra = run - std::min(run, planned_bytes(d, sizeof(T), one, !p.masked_is_scores()));
     const bool threads_cost = extra > run / 2;
     throw MemoryLimitError("the run needs " + format_bytes(total) + " (inputs " + format_bytes(read + typed) +
                            ", stages and working set " + format_bytes(run) +
@@ -200,8 +203,9 @@ template <typename T>
 class Attention {
    public:
     Attention(const Problem<T>& p, const Compute& how) : p_(p), how_(how), d_(p.dims) {
-        keep_ = how.keep;
-        need_ = with_prerequisites(keep_);  // everything up to the last stage asked for
+        const StageSet has = stages_of(p);
+        keep_ = how.keep & has;
+        need_ = with_prerequisites(keep_) & has;  // everything up to the last stage asked for
         threads_ = flop() < how.parallel_min_flop ? 1 : thread_count(how);
         tr_.dims = d_;
         tr_.batched = p.batched;
@@ -216,8 +220,9 @@ class Attention {
         allocate_tile_stages();  // 3) scores .. context, by tiles of query rows
         scan_scores_ = !scores_bounded();
         attend_tiles();
-        note_nonfinite_heads(kContext, merged_, d_.Tq, d_.Dv);
-        if (need_[kOutput]) output();  // 4) output
+        note_nonfinite_heads(kContext, merged_, d_.Tq, d_.H, d_.Dv);
+        if (need_[kHeadOutput]) head_output();  // 4) per-head outputs, when asked for
+        if (need_[kOutput]) output();           //    output
         return std::move(tr_);
     }
 
@@ -226,9 +231,10 @@ class Attention {
     // that stays on this one (the classroom examples: compute phase 0.2 ms -> 0.05 ms).
     double flop() const {
         const Dims& d = d_;
-        return 2.0 * double(d.B) * double(d.H) *
-               (double(d.Tq) * double(d.Dm) * double(d.Dk) + double(d.Tk) * double(d.Dkv) * double(d.Dk + d.Dv) +
-                double(d.Tq) * double(d.Tk) * double(d.Dk + d.Dv));
+        return 2.0 * double(d.B) *
+               (double(d.H) * double(d.Tq) * double(d.Dm) * double(d.Dk) +
+                double(d.G) * double(d.Tk) * double(d.Dkv) * double(d.Dk + d.Dv) +
+                double(d.H) * double(d.Tq) * double(d.Tk) * double(d.Dk + d.Dv));
     }
 
     // Where a kept stage of n elements of `size` bytes is to live (Compute::place; null:
@@ -245,9 +251,8 @@ class Attention {
         if (!first || s < first->stage || (s == first->stage && at < first->at)) first = {{s, at, rank}};
     }
 
-    // A flat (B, T, H*D) buffer of stage s, (B, H, T, D) as a stage.
-    void note_nonfinite_heads(Stage s, const Buffer<T>& flat, std::size_t T_, std::size_t D) {
-        const std::size_t H = d_.H;
+    // A flat (B, T, H*D) buffer of stage s, (B, H, T, D) as a stage (H: the stage's heads).
+    void note_nonfinite_heads(Stage s, const Buffer<T>& flat, std::size_t T_, std::size_t H, std::size_t D) {
         for (std::size_t k = 0; k < flat.size(); ++k)
             if (!std::isfinite(flat[k])) {
                 const std::size_t b = k / (T_ * H * D), t = k / (H * D) % T_, h = k % (H * D) / D, j = k % D;
@@ -272,12 +277,39 @@ class Attention {
         return std::isfinite(bound) && bound < 0.25 * double(std::numeric_limits<T>::max());
     }
 
-    // (B, T, H*D) flat -> the kept stage (B, H, T, D).
-    void keep_heads(Stage s, const Buffer<T>& flat, std::size_t T_, std::size_t D, Tensor<T, 4>& out) {
+    // (B, T, H*D) flat -> the kept stage (B, H, T, D) (H: the stage's heads, H or G).
+    void keep_heads(Stage s, const Buffer<T>& flat, std::size_t T_, std::size_t H, std::size_t D, Tensor<T, 4>& out) {
         if (!keep_[s]) return;
-        PlaceNext at(place(s, d_.B * d_.H * T_ * D, sizeof(T)));
-        out = split_heads(flat, d_.B, T_, d_.H, D);
-        check_shape(out, std::array{d_.B, d_.H, T_, D}, stage_name(s).c_str());
+        PlaceNext at(place(s, d_.B * H * T_ * D, sizeof(T)));
+        out = split_heads(flat, d_.B, T_, H, D);
+        check_shape(out, std::array{d_.B, H, T_, D}, stage_name(s).c_str());
+    }
+
+    // RoPE: in each head's first R features, pair (j, j + R/2) (half) or (2j, 2j + 1)
+    // (interleaved) rotates by the angle position · inv_freq_j, inv_freq_j = θ^(-2j/R),
+    // both in the run's precision (as Hugging Face computes them in the model's dtype).
+    void rotate(Buffer<T>& flat, std::size_t T_, std::size_t H, std::size_t D, bool queries) {
+        const std::size_t R = p_.rope_dim, half = R / 2;
+        const Rope& rope = *p_.spec.rope;
+        const bool interleaved = rope.style == RopeStyle::interleaved;
+        std::vector<T> inv_freq(half);
+        for (std::size_t j = 0; j < half; ++j) inv_freq[j] = T(1) / std::pow(T(rope.base), T(2 * j) / T(R));
+        parallel_for(d_.B * T_, threads_, [&](std::size_t bt, std::size_t) {
+            const std::size_t b = bt / T_, t = bt % T_;
+            const long long pos = queries ? p_.mask.query_position(b, t) : p_.mask.key_position(b, t);
+            for (std::size_t j = 0; j < half; ++j) {
+                const T angle = T(pos) * inv_freq[j];
+                const T c = std::cos(angle), sn = std::sin(angle);
+                for (std::size_t h = 0; h < H; ++h) {
+                    T* row = flat.data() + bt * H * D + h * D;
+                    T& x1 = row[interleaved ? 2 * j : j];
+                    T& x2 = row[interleaved ? 2 * j + 1 : j + half];
+                    const T a = x1, b2 = x2;
+                    x1 = a * c - b2 * sn;
+                    x2 = b2 * c + a * sn;
+                }
+            }
+        });
     }
 
     // 1) Projections, in row blocks on our threads: (B*Tq, Dm) x (Dm, H*Dk) -> (B*Tq, H*Dk),
@@ -291,24 +323,32 @@ class Attention {
             project(p_.x.data(), d.B * d.Tq, d.Dm, p_.W_Q, p_.b_Q, qf_.data(), threads_);
         }
         if (need_[kK]) {
-            kf_.resize(d.B * d.Tk * d.H * d.Dk);
+            kf_.resize(d.B * d.Tk * d.G * d.Dk);
             project(src.data(), d.B * d.Tk, d.Dkv, p_.W_K, p_.b_K, kf_.data(), threads_);
         }
         if (need_[kV]) {
-            vf_.resize(d.B * d.Tk * d.H * d.Dv);
+            vf_.resize(d.B * d.Tk * d.G * d.Dv);
             project(src.data(), d.B * d.Tk, d.Dkv, p_.W_V, p_.b_V, vf_.data(), threads_);
         }
         if (p_.spec.zero_key && need_[kK])  // experiment: key vector j := 0, so its score column is 0
             for (std::size_t b = 0; b < d.B; ++b)
-                std::fill_n(kf_.data() + (b * d.Tk + *p_.spec.zero_key) * d.H * d.Dk, d.H * d.Dk, T(0));
-        // (Rotary position embeddings, when they come, rotate Q and K here, between the
-        // projections and the scores, as a stage of their own.)
-        note_nonfinite_heads(kQ, qf_, d.Tq, d.Dk);
-        note_nonfinite_heads(kK, kf_, d.Tk, d.Dk);
-        note_nonfinite_heads(kV, vf_, d.Tk, d.Dv);
-        keep_heads(kQ, qf_, d.Tq, d.Dk, tr_.Q);
-        keep_heads(kK, kf_, d.Tk, d.Dk, tr_.K);
-        keep_heads(kV, vf_, d.Tk, d.Dv, tr_.V);
+                std::fill_n(kf_.data() + (b * d.Tk + *p_.spec.zero_key) * d.G * d.Dk, d.G * d.Dk, T(0));
+        note_nonfinite_heads(kQ, qf_, d.Tq, d.H, d.Dk);
+        note_nonfinite_heads(kK, kf_, d.Tk, d.G, d.Dk);
+        note_nonfinite_heads(kV, vf_, d.Tk, d.G, d.Dv);
+        keep_heads(kQ, qf_, d.Tq, d.H, d.Dk, tr_.Q);
+        keep_heads(kK, kf_, d.Tk, d.G, d.Dk, tr_.K);
+        keep_heads(kV, vf_, d.Tk, d.G, d.Dv, tr_.V);
+        // Rotary positions turn Q and K into Q_rot and K_rot in place, between the
+        // projections and the scores.
+        if (p_.rope_dim && need_[kQRot]) {
+            rotate(qf_, d.Tq, d.H, d.Dk, true);
+            keep_heads(kQRot, qf_, d.Tq, d.H, d.Dk, tr_.Q_rot);
+        }
+        if (p_.rope_dim && need_[kKRot]) {
+            rotate(kf_, d.Tk, d.G, d.Dk, false);
+            keep_heads(kKRot, kf_, d.Tk, d.G, d.Dk, tr_.K_rot);
+        }
     }
 
     // 2) Mask: the mask rule as (B, Tq, Tk), true = may attend; and the rows with no key.
@@ -339,16 +379,21 @@ class Attention {
         // (unless masked_scores has a place of its own, e.g. its dump file).
         if (keep_[kMaskedScores]) {
             PlaceNext at(place(kMaskedScores, d.B * d.H * d.Tq * d.Tk, sizeof(T)));
-            tr_.masked_is_scores = !p_.masking() && keep_[kScores] && !at.placing();
+            tr_.masked_is_scores = p_.masked_is_scores() && keep_[kScores] && !at.placing();
             if (!tr_.masked_is_scores) tr_.masked_scores = Tensor<T, 4>::from_shape({d.B, d.H, d.Tq, d.Tk});
         }
+        tr_.bias = allocate(kBias, d.Tk);
         tr_.weights = allocate(kWeights, d.Tk);
+        if (keep_[kSinkWeight]) {
+            PlaceNext at(place(kSinkWeight, d.B * d.H * d.Tq, sizeof(T)));
+            tr_.sink_weight = Tensor<T, 3>::from_shape({d.B, d.H, d.Tq});
+        }
         tr_.context = allocate(kContext, d.Dv);
         if (need_[kContext]) merged_.resize(d.B * d.Tq * d.H * d.Dv);  // (B, Tq, H*Dv)
     }
 
     struct Scratch {
-        std::vector<T> s, w;
+        std::vector<T> s, w, bias;
         std::vector<char> visible;
     };
 
@@ -367,42 +412,99 @@ class Attention {
         if (keep_[kContext]) check_shape(tr_.context, std::array{d.B, d.H, d.Tq, d.Dv}, "context");
     }
 
-    //    scores   (rows, Dk) x (Dk, Tk) -> (rows, Tk), times scale
-    //    masked   -inf where the mask is false
-    //    weights  softmax over keys: exp(m - max) / sum; all-zero for a row with no key
+    //    scores   (rows, Dk) x (Dk, Tk) -> (rows, Tk), times scale (Q_rot, K_rot with RoPE)
+    //    bias     ALiBi and/or the float attn_mask, per row
+    //    masked   softcap(scores) + bias, -inf where the mask is false (or the bias -inf)
+    //    weights  softmax over keys: exp(m - max) / sum; all-zero for a row with no key;
+    //             with a sink, its exp(s_h - max) joins the sum only
     //    context  (rows, Tk) x (Tk, Dv) -> (rows, Dv), written into merged (B, Tq, H*Dv)
+    // Query head h reads K/V head g = h / (H/G): its columns of the flat K and V.
     void tile(std::size_t b, std::size_t h, std::size_t i0, Scratch& sc) {
         const Dims& d = d_;
-        const std::size_t H = d.H, Tq = d.Tq, Tk = d.Tk, Dk = d.Dk, Dv = d.Dv;
+        const std::size_t H = d.H, G = d.G, g = d.kv_head(h), Tq = d.Tq, Tk = d.Tk, Dk = d.Dk, Dv = d.Dv;
         const std::size_t n = std::min(rows_, Tq - i0);
         T* S = tile_buffer(kScores, tr_.scores, b, h, i0, sc.s);
         T* W = keep_[kWeights]  ? &tr_.weights(b, h, i0, 0)
                : keep_[kScores] ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w)
                                 : S;
         gemm<T>(false, true, n, Tk, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
-                kf_.data() + b * Tk * H * Dk + kv_head(h) * Dk, H * Dk, T(0), S, Tk);
+                kf_.data() + b * Tk * G * Dk + g * Dk, G * Dk, T(0), S, Tk);
         if (scan_scores_)
             for (std::size_t k = 0; k < n * Tk; ++k)
                 if (!std::isfinite(S[k])) {
                     note_nonfinite(kScores, {b, h, i0 + k / Tk, k % Tk}, 4);
                     break;
                 }
-        const bool masking = p_.masking();
+        const bool bias = p_.has_bias(), softcap = p_.spec.softcap.has_value();
+        const bool masking = p_.masking() || bias;  // a -inf bias hides its key too
         if (masking) sc.visible.resize(Tk);
+        if (bias && !keep_[kBias]) sc.bias.resize(Tk);
         bool* visible = reinterpret_cast<bool*>(sc.visible.data());
+        const T cap = softcap ? T(*p_.spec.softcap) : T(1);
         for (std::size_t r = 0; r < n; ++r) {
-            if (masking) p_.mask.row(b, i0 + r, visible);
-            T* M = keep_[kMaskedScores] && !tr_.masked_is_scores ? &tr_.masked_scores(b, h, i0 + r, 0) : nullptr;
-            kernels::masked_softmax_row(S + r * Tk, masking ? visible : nullptr, M, W + r * Tk, Tk);
+            const std::size_t i = i0 + r;
+            if (p_.masking())
+                p_.mask.row(b, i, visible);
+            else if (masking)
+                std::fill(visible, visible + Tk, true);
+            // The logits: softcap(scores) + bias, into the weights' row (softmax runs in place).
+            const T* L = S + r * Tk;
+            if (bias || softcap) {
+                T* Brow = nullptr;
+                if (bias) {
+                    Brow = keep_[kBias] ? &tr_.bias(b, h, i, 0) : sc.bias.data();
+                    p_.bias_row(b, h, i, Brow);
+                }
+                T* out = W + r * Tk;
+                for (std::size_t j = 0; j < Tk; ++j) {
+                    T v = L[j];
+                    if (softcap) v = cap * std::tanh(v / cap);
+                    if (Brow) {
+                        v += Brow[j];
+                        if (Brow[j] == -std::numeric_limits<T>::infinity()) visible[j] = false;
+                    }
+                    out[j] = v;
+                }
+                L = out;
+            }
+            T* M = keep_[kMaskedScores] && !tr_.masked_is_scores ? &tr_.masked_scores(b, h, i, 0) : nullptr;
+            if (p_.sinks)
+                sink_softmax_row(L, masking ? visible : nullptr, M, W + r * Tk, Tk, (*p_.sinks)(h),
+                                 keep_[kSinkWeight] ? &tr_.sink_weight(b, h, i) : nullptr);
+            else
+                kernels::masked_softmax_row(L, masking ? visible : nullptr, M, W + r * Tk, Tk);
         }
         if (how_.progress_done) ++*how_.progress_done;
         if (!need_[kContext]) return;
         T* C = merged_.data() + (b * Tq + i0) * H * Dv + h * Dv;
-        gemm<T>(false, false, n, Dv, Tk, T(1), W, Tk, vf_.data() + b * Tk * H * Dv + kv_head(h) * Dv, H * Dv, T(0), C,
-                H * Dv);
+        gemm<T>(false, false, n, Dv, Tk, T(1), W, Tk, vf_.data() + b * Tk * G * Dv + g * Dv, G * Dv, T(0), C, H * Dv);
         if (keep_[kContext])
             for (std::size_t r = 0; r < n; ++r)
                 std::copy(C + r * H * Dv, C + r * H * Dv + Dv, &tr_.context(b, h, i0 + r, 0));
+    }
+
+    // Softmax with a sink (gpt-oss): the head's sink logit s joins the denominator only.
+    // w_j = exp(m_j - M) / (sum_k exp(m_k - M) + exp(s - M)), M = max(max_k m_k, s); the
+    // sink's share is the rest. A row with no visible key gives all of it to the sink.
+    static void sink_softmax_row(const T* logits, const bool* visible, T* masked, T* w, std::size_t n, T sink,
+                                 T* sink_share) {
+        const T neg_inf = -std::numeric_limits<T>::infinity();
+        T mx = neg_inf;
+        for (std::size_t j = 0; j < n; ++j) {
+            const T v = !visible || visible[j] ? logits[j] : neg_inf;
+            if (masked) masked[j] = v;
+            w[j] = v;
+            mx = v > mx ? v : mx;
+        }
+        const T M = mx > sink ? mx : sink;
+        T sum = 0;
+        for (std::size_t j = 0; j < n; ++j) {
+            w[j] = std::exp(w[j] - M);
+            sum += w[j];
+        }
+        const T c = std::exp(sink - M), total = sum + c;
+        for (std::size_t j = 0; j < n; ++j) w[j] /= total;
+        if (sink_share) *sink_share = c / total;
     }
 
     // Rows i0.. of a kept (B, H, Tq, Tk) stage, or this worker's scratch when it is not kept.
@@ -413,7 +515,31 @@ class Attention {
         return scratch.data();
     }
 
-    // 4) Output: merged heads (B*Tq, H*Dv) x (H*Dv, Dout) (+ b_O) -> (B, Tq, Dout),
+    // 4) Per-head outputs: head_output[b, t, h, :] = context_h[b, t, :] · W_O[h·Dv : (h+1)·Dv, :]
+    //    (without W_O, context_h in its own columns h·Dv..): their sum over h, plus b_O, is output.
+    void head_output() {
+        const Dims& d = d_;
+        {
+            PlaceNext at(place(kHeadOutput, d.B * d.Tq * d.H * d.Dout, sizeof(T)));
+            tr_.head_output = Tensor<T, 4>::from_shape({d.B, d.Tq, d.H, d.Dout});
+        }
+        T* out = tr_.head_output.data();
+        const std::size_t rows = d.B * d.Tq, H = d.H, Dv = d.Dv, Dout = d.Dout;
+        if (p_.W_O) {
+            parallel_for(H, threads_, [&](std::size_t h, std::size_t) {
+                gemm<T>(false, false, rows, Dout, Dv, T(1), merged_.data() + h * Dv, H * Dv,
+                        p_.W_O->data() + h * Dv * Dout, Dout, T(0), out + h * Dout, H * Dout);
+            });
+        } else {
+            std::fill(out, out + tr_.head_output.size(), T(0));
+            for (std::size_t r = 0; r < rows; ++r)
+                for (std::size_t h = 0; h < H; ++h)
+                    std::copy_n(merged_.data() + r * H * Dv + h * Dv, Dv, out + (r * H + h) * Dout + h * Dv);
+        }
+        check_shape(tr_.head_output, std::array{d.B, d.Tq, H, Dout}, "head_output");
+    }
+
+    // 5) Output: merged heads (B*Tq, H*Dv) x (H*Dv, Dout) (+ b_O) -> (B, Tq, Dout),
     //    or the merged heads themselves when there is no W_O.
     void output() {
         const Dims& d = d_;
@@ -441,7 +567,7 @@ class Attention {
     Trace<T> tr_;
     bool scan_scores_ = false;
     std::mutex nonfinite_lock_;
-    Buffer<T> qf_, kf_, vf_, merged_;  // (B, Tq, H*Dk), (B, Tk, H*Dk), (B, Tk, H*Dv), (B, Tq, H*Dv)
+    Buffer<T> qf_, kf_, vf_, merged_;  // (B, Tq, H*Dk), (B, Tk, G*Dk), (B, Tk, G*Dv), (B, Tq, H*Dv)
 };
 
 }  // namespace

@@ -15,24 +15,42 @@ using C = ColorKind;
 
 // clang-format off
 const std::array<StageInfo, kStageCount> kTable = {{
-    {kQ, "Q", {"B", "H", "Tq", "Dk"}, 4, "x · W_Q (+ b_Q), split into heads", V::number, C::diverging, {}},
-    {kK, "K", {"B", "H", "Tk", "Dk"}, 4, "src · W_K (+ b_K), split into heads", V::number, C::diverging, {}},
-    {kV, "V", {"B", "H", "Tk", "Dv"}, 4, "src · W_V (+ b_V), split into heads", V::number, C::diverging, {}},
-    {kScores, "scores", {"B", "H", "Tq", "Tk"}, 4, "Q · Kᵀ · scale", V::number, C::sequential, set_of({kQ, kK})},
-    {kMask, "mask", {"B", "Tq", "Tk"}, 3, "true where query i may see key j", V::boolean, C::boolean, {}},
+    {kQ, "Q", {"B", "H", "Tq", "Dk"}, 4, "x · W_Q (+ b_Q), split into heads", V::number, C::diverging, {}, ""},
+    {kK, "K", {"B", "G", "Tk", "Dk"}, 4, "src · W_K (+ b_K), split into heads", V::number, C::diverging, {}, ""},
+    {kV, "V", {"B", "G", "Tk", "Dv"}, 4, "src · W_V (+ b_V), split into heads", V::number, C::diverging, {}, ""},
+    {kQRot, "Q_rot", {"B", "H", "Tq", "Dk"}, 4, "Q with feature pairs rotated by position · inv_freq (RoPE)",
+     V::number, C::diverging, set_of({kQ}), "{rope}"},
+    {kKRot, "K_rot", {"B", "G", "Tk", "Dk"}, 4, "K with feature pairs rotated by position · inv_freq (RoPE)",
+     V::number, C::diverging, set_of({kK}), "{rope}"},
+    {kScores, "scores", {"B", "H", "Tq", "Tk"}, 4, "Q · Kᵀ · scale", V::number, C::sequential,
+     set_of({kQ, kK, kQRot, kKRot}), ""},
+    {kBias, "bias", {"B", "H", "Tq", "Tk"}, 4, "ALiBi slope · (k_pos − q_pos) and/or the float attn_mask",
+     V::number, C::diverging, {}, "{alibi} or a float attn_mask"},
+    {kMask, "mask", {"B", "Tq", "Tk"}, 3, "true where query i may see key j", V::boolean, C::boolean, {}, ""},
     {kMaskedScores, "masked_scores", {"B", "H", "Tq", "Tk"}, 4, "scores, -inf where mask is false", V::number,
-     C::sequential, set_of({kScores, kMask})},
+     C::sequential, set_of({kScores, kBias, kMask}), ""},
     {kWeights, "weights", {"B", "H", "Tq", "Tk"}, 4, "softmax over the key axis", V::number, C::probability,
-     set_of({kMaskedScores})},
-    {kContext, "context", {"B", "H", "Tq", "Dv"}, 4, "weights · V", V::number, C::diverging, set_of({kWeights, kV})},
+     set_of({kMaskedScores}), ""},
+    {kSinkWeight, "sink_weight", {"B", "H", "Tq"}, 3, "the share of each row's softmax taken by the head's sink",
+     V::number, C::probability, set_of({kMaskedScores}), "an array sinks in the bundle"},
+    {kContext, "context", {"B", "H", "Tq", "Dv"}, 4, "weights · V", V::number, C::diverging, set_of({kWeights, kV}), ""},
+    {kHeadOutput, "head_output", {"B", "Tq", "H", "Dout"}, 4, "context of head h · W_O rows h·Dv .. (h+1)·Dv",
+     V::number, C::diverging, set_of({kContext}), "{stages} head_output"},
     {kOutput, "output", {"B", "Tq", "Dout"}, 3, "heads concatenated (B, Tq, H·Dv), then · W_O (+ b_O)", V::number,
-     C::diverging, set_of({kContext})},
+     C::diverging, set_of({kContext}), ""},
 }};
 // clang-format on
 
 }  // namespace
 
 const std::array<StageInfo, kStageCount>& stage_table() { return kTable; }
+
+StageSet classic_stages() {
+    StageSet s;
+    for (const StageInfo& info : kTable)
+        if (info.exists_with.empty()) s.set(info.id);
+    return s;
+}
 
 std::optional<Stage> find_stage(std::string_view name) {
     for (const StageInfo& s : kTable)

@@ -51,7 +51,7 @@ std::vector<std::string> parse_stage_list(const std::string& list) {
     StageSet chosen;
     if (list == "none") return {};
     if (list.empty() || list == "all") {
-        chosen = all_stages();
+        chosen = classic_stages();  // the stages every run has
     } else {
         std::stringstream ss(list);
         std::string item;
@@ -69,18 +69,6 @@ std::vector<std::string> parse_stage_list(const std::string& list) {
     for (Stage id : stages_in(chosen)) ordered.push_back(stage_name(id));
     return ordered;
 }
-
-namespace {
-
-// The mask rule in words, for the mask stage's formula.
-std::string mask_rule_words(const MaskRule& m) {
-    if (m.has_padding() && m.causal()) return "(not PAD, and " + m.causal_rule() + ")";
-    if (m.has_padding()) return "(key j is not PAD)";
-    if (m.causal()) return "(causal: " + m.causal_rule() + ")";
-    return "(no mask given: all true)";
-}
-
-}  // namespace
 
 template <typename T>
 TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>& tr) {
@@ -104,13 +92,17 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     auto plus = [](const auto& bias, const char* name) { return bias ? std::string(" + ") + name : std::string(); };
     char scale_buf[64];
     std::snprintf(scale_buf, sizeof scale_buf, "%.6g", double(tr.scale));
-    const std::string mask_words = "true where query i may see key j " + mask_rule_words(p.mask);
+    const std::string mask_words = "true where query i may see key j " + p.mask.words();
 
     auto add = [&](Stage id, std::string formula, const auto& t) {
         if (!tr.kept[id]) return;
         const StageInfo& info = stage_info(id);
         std::vector<std::string> axes(info.axes.begin(), info.axes.begin() + long(info.rank));
         StageView s;
+        // K/V heads are an axis of their own only when fewer than the query heads.
+        for (auto& a : axes)
+            if (a == "G" && tr.dims.G == tr.dims.H) a = "H";
+        s.group = tr.dims.group();
         s.id = id;
         s.name = info.name;
         s.formula = std::move(formula);
@@ -124,17 +116,57 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
         s.data = t.data();
         v.stages.push_back(std::move(s));
     };
+    const Dims& d = tr.dims;
+    const bool gqa = d.G != d.H;
+    const std::string kv_split = gqa ? ", split into " + std::to_string(d.G) + " K/V head" + (d.G > 1 ? "s" : "") +
+                                           ", each serving " + std::to_string(d.group()) + " query heads"
+                                     : ", split into heads";
     add(kQ, "x · W_Q" + plus(p.b_Q, "b_Q") + ", split into heads", tr.Q);
     add(kK,
-        src + " · W_K" + plus(p.b_K, "b_K") + ", split into heads" +
+        src + " · W_K" + plus(p.b_K, "b_K") + kv_split +
             (p.spec.zero_key ? " (key " + std::to_string(*p.spec.zero_key) + " set to 0: --zero-key)" : ""),
         tr.K);
-    add(kV, src + " · W_V" + plus(p.b_V, "b_V") + ", split into heads", tr.V);
-    add(kScores, "Q · Kᵀ · scale, scale = " + std::string(scale_buf) + " (" + p.scale_source + ")", tr.scores);
+    add(kV, src + " · W_V" + plus(p.b_V, "b_V") + kv_split, tr.V);
+    std::string rope_words;
+    if (p.rope_dim) {
+        char base[32];
+        std::snprintf(base, sizeof base, "%g", p.spec.rope->base);
+        rope_words = std::string(p.spec.rope->style == RopeStyle::half ? "pairs (j, j + R/2)" : "pairs (2j, 2j + 1)") +
+                     " of the first R = " + std::to_string(p.rope_dim) + " features rotated by position · " + base +
+                     "^(-2j/R)";
+    }
+    add(kQRot, "Q with " + rope_words + " (RoPE)", tr.Q_rot);
+    add(kKRot, "K with " + rope_words + " (RoPE)", tr.K_rot);
+    add(kScores,
+        std::string(p.rope_dim ? "Q_rot · K_rotᵀ" : "Q · Kᵀ") + " · scale, scale = " + scale_buf + " (" +
+            p.scale_source + ")",
+        tr.scores);
+    std::string bias_words;
+    if (p.alibi_slopes) bias_words = "ALiBi: slope m_h · (k_pos(j) - q_pos(i))";
+    if (p.attn_bias) bias_words += std::string(bias_words.empty() ? "" : " + ") + "the float attn_mask";
+    add(kBias, bias_words, tr.bias);
     add(kMask, mask_words, tr.mask);
-    add(kMaskedScores, "scores, -inf where mask is false", tr.masked());
-    add(kWeights, "softmax over keys of masked_scores; each row sums to 1", tr.weights);
-    add(kContext, "weights · V: each row a weighted sum of value vectors", tr.context);
+    std::string logits = "scores";
+    if (p.spec.softcap) {
+        char cap[32];
+        std::snprintf(cap, sizeof cap, "%g", *p.spec.softcap);
+        logits = std::string(cap) + " · tanh(scores / " + cap + ")";
+    }
+    if (p.has_bias()) logits += " + bias";
+    add(kMaskedScores, logits + ", -inf where mask is false", tr.masked());
+    add(kWeights,
+        p.sinks ? std::string("softmax over keys of masked_scores, the head's sink joining the denominator")
+                : std::string("softmax over keys of masked_scores; each row sums to 1"),
+        tr.weights);
+    add(kSinkWeight, "exp(sink_h - max) / the row's denominator: 1 - the row's sum of weights", tr.sink_weight);
+    add(kContext,
+        gqa ? "weights · V of the head's K/V head: each row a weighted sum of value vectors"
+            : "weights · V: each row a weighted sum of value vectors",
+        tr.context);
+    add(kHeadOutput,
+        p.W_O ? "context of head h · W_O rows h·Dv..(h+1)·Dv; their sum over heads" + plus(p.b_O, "b_O") + " is output"
+              : std::string("context of head h in its own columns (no W_O given)"),
+        tr.head_output);
     add(kOutput, p.W_O ? "concat(heads) · W_O" + plus(p.b_O, "b_O") : std::string("concat(heads) (no W_O given)"),
         tr.output);
     return v;

@@ -5,29 +5,76 @@
 
 namespace attnscope {
 
+MaskRule::MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, MaskParts parts)
+    : B_(B), Tq_(Tq), Tk_(Tk), p_(std::move(parts)) {}
+
 MaskRule::MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, std::optional<xt::xtensor<bool, 2>> key_padding,
                    bool causal, CausalAlign align)
-    : B_(B), Tq_(Tq), Tk_(Tk), padding_(std::move(key_padding)), causal_(causal), align_(align) {}
+    : B_(B), Tq_(Tq), Tk_(Tk) {
+    p_.key_padding = std::move(key_padding);
+    p_.causal = causal;
+    p_.align = align;
+}
 
-long long MaskRule::query_position(std::size_t i) const {
-    const long long shift = align_ == CausalAlign::top_left ? 0 : (long long)Tk_ - (long long)Tq_;
+long long MaskRule::query_position(std::size_t b, std::size_t i) const {
+    if (p_.q_positions) return (*p_.q_positions)(p_.q_positions->shape(0) == 1 ? 0 : b, i);
+    const long long shift = p_.align == CausalAlign::top_left ? 0 : (long long)Tk_ - (long long)Tq_;
     return (long long)i + shift;
 }
 
+long long MaskRule::key_position(std::size_t b, std::size_t j) const {
+    if (p_.k_positions) return (*p_.k_positions)(p_.k_positions->shape(0) == 1 ? 0 : b, j);
+    return (long long)j;
+}
+
 bool MaskRule::visible(std::size_t b, std::size_t i, std::size_t j) const {
-    return !padded(b, j) && (!causal_ || (long long)j <= query_position(i));
+    if (padded(b, j)) return false;
+    if (p_.allow && !(*p_.allow)(p_.allow->shape(0) == 1 ? 0 : b, i, j)) return false;
+    if (!p_.causal && !p_.window) return true;
+    const long long q = query_position(b, i), k = key_position(b, j);
+    if (p_.causal && k > q) return false;
+    if (p_.window) {
+        const long long w = (long long)*p_.window;
+        if (p_.causal ? !(q - w < k) : !(q - k < w && k - q < w)) return false;
+    }
+    return true;
 }
 
 bool MaskRule::row(std::size_t b, std::size_t i, bool* out) const {
-    const long long last = causal_ ? query_position(i) : (long long)Tk_;
     bool any = false;
+    if (!p_.window && !p_.allow && !p_.k_positions) {  // the classic rule, fast
+        const long long last = p_.causal ? query_position(b, i) : (long long)Tk_;
+        for (std::size_t j = 0; j < Tk_; ++j) {
+            out[j] = !padded(b, j) && (long long)j <= last;
+            any |= out[j];
+        }
+        return any;
+    }
     for (std::size_t j = 0; j < Tk_; ++j) {
-        out[j] = !padded(b, j) && (long long)j <= last;
+        out[j] = visible(b, i, j);
         any |= out[j];
     }
     return any;
 }
 
-std::string MaskRule::causal_rule() const { return align_ == CausalAlign::top_left ? "j <= i" : "j <= i + Tk - Tq"; }
+std::string MaskRule::causal_rule() const {
+    if (explicit_positions()) return "k_pos(j) <= q_pos(i)";
+    return p_.align == CausalAlign::top_left ? "j <= i" : "j <= i + Tk - Tq";
+}
+
+std::string MaskRule::words() const {
+    std::string w;
+    auto add = [&](const std::string& part) { w += (w.empty() ? "" : ", and ") + part; };
+    if (has_padding()) add(p_.causal || p_.window || p_.allow ? "not PAD" : "key j is not PAD");
+    if (p_.causal) add(has_padding() ? causal_rule() : "causal: " + causal_rule());
+    if (p_.window) {
+        const std::string W = std::to_string(*p_.window);
+        const std::string q = explicit_positions() ? "q_pos(i)" : "i", k = explicit_positions() ? "k_pos(j)" : "j";
+        add(p_.causal ? "window " + W + ": " + q + " - " + W + " < " + k
+                      : "window " + W + ": |" + q + " - " + k + "| < " + W);
+    }
+    if (p_.allow) add("attn_mask allows it");
+    return w.empty() ? "(no mask given: all true)" : "(" + w + ")";
+}
 
 }  // namespace attnscope

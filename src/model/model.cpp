@@ -38,6 +38,8 @@ std::size_t TokenLabels::bytes() const {
 const std::vector<std::string>& known_array_names() {
     static const std::vector<std::string> names = {"x", "memory", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V",
                                                    "b_O", "key_padding_mask", "query_tokens", "key_tokens",
+                                                   // modern attention: positions, biases, sinks
+                                                   "q_positions", "k_positions", "alibi_slopes", "attn_mask", "sinks",
                                                    // PyTorch nn.MultiheadAttention state dict (with {layout} torch)
                                                    "in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight",
                                                    "v_proj_weight", "out_proj.weight", "out_proj.bias"};
@@ -249,6 +251,39 @@ void check_spec(const Spec& spec) {
     if (spec.scale && !std::isfinite(*spec.scale)) throw UsageError("{scale}: expected a finite number");
     if (!(spec.temperature > 0) || !std::isfinite(spec.temperature))
         throw UsageError("{temperature}: expected a positive number");
+    if (spec.kv_heads && *spec.kv_heads == 0) throw UsageError("{kv_heads}: expected a positive number, found 0");
+    if (spec.kv_heads && spec.heads % *spec.kv_heads != 0)
+        throw UsageError("{kv_heads} " + std::to_string(*spec.kv_heads) + ": does not divide {heads} " +
+                         std::to_string(spec.heads) + " (each K/V head serves H/G query heads)");
+    if (spec.rope) {
+        if (!(spec.rope->base > 1) || !std::isfinite(spec.rope->base))
+            throw UsageError("{rope_base}: expected a finite number above 1");
+        if (spec.rope->dim && (*spec.rope->dim == 0 || *spec.rope->dim % 2 != 0))
+            throw UsageError("{rope_dim} " + std::to_string(*spec.rope->dim) +
+                             ": expected a positive even number (features rotate in pairs)");
+    }
+    if (spec.window && *spec.window == 0)
+        throw UsageError("{window}: expected at least 1 (the number of positions a query sees)");
+    if (spec.softcap && (!(*spec.softcap > 0) || !std::isfinite(*spec.softcap)))
+        throw UsageError("{softcap}: expected a positive finite number");
+}
+
+// ALiBi's slopes for H heads (Press et al., 2022): m_h = 2^(-8(h+1)/H) when H is a power
+// of two; otherwise the n = 2^floor(log2 H) slopes of n heads, then every other slope of
+// 2n heads until there are H.
+std::vector<double> alibi_slopes(std::size_t H) {
+    auto power_of_two = [](std::size_t n) {
+        std::vector<double> m(n);
+        for (std::size_t h = 0; h < n; ++h) m[h] = std::exp2(-8.0 * double(h + 1) / double(n));
+        return m;
+    };
+    std::size_t n = 1;
+    while (n * 2 <= H) n *= 2;
+    std::vector<double> m = power_of_two(n);
+    if (n == H) return m;
+    const std::vector<double> twice = power_of_two(2 * n);
+    for (std::size_t k = 0; m.size() < H; k += 2) m.push_back(twice[k]);
+    return m;
 }
 
 // The weights as the bundle describes them (not yet copied out): in math layout (in, out).
@@ -413,21 +448,37 @@ void split_widths(const Builder& bld, const Bundle& bundle, const Spec& spec, co
     const Array& wk_arr = bld.find("W_K")             ? *bld.find("W_K")
                           : bld.find("k_proj_weight") ? *bld.find("k_proj_weight")
                                                       : *in_proj;
-    if (wk.cols != wq.cols)
-        bld.fail(wk_arr, "queries and keys must share one width: W_Q gives H*Dk = " + std::to_string(wq.cols) +
-                             " columns but W_K gives " + std::to_string(wk.cols) + " (shape " +
-                             shape_str(wk_arr.shape) + ")");
     if (wq.cols == 0 || wv.cols == 0)
         throw InputError(bundle.source + ": W_Q and W_V must have at least one output column");
     d.H = spec.heads;
+    d.G = spec.kv_heads.value_or(d.H);
     if (wq.cols % d.H != 0)
         throw UsageError("{heads} " + std::to_string(d.H) + ": does not divide the query/key width H*Dk = " +
                          std::to_string(wq.cols) + " of W_Q (" + bundle.source + ")");
-    if (wv.cols % d.H != 0)
-        throw UsageError("{heads} " + std::to_string(d.H) + ": does not divide the value width H*Dv = " +
-                         std::to_string(wv.cols) + " of W_V (" + bundle.source + ")");
     d.Dk = wq.cols / d.H;
-    d.Dv = wv.cols / d.H;
+    if (wk.cols != d.G * d.Dk) {
+        std::string what =
+            d.G == d.H
+                ? "queries and keys must share one width: W_Q gives H*Dk = " + std::to_string(wq.cols) +
+                      " columns but W_K gives " + std::to_string(wk.cols) + " (shape " + shape_str(wk_arr.shape) + ")"
+                : "expected G*Dk = " + std::to_string(d.G) + "*" + std::to_string(d.Dk) + " = " +
+                      std::to_string(d.G * d.Dk) + " columns (G = {kv_heads} K/V heads of " +
+                      "Dk = " + std::to_string(d.Dk) + " features), found shape " + shape_str(wk_arr.shape);
+        if (!spec.kv_heads && wk.cols < wq.cols && wk.cols % d.Dk == 0 && d.H % (wk.cols / d.Dk) == 0)
+            what +=
+                "; if the model shares each K/V head among several query heads (grouped-query attention), "
+                "pass {kv_heads} " +
+                std::to_string(wk.cols / d.Dk);
+        bld.fail(wk_arr, what);
+    }
+    if (w.in_proj && d.G != d.H)
+        bld.fail(*w.in_proj, "nn.MultiheadAttention's in_proj_weight has one K/V head per query head; {kv_heads} " +
+                                 std::to_string(d.G) + " needs separate q/k/v_proj_weight or W_Q, W_K, W_V");
+    if (wv.cols % d.G != 0)
+        throw UsageError((d.G == d.H ? "{heads} " : "{kv_heads} ") + std::to_string(d.G) +
+                         ": does not divide the value width " + (d.G == d.H ? "H" : "G") +
+                         "*Dv = " + std::to_string(wv.cols) + " of W_V (" + bundle.source + ")");
+    d.Dv = wv.cols / d.G;
 
     if (wo) {
         const Array& a = bld.find("W_O") ? *bld.find("W_O") : *bld.find("out_proj.weight");
@@ -454,8 +505,8 @@ void read_biases(const Builder& bld, const Dims& d, Weights& w) {
         if (const Array* a = bld.find(name)) out = bld.vector(*a, n, expect);
     };
     bias("b_Q", d.H * d.Dk, "H*Dk", bq);
-    bias("b_K", d.H * d.Dk, "H*Dk", bk);
-    bias("b_V", d.H * d.Dv, "H*Dv", bv);
+    bias("b_K", d.G * d.Dk, d.G == d.H ? "H*Dk" : "G*Dk", bk);
+    bias("b_V", d.G * d.Dv, d.G == d.H ? "H*Dv" : "G*Dv", bv);
     if (bld.find("b_O") && !wo) bld.fail(*bld.find("b_O"), "an output bias needs W_O beside it");
     bias("b_O", d.Dout, "Dout", bo);
     bias("out_proj.bias", d.Dout, "Dout", bo);
@@ -480,37 +531,205 @@ void copy_weights(const Bundle& bundle, const Weights& w, Problem<T>& p, NonFini
     p.b_V = vec(bv);
     p.b_O = vec(bo);
     for (const auto& [name, arr] : bundle.arrays)
-        if (!arr.is_text() && name != "x" && name != "memory" && name != "key_padding_mask")
+        if (!arr.is_text() && name != "x" && name != "memory" && name != "key_padding_mask" && name != "attn_mask" &&
+            name != "q_positions" && name != "k_positions")
             nonfinite.warn<T>(arr, p.warnings);
 }
 
-// 5. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD; with the causal rule, the mask rule.
+// 5a. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD.
+std::optional<xt::xtensor<bool, 2>> read_key_padding(const Builder& bld, const Dims& d, bool batched) {
+    const Array* m = bld.find("key_padding_mask");
+    if (!m) return std::nullopt;
+    bld.numeric(*m);
+    bool fits =
+        (m->ndim() == 1 && m->shape[0] == d.Tk) || (m->ndim() == 2 && m->shape[0] == d.B && m->shape[1] == d.Tk);
+    if (!fits)
+        bld.fail(*m, "expected (Tk,) = (" + std::to_string(d.Tk) + ",)" +
+                         (batched ? " or (B, Tk) = (" + std::to_string(d.B) + ", " + std::to_string(d.Tk) + ")" : "") +
+                         " with 1/true = PAD, found shape " + shape_str(m->shape));
+    xt::xtensor<bool, 2> pad = xt::xtensor<bool, 2>::from_shape({d.B, d.Tk});
+    for (std::size_t b = 0; b < d.B; ++b)
+        for (std::size_t j = 0; j < d.Tk; ++j) {
+            std::size_t k = m->ndim() == 1 ? j : b * d.Tk + j;
+            double v = m->value(k);
+            if (v != 0.0 && v != 1.0)
+                bld.fail(*m, "expected 0/1 or true/false (1 = PAD), found " + std::to_string(v) + " at element " +
+                                 std::to_string(k) + " (an additive float mask is an attn_mask)");
+            pad(b, j) = v == 1.0;
+        }
+    return pad;
+}
+
+// 5b. q_positions / k_positions: (T,) or (B, T) whole numbers.
+std::optional<xt::xtensor<long long, 2>> read_positions(const Builder& bld, const char* name, const Dims& d,
+                                                        std::size_t T_, const char* axis, bool batched) {
+    const Array* a = bld.find(name);
+    if (!a) return std::nullopt;
+    bld.numeric(*a);
+    const bool fits =
+        (a->ndim() == 1 && a->shape[0] == T_) || (a->ndim() == 2 && a->shape[0] == d.B && a->shape[1] == T_);
+    if (!fits)
+        bld.fail(*a, "expected (" + std::string(axis) + ",) = (" + std::to_string(T_) + ",)" +
+                         (batched ? " or (B, " + std::string(axis) + ") = (" + std::to_string(d.B) + ", " +
+                                        std::to_string(T_) + ")"
+                                  : "") +
+                         ", found shape " + shape_str(a->shape));
+    const std::size_t rows = a->ndim() == 1 ? 1 : d.B;
+    xt::xtensor<long long, 2> pos = xt::xtensor<long long, 2>::from_shape({rows, T_});
+    for (std::size_t k = 0; k < rows * T_; ++k) {
+        const double v = a->value(k);
+        if (a->dtype == "bool" || !(std::fabs(v) < 9007199254740992.0) || v != std::floor(v)) {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%g", v);
+            bld.fail(*a, std::string("expected whole-number positions, found ") +
+                             (a->dtype == "bool" ? "booleans" : std::string(buf) + " at element " + std::to_string(k)));
+        }
+        pos.data()[k] = (long long)v;
+    }
+    return pos;
+}
+
+// 5c. A boolean attn_mask ((Tq, Tk), (B, Tq, Tk), or 4-D with a head axis of 1), in the
+// polarity {attn_mask_means} names, as "may attend". A mask that differs by head is a
+// float mask's job (0 / -inf).
+std::optional<xt::xtensor<bool, 3>> read_bool_attn_mask(const Builder& bld, const Spec& spec, const Dims& d) {
+    const Array* a = bld.find("attn_mask");
+    if (!a || spec.attn_mask_means == MaskMeans::unset) return std::nullopt;
+    const auto& sh = a->shape;
+    const std::string tqk = std::to_string(d.Tq) + ", " + std::to_string(d.Tk);
+    std::size_t rows = 0;
+    if (sh.size() == 2 && sh[0] == d.Tq && sh[1] == d.Tk) rows = 1;
+    if (sh.size() == 3 && sh[0] == d.B && sh[1] == d.Tq && sh[2] == d.Tk) rows = d.B;
+    if (sh.size() == 4 && (sh[0] == d.B || sh[0] == 1) && sh[1] == 1 && sh[2] == d.Tq && sh[3] == d.Tk) rows = sh[0];
+    if (sh.size() == 3 && sh[0] == d.H && d.H != d.B && sh[1] == d.Tq && sh[2] == d.Tk)
+        bld.fail(*a, "a boolean mask with a head axis, shape " + shape_str(sh) +
+                         ": give a mask that differs by head as a float attn_mask (0 = keep, -inf = hide)");
+    if (sh.size() == 4 && sh[1] != 1 && sh[2] == d.Tq && sh[3] == d.Tk)
+        bld.fail(*a, "a boolean mask with a head axis, shape " + shape_str(sh) +
+                         ": give a mask that differs by head as a float attn_mask (0 = keep, -inf = hide)");
+    if (rows == 0)
+        bld.fail(*a, "expected a boolean mask of shape (Tq, Tk) = (" + tqk + "), (B, Tq, Tk) = (" +
+                         std::to_string(d.B) + ", " + tqk + ") or (B, 1, Tq, Tk), found " + shape_str(sh));
+    if (a->dtype.rfind("float", 0) == 0)
+        bld.fail(*a, "a float mask (" + a->dtype +
+                         ") is added to the scores as it is; {attn_mask_means} is for a bool or integer mask");
+    const bool allow = spec.attn_mask_means == MaskMeans::allow;
+    xt::xtensor<bool, 3> m = xt::xtensor<bool, 3>::from_shape({rows, d.Tq, d.Tk});
+    for (std::size_t k = 0; k < m.size(); ++k) {
+        const double v = a->value(k);
+        if (a->dtype == "json" && v != 0 && v != 1)
+            bld.fail(*a, "expected true/false or 0/1 (read as a boolean mask: {attn_mask_means} is given), found " +
+                             std::to_string(v) + " at element " + std::to_string(k));
+        m.data()[k] = (v != 0) == allow;
+    }
+    return m;
+}
+
+// 5d. A float attn_mask, added to the scores: (Tq, Tk), (B, Tq, Tk), (H, Tq, Tk) or
+// (B, H, Tq, Tk); a 3-D mask is told apart by its first size.
+template <typename T>
+std::optional<Tensor<T, 4>> read_float_attn_mask(const Builder& bld, const Spec& spec, const Dims& d,
+                                                 NonFiniteLog& nonfinite) {
+    const Array* a = bld.find("attn_mask");
+    if (!a || spec.attn_mask_means != MaskMeans::unset) return std::nullopt;
+    bld.numeric(*a);
+    if (a->dtype == "bool" || a->dtype.rfind("int", 0) == 0 || a->dtype.rfind("uint", 0) == 0)
+        bld.fail(*a, "a " + a->dtype +
+                         " mask: say which convention it follows, {attn_mask_means} allow (true = may attend, as "
+                         "PyTorch's scaled_dot_product_attention) or {attn_mask_means} block (true = blocked, as "
+                         "nn.MultiheadAttention)");
+    const auto& sh = a->shape;
+    const std::string tqk = std::to_string(d.Tq) + ", " + std::to_string(d.Tk);
+    std::size_t Bm = 0, Hm = 0;
+    const bool last_fit = sh.size() >= 2 && sh[sh.size() - 2] == d.Tq && sh.back() == d.Tk;
+    if (last_fit && sh.size() == 2) Bm = Hm = 1;
+    if (last_fit && sh.size() == 4 && (sh[0] == d.B || sh[0] == 1) && (sh[1] == d.H || sh[1] == 1)) {
+        Bm = sh[0];
+        Hm = sh[1];
+    }
+    if (last_fit && sh.size() == 3) {
+        if (sh[0] == d.B && sh[0] == d.H && d.B > 1)
+            bld.fail(*a,
+                     "shape " + shape_str(sh) + " is ambiguous: B = H = " + std::to_string(d.B) +
+                         ", so its first axis could be the batch or the heads; give it 4-D, (B, 1, Tq, Tk) or (1, H, "
+                         "Tq, Tk)");
+        if (sh[0] == d.B)
+            Bm = d.B, Hm = 1;
+        else if (sh[0] == d.H)
+            Bm = 1, Hm = d.H;
+    }
+    if (Bm == 0)
+        bld.fail(*a, "expected (Tq, Tk) = (" + tqk + "), (B, Tq, Tk), (H, Tq, Tk) or (B, H, Tq, Tk) with B = " +
+                         std::to_string(d.B) + ", H = " + std::to_string(d.H) + ", found " + shape_str(sh));
+    Tensor<T, 4> m = Tensor<T, 4>::from_shape({Bm, Hm, d.Tq, d.Tk});
+    const NonFinite nf = copy_numbers<T>(*a, m.data());
+    for (std::size_t k = 0; k < m.size(); ++k)
+        if (std::isnan(m.data()[k]) || m.data()[k] == std::numeric_limits<T>::infinity())
+            bld.fail(*a, std::string("expected finite numbers or -inf (which hides a key), found ") +
+                             (std::isnan(m.data()[k]) ? "nan" : "inf") + " at element " + std::to_string(k));
+    (void)nf;
+    (void)nonfinite;
+    return m;
+}
+
+// 5. The mask rule: padding, causal, window, a boolean attn_mask, and their positions.
 template <typename T>
 void read_mask(const Builder& bld, const Spec& spec, Problem<T>& p) {
     const Dims& d = p.dims;
-    std::optional<xt::xtensor<bool, 2>> key_padding;
-    if (const Array* m = bld.find("key_padding_mask")) {
-        bld.numeric(*m);
-        bool fits =
-            (m->ndim() == 1 && m->shape[0] == d.Tk) || (m->ndim() == 2 && m->shape[0] == d.B && m->shape[1] == d.Tk);
-        if (!fits)
-            bld.fail(
-                *m, "expected (Tk,) = (" + std::to_string(d.Tk) + ",)" +
-                        (p.batched ? " or (B, Tk) = (" + std::to_string(d.B) + ", " + std::to_string(d.Tk) + ")" : "") +
-                        " with 1/true = PAD, found shape " + shape_str(m->shape));
-        xt::xtensor<bool, 2> pad = xt::xtensor<bool, 2>::from_shape({d.B, d.Tk});
-        for (std::size_t b = 0; b < d.B; ++b)
-            for (std::size_t j = 0; j < d.Tk; ++j) {
-                std::size_t k = m->ndim() == 1 ? j : b * d.Tk + j;
-                double v = m->value(k);
-                if (v != 0.0 && v != 1.0)
-                    bld.fail(*m, "expected 0/1 or true/false (1 = PAD), found " + std::to_string(v) + " at element " +
-                                     std::to_string(k) + " (additive float masks are not supported)");
-                pad(b, j) = v == 1.0;
-            }
-        key_padding = std::move(pad);
+    MaskParts parts;
+    parts.key_padding = read_key_padding(bld, d, p.batched);
+    parts.causal = spec.causal;
+    parts.align = spec.causal_align;
+    parts.window = spec.window;
+    parts.q_positions = read_positions(bld, "q_positions", d, d.Tq, "Tq", p.batched);
+    parts.k_positions = read_positions(bld, "k_positions", d, d.Tk, "Tk", p.batched);
+    parts.allow = read_bool_attn_mask(bld, spec, d);
+    if ((parts.q_positions || parts.k_positions) && !spec.rope && !spec.alibi && !spec.causal && !spec.window) {
+        const Array& a = *bld.find(parts.q_positions ? "q_positions" : "k_positions");
+        bld.fail(a, "positions are used by {rope}, {alibi}, {causal} and {window}; none of them is given");
     }
-    p.mask = MaskRule(d.B, d.Tq, d.Tk, std::move(key_padding), spec.causal, spec.causal_align);
+    if (spec.attn_mask_means != MaskMeans::unset && !bld.find("attn_mask"))
+        throw UsageError("{attn_mask_means}: the bundle has no attn_mask");
+    p.mask = MaskRule(d.B, d.Tq, d.Tk, std::move(parts));
+}
+
+// 6. The variants' own arrays: RoPE's width, ALiBi's slopes, a float attn_mask, sinks.
+template <typename T>
+void read_variants(const Builder& bld, const Spec& spec, Problem<T>& p, NonFiniteLog& nonfinite) {
+    const Dims& d = p.dims;
+    if (spec.rope) {
+        p.rope_dim = spec.rope->dim.value_or(d.Dk);
+        if (p.rope_dim > d.Dk)
+            throw UsageError("{rope_dim} " + std::to_string(p.rope_dim) + ": more than the " + std::to_string(d.Dk) +
+                             " features of a head (Dk)");
+        if (p.rope_dim % 2 != 0)
+            throw UsageError("{rope}: rotates features in pairs, and Dk = " + std::to_string(d.Dk) +
+                             " is odd; give an even {rope_dim}");
+    }
+    const Array* slopes = bld.find("alibi_slopes");
+    if (slopes && !spec.alibi) bld.fail(*slopes, "given without {alibi}, which would use them");
+    if (spec.alibi) {
+        Tensor<T, 1> m = Tensor<T, 1>::from_shape({d.H});
+        if (slopes) {
+            m = to_tensor<T>(bld.vector(*slopes, d.H, "H"), nonfinite);
+            for (std::size_t h = 0; h < d.H; ++h)
+                if (!std::isfinite(m(h)))
+                    bld.fail(*slopes, "expected finite slopes, found a non-finite one at " + std::to_string(h));
+        } else {
+            const std::vector<double> v = alibi_slopes(d.H);
+            for (std::size_t h = 0; h < d.H; ++h) m(h) = T(v[h]);
+        }
+        p.alibi_slopes = std::move(m);
+    }
+    p.attn_bias = read_float_attn_mask<T>(bld, spec, d, nonfinite);
+    if (const Array* a = bld.find("sinks")) {
+        Tensor<T, 1> s = to_tensor<T>(bld.vector(*a, d.H, "H"), nonfinite);
+        for (std::size_t h = 0; h < d.H; ++h)
+            if (!std::isfinite(s(h)))
+                bld.fail(*a,
+                         "expected finite sink logits, one per head, found a non-finite one at " + std::to_string(h));
+        p.sinks = std::move(s);
+    }
 }
 
 // 7. Scale: 1/sqrt(Dk) unless given.
@@ -559,8 +778,9 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     split_widths(bld, bundle, spec, w, d);                    // 3. H, Dk, Dv, Dout
     read_biases(bld, d, w);                                   // 4. biases
     copy_weights(bundle, w, p, nonfinite);
-    read_mask(bld, spec, p);  // 5. the mask rule
-    // 6. Token labels.
+    read_mask(bld, spec, p);                 // 5. the mask rule
+    read_variants(bld, spec, p, nonfinite);  // 6. RoPE, ALiBi, attn_mask, sinks
+    // Token labels.
     p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
     p.key_tokens = tokens(bld, "key_tokens", d.B, d.Tk, p.batched, "Tk");
     if (p.key_tokens.empty() && !p.cross) p.key_tokens = p.query_tokens;

@@ -236,6 +236,7 @@ struct Matrix {
     std::size_t batch = 0, head = 0;
     bool has_heads = false;
     std::size_t offset = 0, rows = 0, cols = 0;
+    std::string title;  // "batch 0 · head 1"; empty: from batch and head
 
     const std::string& row_axis() const { return stage->axes[stage->axes.size() - 2]; }
     const std::string& col_axis() const { return stage->axes.back(); }
@@ -363,6 +364,7 @@ Cell cell_of(const Matrix& m, ColorKind kind, const ColourScale& sc, const std::
 
 // "batch 0 · head 1", "batch 0", "head 1" or "" for a matrix.
 std::string matrix_title(const TraceView& v, const Matrix& m) {
+    if (!m.title.empty()) return m.title;
     return text::matrix_title(v, *m.stage, m.batch, m.head, " · ");
 }
 
@@ -600,8 +602,11 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
     std::string first_left_out;
     for (std::size_t b : text::chosen_or_all(batches, v.dims.B)) {
         const std::vector<char> seen = shows_mask(s) ? visibility(v, b) : std::vector<char>();
-        for (std::size_t h : text::has_heads(s) ? text::chosen_or_all(heads, v.dims.H) : std::vector<std::size_t>{0}) {
-            const Matrix m = matrix_of(s, b, h);
+        for (const text::MatrixRef& ref :
+             text::matrices_of(v, s, {b}, text::chosen_or_all(heads, v.dims.H), 8, " · ")) {
+            Matrix m = matrix_of(s, b, ref.head);
+            m.offset = ref.offset;
+            m.title = ref.title;
             const std::size_t cells =
                 text::shown(m.rows, kMaxAxis, kMaxAxis / 2).size() * text::shown(m.cols, kMaxAxis, kMaxAxis / 2).size();
             if (drawn > 0 && drawn + cells > budget) {

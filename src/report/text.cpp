@@ -108,17 +108,13 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, cons
         write_heatmaps(out, v, s, o);
         return;
     }
-    // The leading axes (B and/or H) pick matrices; the last two are printed.
-    for (std::size_t b : batches) {
-        for (std::size_t h : has_heads(s) ? heads : std::vector<std::size_t>{0}) {
-            const std::string title = matrix_title(v, s, b, h);
-            if (!title.empty())
-                out << "\n  -- " << title << '\n';
-            else
-                out << '\n';
-            const std::size_t offset = matrix_offset(s, b, h);
-            print_matrix(out, v, s, offset, b, o);
-        }
+    // The leading axes (B, H or G, Tq) pick matrices; the last two are printed.
+    for (const MatrixRef& m : matrices_of(v, s, batches, heads, o.full ? std::size_t(-1) : 2 * o.edgeitems)) {
+        if (!m.title.empty())
+            out << "\n  -- " << m.title << '\n';
+        else
+            out << '\n';
+        print_matrix(out, v, s, m.offset, m.batch, o);
     }
 }
 

@@ -59,6 +59,7 @@ inline std::string axis_label(const TraceView& v, const std::string& axis, std::
     const bool query = axis == "Tq", key = axis == "Tk";
     const TokenLabels& tokens = query ? v.query_tokens : v.key_tokens;
     if ((query || key) && b < tokens.size() && i < tokens[b].size()) return escape_control(tokens[b][i]);
+    if (axis == "H" || axis == "G") return (axis == "H" ? "h" : "g") + std::to_string(i);
     return (query ? "q" : key ? "k" : "d") + std::to_string(i);
 }
 
@@ -80,7 +81,7 @@ inline std::vector<std::size_t> shown(std::size_t n, std::size_t max, std::size_
 }
 
 // Whether a stage has a head axis.
-inline bool has_heads(const StageView& s) { return std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end(); }
+inline bool has_heads(const StageView& s) { return has_head_axis(s); }
 
 // "batch 0, head 1", "batch 0", "head 1" or "" for matrix (b, h) of stage s (a 2-D input
 // has no batch axis, mask and output no head axis); `sep` between the two.
@@ -90,6 +91,58 @@ inline std::string matrix_title(const TraceView& v, const StageView& s, std::siz
     if (v.batched) t += "batch " + std::to_string(b);
     if (has_heads(s)) t += (t.empty() ? "" : sep) + std::string("head ") + std::to_string(h);
     return t;
+}
+
+// One matrix of a stage as the views show it: where its (rows, cols) data starts, the
+// batch item and query head it belongs to, and its title ("batch 0, head 1").
+struct MatrixRef {
+    std::size_t offset = 0, batch = 0, head = 0;
+    std::string title;
+};
+
+// The matrices of stage s for the chosen batch items and query heads, in order. Its
+// leading axes pick them: B; H; G (K/V heads: one matrix for each K/V head the chosen
+// query heads read, titled with the query heads it serves); Tq (head_output: a matrix
+// (H, Dout) per query position, at most `positions` of them, the ends of a long axis).
+inline std::vector<MatrixRef> matrices_of(const TraceView& v, const StageView& s,
+                                          const std::vector<std::size_t>& batches,
+                                          const std::vector<std::size_t>& heads, std::size_t positions,
+                                          const char* sep = ", ") {
+    const std::size_t nd = s.shape.size(), matrix = s.shape[nd - 2] * s.shape[nd - 1];
+    const std::vector<std::string> lead(s.axes.begin(), s.axes.end() - 2);
+    const bool batch_axis = !lead.empty() && lead[0] == "B";
+    const std::size_t k = batch_axis ? 1 : 0;  // the axis after the batch
+    const std::string second = k < lead.size() ? lead[k] : "";
+    std::vector<MatrixRef> out;
+    for (std::size_t b : batches) {
+        const std::string batch = v.batched ? "batch " + std::to_string(b) : "";
+        auto title = [&](const std::string& rest) { return batch + (batch.empty() || rest.empty() ? "" : sep) + rest; };
+        if (second == "H" || second == "G") {
+            const std::size_t group = second == "G" ? s.group : 1;
+            std::size_t last = std::string::npos;
+            for (std::size_t h : heads) {
+                const std::size_t g = h / group;
+                if (g == last) continue;
+                last = g;
+                std::string what = "head " + std::to_string(h);
+                if (second == "G")
+                    what = "K/V head " + std::to_string(g) + " (query heads " + std::to_string(g * group) +
+                           (group > 1 ? "-" + std::to_string(g * group + group - 1) : "") + ")";
+                out.push_back({matrix_offset(s, b, h), b, h, title(what)});
+            }
+        } else if (second == "Tq") {
+            const std::size_t Tq = s.shape[k];
+            for (std::size_t t : shown(Tq, positions, std::max<std::size_t>(positions / 2, 1))) {
+                if (t == kGap) continue;
+                out.push_back(
+                    {((batch_axis ? b : 0) * Tq + t) * matrix, b, 0,
+                     title("query " + std::to_string(t) + " '" + clip_label(axis_label(v, "Tq", b, t)) + "'")});
+            }
+        } else {
+            out.push_back({(batch_axis ? b : 0) * matrix, b, 0, batch});
+        }
+    }
+    return out;
 }
 
 // "(B, H, Tq, Tk) = (2, 2, 6, 6)"

@@ -488,7 +488,7 @@ class HtmlOptionsTest(CliTestCase):
         t = report.table("weights", 0, 0)
         shown = [r["label"] for r in t["rows"]]
         self.assertEqual(shown[:5], tokens[:5])
-        self.assertEqual(shown[5], "\ufffdbell")                    # a control character cannot appear
+        self.assertEqual(shown[5], "\\x01bell")                    # a control character is spelled out
         self.assertEqual(shown[6], "averyveryver…")                 # clipped to 12 characters
         self.assertEqual(t["rows"][6]["label_attrs"]["title"], tokens[6])  # the whole label on hover
         self.assertTrue("&lt;b&gt;&amp;amp;" in text, "&lt;b&gt;&amp;amp;")

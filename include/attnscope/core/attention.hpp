@@ -9,14 +9,21 @@
 //
 // Stages, in order (DESIGN.md; the same names everywhere):
 //   Q             x · W_Q (+ b_Q), split into heads        (B, H, Tq, Dk)
-//   K             src · W_K (+ b_K), split into heads      (B, H, Tk, Dk)
-//   V             src · W_V (+ b_V), split into heads      (B, H, Tk, Dv)
-//   scores        Q · Kᵀ · scale                           (B, H, Tq, Tk)
+//   K             src · W_K (+ b_K), split into K/V heads  (B, G, Tk, Dk)
+//   V             src · W_V (+ b_V), split into K/V heads  (B, G, Tk, Dv)
+//   Q_rot, K_rot  Q and K rotated by position (RoPE only)  (B, H, Tq, Dk), (B, G, Tk, Dk)
+//   scores        Q · Kᵀ · scale (Q_rot, K_rot with RoPE)  (B, H, Tq, Tk)
+//   bias          ALiBi and/or a float attn_mask           (B, H, Tq, Tk)
 //   mask          true where query i may see key j         (B, Tq, Tk)
-//   masked_scores scores, -inf where mask is false         (B, H, Tq, Tk)
-//   weights       softmax over the key axis                (B, H, Tq, Tk)
-//   context       weights · V                              (B, H, Tq, Dv)
+//   masked_scores softcap(scores) + bias, -inf where mask is false (B, H, Tq, Tk)
+//   weights       softmax over the key axis (and the sink) (B, H, Tq, Tk)
+//   sink_weight   the sink's share of each row (sinks only) (B, H, Tq)
+//   context       weights · V of the head's K/V head       (B, H, Tq, Dv)
+//   head_output   context_h · W_O[h·Dv : (h+1)·Dv]         (B, Tq, H, Dout)
 //   output        concat heads (B, Tq, H*Dv) · W_O (+ b_O) (B, Tq, Dout)
+//
+// G = H unless grouped-query attention shares each K/V head among H/G query heads:
+// query head h reads K/V head h / (H/G). The repeated K/V heads are never materialised.
 //
 // The core never prints, exits or keeps global state. It is usable as a library:
 // make_problem() (model.hpp) validates, attend() computes.
@@ -48,8 +55,8 @@ StageSet stage_set(const std::vector<std::string>& names);
 // A stage not kept is never held whole: when only later stages are wanted, scores and
 // weights are computed tile by tile (a few query rows at a time) and dropped.
 struct Compute {
-    StageSet keep = all_stages();
-    std::size_t threads = 0;  // 0: every core
+    StageSet keep = default_stages();  // (stages the problem lacks are ignored)
+    std::size_t threads = 0;           // 0: every core
     // A run with fewer floating-point operations stays on the calling thread (starting
     // threads would cost more than they save); 0 uses `threads` whatever the size.
     double parallel_min_flop = 1e7;
@@ -77,13 +84,18 @@ struct Trace {
     T scale = T(1);
     StageSet kept;
     Tensor<T, 4> Q;              // (B, H, Tq, Dk)
-    Tensor<T, 4> K;              // (B, H, Tk, Dk)
-    Tensor<T, 4> V;              // (B, H, Tk, Dv)
+    Tensor<T, 4> K;              // (B, G, Tk, Dk)
+    Tensor<T, 4> V;              // (B, G, Tk, Dv)
+    Tensor<T, 4> Q_rot;          // (B, H, Tq, Dk)
+    Tensor<T, 4> K_rot;          // (B, G, Tk, Dk)
     Tensor<T, 4> scores;         // (B, H, Tq, Tk)
+    Tensor<T, 4> bias;           // (B, H, Tq, Tk)
     Tensor<bool, 3> mask;        // (B, Tq, Tk)
     Tensor<T, 4> masked_scores;  // (B, H, Tq, Tk); empty when it would equal scores (use masked())
     Tensor<T, 4> weights;        // (B, H, Tq, Tk)
+    Tensor<T, 3> sink_weight;    // (B, H, Tq)
     Tensor<T, 4> context;        // (B, H, Tq, Dv)
+    Tensor<T, 4> head_output;    // (B, Tq, H, Dout)
     Tensor<T, 3> output;         // (B, Tq, Dout)
     std::vector<MaskedRow> fully_masked;
     // The first stage (in pipeline order) where a NaN or an infinity appears, and its
@@ -103,8 +115,9 @@ struct Trace {
 };
 
 // Bytes a run will allocate: the kept stages plus the working set (projections,
-// per-thread tiles). Used to refuse a run before it allocates anything. `masking`: some
-// key is masked (padding or causal); without, masked_scores kept with scores costs nothing.
+// per-thread tiles). Used to refuse a run before it allocates anything. `masking`:
+// masked_scores differs from scores (a key masked, a bias, a softcap); without, masked_scores
+// kept with scores costs nothing.
 std::size_t planned_bytes(const Dims& d, std::size_t value_size, const Compute& how, bool masking = true);
 
 // What a run holds at its peak: the arrays as read, the typed inputs, the kept stages
@@ -112,6 +125,18 @@ std::size_t planned_bytes(const Dims& d, std::size_t value_size, const Compute& 
 // computation allocates any of it.
 template <typename T>
 void check_memory_limit(const Bundle& bundle, const Problem<T>& p, const Compute& how, std::size_t limit);
+
+// The stages problem p has: the classic ones; Q_rot and K_rot with RoPE; bias with ALiBi
+// or a float attn_mask; sink_weight with sinks; head_output (kept only when asked for).
+template <typename T>
+StageSet stages_of(const Problem<T>& p) {
+    StageSet s = classic_stages();
+    s.set(kHeadOutput);
+    if (p.rope_dim) s.set(kQRot).set(kKRot);
+    if (p.has_bias()) s.set(kBias);
+    if (p.sinks) s.set(kSinkWeight);
+    return s;
+}
 
 template <typename T>
 Trace<T> attend(const Problem<T>& p, const Compute& how = {});

@@ -17,7 +17,23 @@
 namespace attnscope {
 
 // Stage ids, in pipeline order (the order of the table).
-enum Stage : std::size_t { kQ, kK, kV, kScores, kMask, kMaskedScores, kWeights, kContext, kOutput, kStageCount };
+enum Stage : std::size_t {
+    kQ,
+    kK,
+    kV,
+    kQRot,
+    kKRot,
+    kScores,
+    kBias,
+    kMask,
+    kMaskedScores,
+    kWeights,
+    kSinkWeight,
+    kContext,
+    kHeadOutput,
+    kOutput,
+    kStageCount
+};
 using StageSet = std::bitset<kStageCount>;
 
 // What a stage holds: numbers in the run's precision, or booleans.
@@ -39,7 +55,10 @@ struct StageInfo {
     std::string_view formula;  // as in DESIGN.md
     ValueKind value;
     ColorKind color;
-    StageSet needs;  // the stages it is computed from
+    StageSet needs;  // the stages it is computed from (those the run has)
+    // When the stage exists: "" for every run, else what brings it ("{rope}"; the CLI
+    // spells the field as its flag).
+    std::string_view exists_with;
     std::vector<std::string_view> axis_list() const { return {axes.begin(), axes.begin() + long(rank)}; }
     // A (query, key) matrix per batch item and head: scores-like stages drawn as heatmaps.
     bool over_keys() const { return rank >= 2 && axes[rank - 2] == "Tq" && axes[rank - 1] == "Tk"; }
@@ -49,9 +68,15 @@ const std::array<StageInfo, kStageCount>& stage_table();
 inline const StageInfo& stage_info(Stage s) { return stage_table()[s]; }
 inline std::string stage_name(Stage s) { return std::string(stage_info(s).name); }
 
+// The stages every run has (the classic pipeline), and those a run computes when no
+// list is given: all it has except head_output, which is computed only when asked for.
+StageSet classic_stages();
+
 // The stage called `name`, if any.
 std::optional<Stage> find_stage(std::string_view name);
 inline StageSet all_stages() { return StageSet().set(); }
+// What a run keeps unless told otherwise: every stage it has, but head_output.
+inline StageSet default_stages() { return all_stages().reset(kHeadOutput); }
 // `wanted` and every stage they are computed from, transitively.
 StageSet with_prerequisites(StageSet wanted);
 // The stages of `set` in pipeline order.

@@ -20,7 +20,8 @@ struct StageView {
     Stage id;
     std::string name;
     std::string formula;
-    std::vector<std::string> axes;  // "B", "H", "Tq", ...
+    std::vector<std::string> axes;  // "B", "H", "Tq", ...; "G" for K/V heads fewer than H
+    std::size_t group = 1;          // query heads per head of a "G" axis (H / G)
     std::vector<std::size_t> shape;
     DType dtype;
     const void* data;
@@ -62,18 +63,29 @@ extern template TraceView view_of<float>(const std::string&, const Problem<float
 extern template TraceView view_of<double>(const std::string&, const Problem<double>&, const Trace<double>&);
 
 // Checks a comma-separated stage list against the stage table (UsageError naming the
-// field {stages} otherwise); "" or "all" means every stage, "none" no stage (e.g. only
+// field {stages} otherwise); "" or "all" means every stage every run has (the classic
+// pipeline; a variant's stages are added by the run that has them), "none" no stage (e.g. only
 // diagnostics or one cell). Pipeline order, whatever order they were asked in.
 std::vector<std::string> parse_stage_list(const std::string& list);
 
-// Offset of matrix (b, h) inside a stage whose last two axes form the matrix.
+// Whether the stage's matrices differ by head: a head axis ("H", or "G" for K/V heads)
+// before its last two axes.
+inline bool has_head_axis(const StageView& s) {
+    const std::size_t lead = s.axes.size() >= 2 ? s.axes.size() - 2 : 0;
+    return std::find(s.axes.begin(), s.axes.begin() + long(lead), "H") != s.axes.begin() + long(lead) ||
+           std::find(s.axes.begin(), s.axes.begin() + long(lead), "G") != s.axes.begin() + long(lead);
+}
+
+// Offset of matrix (b, h) inside a stage whose last two axes form the matrix; h is a
+// query head (a stage with K/V heads gives the matrix of the K/V head h reads).
 inline std::size_t matrix_offset(const StageView& s, std::size_t b, std::size_t h) {
     const std::size_t nd = s.shape.size();
     const std::size_t matrix = s.shape[nd - 2] * s.shape[nd - 1];
-    const bool has_heads = std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end();
+    const bool has_heads = has_head_axis(s);
     const bool has_batch = !s.axes.empty() && s.axes[0] == "B";
     std::size_t heads = has_heads ? s.shape[has_batch ? 1 : 0] : 1;
-    return ((has_batch ? b : 0) * heads + (has_heads ? h : 0)) * matrix;
+    const std::size_t head = !has_heads ? 0 : s.axes[has_batch ? 1 : 0] == "G" ? h / s.group : h;
+    return ((has_batch ? b : 0) * heads + head) * matrix;
 }
 
 }  // namespace attnscope

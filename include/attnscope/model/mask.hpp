@@ -1,14 +1,16 @@
 // attnscope — model layer: the mask rule, i.e. which keys each query may see.
 //
 // One object holds every masking input of a run: the key padding (PyTorch's
-// key_padding_mask polarity, true = PAD = ignored), the causal mask and its alignment.
-// The core asks it while computing; the views and the HTML writer ask the same object
-// to mark hidden cells. Nobody recomputes the rule elsewhere.
+// key_padding_mask polarity, true = PAD = ignored), the causal mask and its alignment, a
+// sliding window, a boolean attn_mask, and the positions all of them (and RoPE and
+// ALiBi) use. The core asks it while computing; the views and the HTML writer ask the
+// same object to mark hidden cells. Nobody recomputes the rule elsewhere.
 //
 // Positions: key j sits at position j; query i at i (top-left alignment, like torch.tril)
 // or at i + Tk - Tq (bottom-right: the queries are the last Tq of Tk positions, the
-// KV-cache view). Causal: query i sees key j when pos(j) <= pos(i). Sliding windows,
-// explicit positions and additive biases extend this object, not its callers.
+// KV-cache view); a bundle's q_positions / k_positions replace them. Causal: query i sees
+// key j when k_pos(j) <= q_pos(i). A window W keeps q_pos(i) - W < k_pos(j) (with causal:
+// the W latest keys, the query's own included, Mistral's rule), else |q_pos - k_pos| < W.
 #pragma once
 
 #include <cstddef>
@@ -20,35 +22,53 @@ namespace attnscope {
 
 enum class CausalAlign { top_left, bottom_right };
 
+// Everything a mask rule is made of. Position tables have one row per batch item, or one
+// row that every item shares.
+struct MaskParts {
+    std::optional<xt::xtensor<bool, 2>> key_padding;  // (B, Tk), true = PAD
+    bool causal = false;
+    CausalAlign align = CausalAlign::top_left;
+    std::optional<std::size_t> window;
+    std::optional<xt::xtensor<long long, 2>> q_positions;  // (1 or B, Tq); default from `align`
+    std::optional<xt::xtensor<long long, 2>> k_positions;  // (1 or B, Tk); default 0..Tk-1
+    std::optional<xt::xtensor<bool, 3>> allow;             // boolean attn_mask (1 or B, Tq, Tk), true = may attend
+};
+
 class MaskRule {
    public:
     MaskRule() = default;  // nothing hidden
-    // `key_padding`: (B, Tk), true = PAD, or none.
+    MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, MaskParts parts);
+    // The classic rule: key padding and the causal mask.
     MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, std::optional<xt::xtensor<bool, 2>> key_padding,
              bool causal, CausalAlign align);
 
-    bool has_padding() const { return padding_.has_value(); }
-    bool causal() const { return causal_; }
-    CausalAlign align() const { return align_; }
+    bool has_padding() const { return p_.key_padding.has_value(); }
+    bool causal() const { return p_.causal; }
+    CausalAlign align() const { return p_.align; }
+    const std::optional<std::size_t>& window() const { return p_.window; }
+    bool has_attn_mask() const { return p_.allow.has_value(); }
+    bool explicit_positions() const { return p_.q_positions || p_.k_positions; }
     // Some key may be hidden from some query: without, masked_scores equals scores.
-    bool masking() const { return has_padding() || causal_; }
+    bool masking() const { return has_padding() || p_.causal || p_.window || p_.allow; }
 
-    const std::optional<xt::xtensor<bool, 2>>& key_padding() const { return padding_; }  // (B, Tk), true = PAD
-    bool padded(std::size_t b, std::size_t j) const { return padding_ && (*padding_)(b, j); }
-    // Position of query i (keys sit at their index).
-    long long query_position(std::size_t i) const;
+    const std::optional<xt::xtensor<bool, 2>>& key_padding() const { return p_.key_padding; }  // (B, Tk), true = PAD
+    bool padded(std::size_t b, std::size_t j) const { return p_.key_padding && (*p_.key_padding)(b, j); }
+    // Positions of query i and key j of batch item b.
+    long long query_position(std::size_t b, std::size_t i) const;
+    long long key_position(std::size_t b, std::size_t j) const;
+    long long query_position(std::size_t i) const { return query_position(0, i); }
     bool visible(std::size_t b, std::size_t i, std::size_t j) const;
     // Fills visible[0, Tk) for query i of batch item b; returns whether any key is visible.
     bool row(std::size_t b, std::size_t i, bool* visible) const;
 
     // In words, for headings: "causal: j <= i", "key j is not PAD", "not PAD, and j <= i + Tk - Tq".
     std::string causal_rule() const;
+    // The whole rule in words: "(not PAD, and causal: j <= i, and within 4 positions)".
+    std::string words() const;
 
    private:
     std::size_t B_ = 0, Tq_ = 0, Tk_ = 0;
-    std::optional<xt::xtensor<bool, 2>> padding_;  // (B, Tk), true = PAD
-    bool causal_ = false;
-    CausalAlign align_ = CausalAlign::top_left;
+    MaskParts p_;
 };
 
 }  // namespace attnscope

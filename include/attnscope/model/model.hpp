@@ -14,6 +14,7 @@
 // key_padding_mask follows PyTorch: 1/true = PAD = this key is ignored.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -29,6 +30,20 @@ namespace attnscope {
 
 enum class Layout { math, torch };
 
+// Rotary position embeddings: which features of each query/key head rotate, and how they
+// pair. half: feature j pairs with j + R/2 (Hugging Face Llama / GPT-NeoX's rotate_half);
+// interleaved: 2j pairs with 2j + 1 (RoFormer, GPT-J).
+enum class RopeStyle { half, interleaved };
+struct Rope {
+    double base = 10000;             // θ: inv_freq_j = θ^(-2j/R)
+    std::optional<std::size_t> dim;  // R, even, <= Dk; default Dk
+    RopeStyle style = RopeStyle::half;
+};
+
+// What true means in a boolean attn_mask: PyTorch's scaled_dot_product_attention says
+// "may attend" (allow), nn.MultiheadAttention says "blocked" (block). Unset: refused.
+enum class MaskMeans { unset, allow, block };
+
 // What to compute, apart from the arrays.
 struct Spec {
     std::size_t heads = 1;
@@ -37,6 +52,13 @@ struct Spec {
     bool causal = false;
     CausalAlign causal_align = CausalAlign::top_left;  // bottom_right: query i sits at i + Tk - Tq
     Layout layout = Layout::math;
+    // Variants of today's models (README "Modern attention")
+    std::optional<std::size_t> kv_heads;  // G K/V heads (grouped-query; 1: multi-query); default H
+    std::optional<Rope> rope;             // rotary positions on Q and K
+    bool alibi = false;                   // bias m_h · (k_pos - q_pos)
+    std::optional<std::size_t> window;    // sliding window W (keys within W positions)
+    std::optional<double> softcap;        // scores -> C · tanh(scores / C) before bias and mask
+    MaskMeans attn_mask_means = MaskMeans::unset;
     // Experiments
     double temperature = 1;               // default scale becomes 1/(sqrt(Dk) * temperature)
     std::optional<std::size_t> zero_key;  // set key vector j (every head, every item) to 0
@@ -45,6 +67,9 @@ struct Spec {
 // Sizes, in the names of the shape legend (see attention.hpp).
 struct Dims {
     std::size_t B = 0, Tq = 0, Tk = 0, Dm = 0, Dkv = 0, H = 0, Dk = 0, Dv = 0, Dout = 0;
+    std::size_t G = 0;  // K/V heads: H (one each), fewer for grouped-query attention, 1 for multi-query
+    std::size_t group() const { return G ? H / G : 1; }               // query heads per K/V head
+    std::size_t kv_head(std::size_t h) const { return h / group(); }  // Hugging Face's repeat_kv order
 };
 
 // Token labels: a list per batch item, or one list that every item shares (never
@@ -79,10 +104,17 @@ struct Problem {
 
     Tensor<T, 3> x;                                  // (B, Tq, Dm)
     std::optional<Tensor<T, 3>> memory;              // (B, Tk, Dkv), cross-attention only
-    Tensor<T, 2> W_Q, W_K, W_V;                      // (Dm, H*Dk), (Dkv, H*Dk), (Dkv, H*Dv)
+    Tensor<T, 2> W_Q, W_K, W_V;                      // (Dm, H*Dk), (Dkv, G*Dk), (Dkv, G*Dv)
     std::optional<Tensor<T, 2>> W_O;                 // (H*Dv, Dout)
-    std::optional<Tensor<T, 1>> b_Q, b_K, b_V, b_O;  // (H*Dk), (H*Dk), (H*Dv), (Dout)
-    MaskRule mask;                                   // key padding (B, Tk) true = PAD, causal and its alignment
+    std::optional<Tensor<T, 1>> b_Q, b_K, b_V, b_O;  // (H*Dk), (G*Dk), (G*Dv), (Dout)
+    MaskRule mask;  // key padding, causal, window, boolean attn_mask, and the positions they use
+
+    std::size_t rope_dim = 0;                  // R: features of each head that rotate (0: no RoPE)
+    std::optional<Tensor<T, 1>> alibi_slopes;  // (H), with --alibi
+    // A float attn_mask, added to the scores: (Bm, Hm, Tq, Tk) with Bm in {1, B}, Hm in {1, H}
+    // (size 1: the same for every batch item / head). -inf hides a key.
+    std::optional<Tensor<T, 4>> attn_bias;
+    std::optional<Tensor<T, 1>> sinks;  // (H) per-head sink logits, joining each softmax's denominator
 
     TokenLabels query_tokens, key_tokens;  // (B, Tq) and (B, Tk), empty when not given
     std::vector<std::string> warnings;     // e.g. non-finite input values
@@ -90,6 +122,25 @@ struct Problem {
     const Tensor<T, 3>& src() const { return memory ? *memory : x; }
     // Some key may be hidden from some query (padding or causal): without, masked_scores == scores.
     bool masking() const { return mask.masking(); }
+    // masked_scores is the scores themselves: nothing masked, capped or added.
+    bool masked_is_scores() const { return !masking() && !has_bias() && !spec.softcap; }
+    // An additive term between the scores and the mask: ALiBi and/or a float attn_mask.
+    bool has_bias() const { return alibi_slopes.has_value() || attn_bias.has_value(); }
+    // The bias terms of head h, query i of batch item b, for keys 0..Tk-1 (0 without a bias).
+    void bias_row(std::size_t b, std::size_t h, std::size_t i, T* out) const {
+        const std::size_t Tk = dims.Tk;
+        std::fill(out, out + Tk, T(0));
+        if (alibi_slopes) {  // m_h · (k_pos(j) - q_pos(i)), in the run's precision
+            const T m = (*alibi_slopes)(h);
+            const long long qp = mask.query_position(b, i);
+            for (std::size_t j = 0; j < Tk; ++j) out[j] = m * T(mask.key_position(b, j) - qp);
+        }
+        if (attn_bias) {
+            const Tensor<T, 4>& a = *attn_bias;
+            const T* row = &a(a.shape(0) == 1 ? 0 : b, a.shape(1) == 1 ? 0 : h, i, 0);
+            for (std::size_t j = 0; j < Tk; ++j) out[j] += row[j];
+        }
+    }
 };
 
 // The array names a bundle may hold (math layout, and PyTorch's names for --layout torch).

@@ -1,0 +1,142 @@
+// `attnscope check THEIRS --against BUNDLE [model/mask options of run] [--json] [--rtol R]
+// [--atol A] [--axes NAME=ORDER ...]`: options → io → model → core → analysis → report.
+// Exit 0 when every stage given matches, 1 when one differs, 2 for bad input.
+#include "attnscope/analysis/check.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/core/view.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/model/model.hpp"
+#include "attnscope/report/check_report.hpp"
+#include "run.hpp"
+#include "subcommand.hpp"
+
+namespace attnscope::cli {
+namespace {
+
+struct CheckArgs {
+    RunOptions run;  // the bundle (--against), arrays from files, model and mask options
+    std::string theirs;
+    bool json = false;
+    std::optional<double> rtol, atol;
+    std::vector<std::string> axes;  // NAME=ORDER
+};
+
+// THEIRS: an .npz, a JSON object, or a directory of NAME.npy files.
+Bundle load_theirs(const std::string& path, std::size_t limit) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path, ec)) {
+        if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0)
+            throw InputError(path +
+                             ": one .npy holds one array; give a directory of NAME.npy files, an .npz or a "
+                             "JSON object of your stages");
+        return load_bundle(path, limit);
+    }
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec))
+        if (e.path().extension() == ".npy") files.push_back(e.path());
+    if (ec) throw InputError(path + ": cannot list the directory (" + ec.message() + ")");
+    if (files.empty()) throw InputError(path + ": a directory without .npy files (expected NAME.npy per stage)");
+    std::sort(files.begin(), files.end());
+    Bundle b;
+    b.source = path;
+    for (const auto& f : files) b.arrays[f.stem().string()] = load_array(f.string(), f.stem().string(), limit);
+    return b;
+}
+
+CheckOptions check_options(const CheckArgs& a) {
+    CheckOptions o;
+    o.rtol = a.rtol, o.atol = a.atol;
+    for (const auto& item : a.axes) {
+        const auto eq = item.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+            throw UsageError("--axes " + item + ": expected NAME=ORDER, e.g. q=bthd or attn=bhqk");
+        o.axes[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    return o;
+}
+
+// "{axes}" is this subcommand's own field: spelled here, the others by main (flag_of).
+[[noreturn]] void rethrow_spelled(const InputError& e) {
+    throw InputError(
+        e.text([](std::string_view f) { return f == "axes" ? std::string("--axes") : "{" + std::string(f) + "}"; }));
+}
+
+int run_check(const CheckArgs& a) {
+    const Spec spec = spec_of(a.run);
+    if (a.run.dtype != "float64")
+        throw UsageError("--dtype " + a.run.dtype +
+                         ": check computes its reference in float64; the tolerance follows the dtype of THEIRS");
+    const CheckOptions options = check_options(a);
+    if (a.theirs == "-" && a.run.bundle == "-")
+        throw UsageError("check: standard input can hold THEIRS or the --against bundle, not both");
+    const std::size_t limit = memory_limit(a.run);
+    const Bundle bundle = load_inputs(a.run, limit);
+    const Bundle theirs = load_theirs(a.theirs, limit);
+
+    Problem<double> problem = make_problem<double>(bundle, spec);
+    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
+    Compute how;
+    how.keep = all_stages();
+    how.threads = a.run.threads;
+    check_memory_limit(bundle, problem, how, limit);
+    const Trace<double> trace = attend(problem, how);
+    const TraceView view = view_of(bundle.source, problem, trace);
+
+    CheckResult result;
+    try {
+        result = check_tensors(view, problem, bundle, theirs, options);
+    } catch (const InputError& e) {
+        rethrow_spelled(e);
+    }
+    if (a.json)
+        write_check_json(std::cout, result, view, theirs.source);
+    else
+        write_check_text(std::cout, result, view, theirs.source);
+    std::cout.flush();
+    if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
+    return result.matches() ? 0 : 1;
+}
+
+}  // namespace
+
+Subcommand setup_check_command(CLI::App& parent) {
+    auto a = std::make_shared<CheckArgs>();
+    CLI::App* cmd = parent.add_subcommand(
+        "check",
+        "Compare your own attention tensors with the reference, find the first stage that differs, name the bug");
+    cmd->add_option("theirs", a->theirs,
+                    "Your stages: an .npz, a JSON object or a directory of NAME.npy (Q, K, V, scores, masked_scores, "
+                    "weights, context, output, or aliases such as q, logits, attn, z, out)")
+        ->required();
+    add_input_options(cmd, a->run);
+    cmd->remove_option(cmd->get_option("bundle"));  // the bundle is --against here
+    cmd->add_option("--against", a->run.bundle, "The inputs: the bundle (.npz, .json or -) you computed them from")
+        ->required();
+    add_model_options(cmd, a->run);
+    cmd->add_flag("--json", a->json, "Print one JSON document (verdict, stages, first_divergent_stage, diagnosis)");
+    cmd->add_option("--rtol", a->rtol, "Relative tolerance (default: 1e-9 for float64, 2e-5 for float32 arrays)")
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--atol", a->atol, "Absolute tolerance (default: as --rtol)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--axes", a->axes,
+                    "NAME=ORDER: the axis order of one of your arrays in the letters b, h, t, d (q, k for scores), "
+                    "(..) around merged axes, e.g. q=bthd, z=bt(hd), attn=bhqk; repeat for more")
+        ->allow_extra_args(false);
+    cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)");
+    cmd->add_option("--threads", a->run.threads, "Compute threads for the reference (default: every core)")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+    return {cmd, [a] { return run_check(*a); }};
+}
+
+}  // namespace attnscope::cli

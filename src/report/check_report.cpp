@@ -1,0 +1,262 @@
+// The result of `attnscope check`, as text and as JSON.
+#include "attnscope/report/check_report.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "text_util.hpp"
+
+namespace attnscope {
+namespace {
+
+std::string num(double v) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    return buf;
+}
+
+std::string index_text(const std::vector<std::size_t>& at) {
+    std::string out = "[";
+    for (std::size_t k = 0; k < at.size(); ++k) out += (k ? ", " : "") + std::to_string(at[k]);
+    return out + "]";
+}
+
+// "batch 0, head 1, query 2, key 3" for an index of the reference stage.
+std::string cell_words(const StageCheck& s) {
+    std::string out;
+    for (std::size_t k = 0; k < s.at_ref.size() && k < s.ref_axes.size(); ++k) {
+        const std::string& a = s.ref_axes[k];
+        const std::string word = a == "B"    ? "batch"
+                                 : a == "H"  ? "head"
+                                 : a == "G"  ? "K/V head"
+                                 : a == "Tq" ? "query"
+                                 : a == "Tk" ? "key"
+                                             : "feature";
+        out += (out.empty() ? "" : ", ") + word + " " + std::to_string(s.at_ref[k]);
+    }
+    return out;
+}
+
+std::string tolerance_text(const Tolerance& t) {
+    if (t.atol == t.rtol) return num(t.atol) + " · max(1, |ref|)";
+    return "max(" + num(t.atol) + ", " + num(t.rtol) + " · |ref|)";
+}
+
+void write_stage_line(std::ostream& out, const StageCheck& s, std::size_t width) {
+    out << "  " << text::pad_right(s.name, width) << "  ";
+    if (!s.given) {
+        out << "not given\n";
+        return;
+    }
+    const std::string theirs = escape_control(clip_fragment(s.their_name, 40)) + " as " + s.axes + ", " + s.dtype;
+    if (s.match) {
+        out << "matches   (" << theirs << "; max |Δ| " << num(s.max_abs_diff) << ", tolerance " << tolerance_text(s.tol)
+            << ")\n";
+        if (s.large_negative_fill)
+            out << "  " << std::string(width, ' ') << "            (" << s.large_negative_fill
+                << " masked cells hold a large negative number instead of -inf: softmax gives them 0 alike)\n";
+        return;
+    }
+    out << "differs   (" << theirs << ")\n";
+    const std::string pad = "  " + std::string(width, ' ') + "            ";
+    out << pad << "max |Δ| " << num(s.max_abs_diff) << " at " << index_text(s.at) << " (" << cell_words(s)
+        << "): theirs " << num(s.theirs_at) << ", reference " << num(s.ref_at) << '\n';
+    out << pad << "relative error " << num(s.relative_error) << "; " << s.mismatched << " of " << s.cells
+        << " cells outside " << tolerance_text(s.tol) << '\n';
+}
+
+void write_diagnosis_text(std::ostream& out, const CheckResult& r) {
+    const std::string first = stage_name(*r.first_divergent);
+    if (!r.diagnosis.empty()) {
+        out << "diagnosis: " << (r.diagnosis.size() == 1 ? "this mistake reproduces " : "these mistakes reproduce ")
+            << first << " (best first)\n";
+        std::size_t n = 0;
+        for (const Diagnosis& d : r.diagnosis) {
+            out << "  " << ++n << ". " << d.id << ": " << d.title;
+            if (!d.variant.empty()) out << " (" << d.variant << ")";
+            out << "\n     " << first << " reproduced within " << num(d.max_abs_diff);
+            if (!d.also.empty()) {
+                std::string also;
+                for (const auto& s : d.also) also += (also.empty() ? "" : ", ") + s;
+                out << "; so are " << also;
+            }
+            if (!d.not_later.empty()) {
+                std::string no;
+                for (const auto& s : d.not_later) no += (no.empty() ? "" : ", ") + s;
+                out << "; not " << no << " (another mistake later?)";
+            }
+            out << "\n     " << d.explanation << "\n     Fix: " << d.fix << '\n';
+        }
+        return;
+    }
+    out << "diagnosis: no catalogued mistake reproduces " << first;
+    if (!r.no_diagnosis.empty()) out << " (" << r.no_diagnosis << ")";
+    out << ".\n";
+    if (!r.where.empty()) out << "  where the difference is:\n";
+    // A finding names an option by its field ("{axes}"): spelled here as the flag.
+    const auto flag = [](std::string_view f) { return "--" + std::string(f); };
+    for (const Finding& f : r.where) out << "  - " << escape_control(spell_fields(f.detail, flag)) << '\n';
+}
+
+// A JSON string: quotes, backslashes and control characters escaped; a byte that is not
+// part of well-formed UTF-8 becomes U+FFFD (as the other JSON writers of the report do).
+void put_string(std::ostream& out, const std::string& s) {
+    out << '"';
+    for (std::size_t k = 0; k < s.size();) {
+        const unsigned char c = static_cast<unsigned char>(s[k]);
+        const std::size_t n = utf8_sequence_length(s, k);
+        if (n > 1) {
+            out.write(s.data() + k, std::streamsize(n));
+        } else if (n == 0) {
+            out << "\xef\xbf\xbd";
+        } else if (c == '"' || c == '\\') {
+            out << '\\' << char(c);
+        } else if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out << buf;
+        } else {
+            out << char(c);
+        }
+        k += n ? n : 1;
+    }
+    out << '"';
+}
+
+void put_index(std::ostream& out, const std::vector<std::size_t>& v) {
+    out << '[';
+    for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
+    out << ']';
+}
+
+void put_strings(std::ostream& out, const std::vector<std::string>& v) {
+    out << '[';
+    for (std::size_t k = 0; k < v.size(); ++k) {
+        if (k) out << ',';
+        put_string(out, v[k]);
+    }
+    out << ']';
+}
+
+void put_stage_json(std::ostream& out, const StageCheck& s) {
+    put_string(out, s.name);
+    out << ":{\"given\":" << (s.given ? "true" : "false");
+    if (!s.given) {
+        out << ",\"match\":null,\"max_abs_diff\":null,\"at\":null,\"axes\":null}";
+        return;
+    }
+    out << ",\"match\":" << (s.match ? "true" : "false") << ",\"max_abs_diff\":";
+    text::put_json_number(out, s.max_abs_diff);
+    out << ",\"at\":";
+    if (s.at.empty())
+        out << "null";
+    else
+        put_index(out, s.at);
+    out << ",\"axes\":";
+    put_string(out, s.axes);
+    out << ",\"name\":";
+    put_string(out, s.their_name);
+    out << ",\"dtype\":";
+    put_string(out, s.dtype);
+    out << ",\"shape\":";
+    put_index(out, s.their_shape);
+    out << ",\"at_reference\":";
+    if (s.at_ref.empty())
+        out << "null";
+    else
+        put_index(out, s.at_ref);
+    out << ",\"relative_error\":";
+    text::put_json_number(out, s.relative_error);
+    out << ",\"mismatched_cells\":" << s.mismatched << ",\"cells\":" << s.cells << ",\"tolerance\":{\"atol\":";
+    text::put_json_number(out, s.tol.atol);
+    out << ",\"rtol\":";
+    text::put_json_number(out, s.tol.rtol);
+    out << "}}";
+}
+
+void put_diagnosis_json(std::ostream& out, const Diagnosis& d) {
+    out << "{\"id\":";
+    put_string(out, d.id);
+    out << ",\"stage\":";
+    put_string(out, stage_name(d.stage));
+    out << ",\"max_abs_diff\":";
+    text::put_json_number(out, d.max_abs_diff);
+    out << ",\"variant\":";
+    put_string(out, d.variant);
+    out << ",\"title\":";
+    put_string(out, d.title);
+    out << ",\"explanation\":";
+    put_string(out, d.explanation);
+    out << ",\"fix\":";
+    put_string(out, d.fix);
+    out << ",\"also_reproduces\":";
+    put_strings(out, d.also);
+    out << ",\"does_not_reproduce\":";
+    put_strings(out, d.not_later);
+    out << '}';
+}
+
+}  // namespace
+
+void write_check_text(std::ostream& out, const CheckResult& r, const TraceView& ref, const std::string& theirs) {
+    out << "attnscope check: " << escape_control(theirs) << " against " << escape_control(ref.source) << " ("
+        << ref.dims.H << (ref.dims.H == 1 ? " head" : " heads") << ", float64 reference)\n";
+    if (!r.inputs.empty()) {
+        std::string names;
+        for (const auto& n : r.inputs) names += (names.empty() ? "" : ", ") + n;
+        out << "  inputs  " << escape_control(names) << " equal to the bundle's\n";
+    }
+    std::size_t width = 0;
+    for (const auto& s : r.stages) width = std::max(width, text::display_width(s.name));
+    for (const auto& s : r.stages) write_stage_line(out, s, width);
+    if (r.matches()) {
+        out << "verdict: match (every stage given matches the reference)\n";
+        return;
+    }
+    out << "first divergent stage: " << stage_name(*r.first_divergent) << '\n';
+    write_diagnosis_text(out, r);
+}
+
+void write_check_json(std::ostream& out, const CheckResult& r, const TraceView& ref, const std::string& theirs) {
+    out << "{\"verdict\":" << (r.matches() ? "\"match\"" : "\"mismatch\"") << ",\"theirs\":";
+    put_string(out, theirs);
+    out << ",\"against\":";
+    put_string(out, ref.source);
+    out << ",\"inputs_checked\":";
+    put_strings(out, r.inputs);
+    out << ",\"stages\":{";
+    for (std::size_t k = 0; k < r.stages.size(); ++k) {
+        if (k) out << ',';
+        put_stage_json(out, r.stages[k]);
+    }
+    out << "},\"first_divergent_stage\":";
+    if (r.first_divergent)
+        put_string(out, stage_name(*r.first_divergent));
+    else
+        out << "null";
+    out << ",\"diagnosis\":[";
+    for (std::size_t k = 0; k < r.diagnosis.size(); ++k) {
+        if (k) out << ',';
+        put_diagnosis_json(out, r.diagnosis[k]);
+    }
+    out << "],\"where\":[";
+    for (std::size_t k = 0; k < r.where.size(); ++k) {
+        out << (k ? "," : "") << "{\"kind\":";
+        put_string(out, r.where[k].kind);
+        out << ",\"detail\":";
+        put_string(out, spell_fields(r.where[k].detail, [](std::string_view f) { return "--" + std::string(f); }));
+        out << '}';
+    }
+    out << "],\"note\":";
+    put_string(out, r.no_diagnosis);
+    out << "}\n";
+}
+
+}  // namespace attnscope

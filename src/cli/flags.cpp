@@ -8,7 +8,8 @@ namespace attnscope::cli {
 
 std::string flag_of(std::string_view field) {
     // Fields whose flag is not simply "--" + field.
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kSpelled = {{
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kSpelled = {{
+        {"add_zero_attn", "--add-zero-attn"},
         {"zero_key", "--zero-key"},
         {"svg_stage", "--svg-stage"},
         {"max_memory", "--max-memory"},

@@ -398,6 +398,8 @@ void add_model_options(CLI::App* run, RunOptions& o) {
                      "A bool/int attn_mask's convention: allow (true = may attend, scaled_dot_product_attention) or "
                      "block (true = blocked, nn.MultiheadAttention)")
         ->check(CLI::IsMember({"allow", "block"}));
+    modern->add_flag("--add-zero-attn", o.add_zero_attn,
+                     "nn.MultiheadAttention's add_zero_attn: one zero key/value position appended (always visible)");
     run->add_option("--layout", o.layout,
                     "Weight layout: math (in, out), Q = x · W_Q; torch (out, in) as nn.Linear and "
                     "nn.MultiheadAttention store them")
@@ -518,6 +520,7 @@ Spec spec_of(const RunOptions& o) {
                          ": has no effect without --rope");
     }
     spec.alibi = o.alibi;
+    spec.add_zero_attn = o.add_zero_attn;
     spec.window = o.window;
     spec.softcap = o.softcap;
     spec.attn_mask_means = o.attn_mask_means == "allow"   ? MaskMeans::allow

@@ -29,6 +29,7 @@ struct RunOptions {
     std::optional<std::size_t> window;
     std::optional<double> softcap;
     std::string attn_mask_means;  // allow | block (empty: a float mask, or refused)
+    bool add_zero_attn = false;
     std::string dump;
     bool json = false;
     bool quiet = false;

@@ -312,6 +312,32 @@ class Attention {
         });
     }
 
+    // K or V: src (B, Tk', Dkv) · W (+ b) -> flat (B, Tk, G*D), and after each batch item's
+    // Tk' projected rows its appended ones (nn.MultiheadAttention): <bias_kv> (the bias
+    // vector), then <zero>.
+    void project_keys(const Tensor<T, 3>& src, const Tensor<T, 2>& W, const std::optional<Tensor<T, 1>>& b,
+                      const std::optional<Tensor<T, 1>>& appended, std::size_t D, Buffer<T>& out) {
+        const Dims& d = d_;
+        const std::size_t width = d.G * D, n = d.source_keys();
+        out.resize(d.B * d.Tk * width);
+        if (!d.extra_keys) {
+            project(src.data(), d.B * n, d.Dkv, W, b, out.data(), threads_);
+            return;
+        }
+        Buffer<T> rows(d.B * n * width);
+        project(src.data(), d.B * n, d.Dkv, W, b, rows.data(), threads_);
+        for (std::size_t bi = 0; bi < d.B; ++bi) {
+            T* to = out.data() + bi * d.Tk * width;
+            std::copy_n(rows.data() + bi * n * width, n * width, to);
+            T* extra = to + n * width;
+            if (appended) {
+                std::copy(appended->begin(), appended->end(), extra);
+                extra += width;
+            }
+            if (p_.spec.add_zero_attn) std::fill_n(extra, width, T(0));
+        }
+    }
+
     // 1) Projections, in row blocks on our threads: (B*Tq, Dm) x (Dm, H*Dk) -> (B*Tq, H*Dk),
     //    and likewise K, V from src. The flat (B, T, H*D) layout is kept; heads are column blocks.
     void project_all() {
@@ -322,14 +348,8 @@ class Attention {
             qf_.resize(d.B * d.Tq * d.H * d.Dk);
             project(p_.x.data(), d.B * d.Tq, d.Dm, p_.W_Q, p_.b_Q, qf_.data(), threads_);
         }
-        if (need_[kK]) {
-            kf_.resize(d.B * d.Tk * d.G * d.Dk);
-            project(src.data(), d.B * d.Tk, d.Dkv, p_.W_K, p_.b_K, kf_.data(), threads_);
-        }
-        if (need_[kV]) {
-            vf_.resize(d.B * d.Tk * d.G * d.Dv);
-            project(src.data(), d.B * d.Tk, d.Dkv, p_.W_V, p_.b_V, vf_.data(), threads_);
-        }
+        if (need_[kK]) project_keys(src, p_.W_K, p_.b_K, p_.bias_k, d.Dk, kf_);
+        if (need_[kV]) project_keys(src, p_.W_V, p_.b_V, p_.bias_v, d.Dv, vf_);
         if (p_.spec.zero_key && need_[kK])  // experiment: key vector j := 0, so its score column is 0
             for (std::size_t b = 0; b < d.B; ++b)
                 std::fill_n(kf_.data() + (b * d.Tk + *p_.spec.zero_key) * d.G * d.Dk, d.G * d.Dk, T(0));

@@ -18,7 +18,7 @@ MaskRule::MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, std::optional<
 
 long long MaskRule::query_position(std::size_t b, std::size_t i) const {
     if (p_.q_positions) return (*p_.q_positions)(p_.q_positions->shape(0) == 1 ? 0 : b, i);
-    const long long shift = p_.align == CausalAlign::top_left ? 0 : (long long)Tk_ - (long long)Tq_;
+    const long long shift = p_.align == CausalAlign::top_left ? 0 : (long long)(Tk_ - p_.extra_keys) - (long long)Tq_;
     return (long long)i + shift;
 }
 
@@ -28,6 +28,7 @@ long long MaskRule::key_position(std::size_t b, std::size_t j) const {
 }
 
 bool MaskRule::visible(std::size_t b, std::size_t i, std::size_t j) const {
+    if (j >= Tk_ - p_.extra_keys) return true;  // <bias_kv>, <zero>: always seen
     if (padded(b, j)) return false;
     if (p_.allow && !(*p_.allow)(p_.allow->shape(0) == 1 ? 0 : b, i, j)) return false;
     if (!p_.causal && !p_.window) return true;
@@ -44,8 +45,9 @@ bool MaskRule::row(std::size_t b, std::size_t i, bool* out) const {
     bool any = false;
     if (!p_.window && !p_.allow && !p_.k_positions) {  // the classic rule, fast
         const long long last = p_.causal ? query_position(b, i) : (long long)Tk_;
+        const std::size_t first_extra = Tk_ - p_.extra_keys;
         for (std::size_t j = 0; j < Tk_; ++j) {
-            out[j] = !padded(b, j) && (long long)j <= last;
+            out[j] = j >= first_extra || (!padded(b, j) && (long long)j <= last);
             any |= out[j];
         }
         return any;
@@ -74,6 +76,7 @@ std::string MaskRule::words() const {
                       : "window " + W + ": |" + q + " - " + k + "| < " + W);
     }
     if (p_.allow) add("attn_mask allows it");
+    if (p_.extra_keys && !w.empty()) w += "; the appended keys always";
     return w.empty() ? "(no mask given: all true)" : "(" + w + ")";
 }
 

@@ -40,6 +40,8 @@ const std::vector<std::string>& known_array_names() {
                                                    "b_O", "key_padding_mask", "query_tokens", "key_tokens",
                                                    // modern attention: positions, biases, sinks
                                                    "q_positions", "k_positions", "alibi_slopes", "attn_mask", "sinks",
+                                                   // nn.MultiheadAttention's add_bias_kv
+                                                   "bias_k", "bias_v",
                                                    // PyTorch nn.MultiheadAttention state dict (with {layout} torch)
                                                    "in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight",
                                                    "v_proj_weight", "out_proj.weight", "out_proj.bias"};
@@ -243,6 +245,24 @@ TokenLabels tokens(const Builder& bld, const std::string& name, std::size_t B, s
     bld.fail(*a, "expected " + std::to_string(T) + " labels (" + axis + " = " + std::to_string(T) + ")" +
                      (batched ? " or shape (" + std::to_string(B) + ", " + std::to_string(T) + ")" : "") +
                      ", found shape " + shape_str(a->shape));
+}
+
+// Key labels with <bias_kv> and <zero> appended (k0, k1, ... for the others when none are given).
+TokenLabels with_extra_labels(const TokenLabels& given, bool bias_kv, bool zero, const Dims& d) {
+    std::vector<std::vector<std::string>> lists;
+    const std::size_t items = given.empty() ? 1 : given.size();
+    for (std::size_t b = 0; b < items; ++b) {
+        std::vector<std::string> l;
+        if (given.empty())
+            for (std::size_t j = 0; j < d.source_keys(); ++j) l.push_back("k" + std::to_string(j));
+        else
+            l = given[b];
+        if (bias_kv) l.emplace_back("<bias_kv>");
+        if (zero) l.emplace_back("<zero>");
+        lists.push_back(std::move(l));
+    }
+    if (lists.size() == 1) return TokenLabels::shared(std::move(lists[0]), d.B);
+    return TokenLabels::per_item(std::move(lists));
 }
 
 // The spec's own numbers, before any array is looked at.
@@ -537,20 +557,22 @@ void copy_weights(const Bundle& bundle, const Weights& w, Problem<T>& p, NonFini
 }
 
 // 5a. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD.
+// (The appended <bias_kv>/<zero> keys are never PAD, as PyTorch pads the mask with 0.)
 std::optional<xt::xtensor<bool, 2>> read_key_padding(const Builder& bld, const Dims& d, bool batched) {
     const Array* m = bld.find("key_padding_mask");
     if (!m) return std::nullopt;
     bld.numeric(*m);
-    bool fits =
-        (m->ndim() == 1 && m->shape[0] == d.Tk) || (m->ndim() == 2 && m->shape[0] == d.B && m->shape[1] == d.Tk);
+    const std::size_t Tk = d.source_keys();
+    bool fits = (m->ndim() == 1 && m->shape[0] == Tk) || (m->ndim() == 2 && m->shape[0] == d.B && m->shape[1] == Tk);
     if (!fits)
-        bld.fail(*m, "expected (Tk,) = (" + std::to_string(d.Tk) + ",)" +
-                         (batched ? " or (B, Tk) = (" + std::to_string(d.B) + ", " + std::to_string(d.Tk) + ")" : "") +
+        bld.fail(*m, "expected (Tk,) = (" + std::to_string(Tk) + ",)" +
+                         (batched ? " or (B, Tk) = (" + std::to_string(d.B) + ", " + std::to_string(Tk) + ")" : "") +
                          " with 1/true = PAD, found shape " + shape_str(m->shape));
     xt::xtensor<bool, 2> pad = xt::xtensor<bool, 2>::from_shape({d.B, d.Tk});
+    pad.fill(false);
     for (std::size_t b = 0; b < d.B; ++b)
-        for (std::size_t j = 0; j < d.Tk; ++j) {
-            std::size_t k = m->ndim() == 1 ? j : b * d.Tk + j;
+        for (std::size_t j = 0; j < Tk; ++j) {
+            std::size_t k = m->ndim() == 1 ? j : b * Tk + j;
             double v = m->value(k);
             if (v != 0.0 && v != 1.0)
                 bld.fail(*m, "expected 0/1 or true/false (1 = PAD), found " + std::to_string(v) + " at element " +
@@ -596,15 +618,16 @@ std::optional<xt::xtensor<bool, 3>> read_bool_attn_mask(const Builder& bld, cons
     const Array* a = bld.find("attn_mask");
     if (!a || spec.attn_mask_means == MaskMeans::unset) return std::nullopt;
     const auto& sh = a->shape;
-    const std::string tqk = std::to_string(d.Tq) + ", " + std::to_string(d.Tk);
+    const std::size_t Tk = d.source_keys();  // the appended keys are always visible
+    const std::string tqk = std::to_string(d.Tq) + ", " + std::to_string(Tk);
     std::size_t rows = 0;
-    if (sh.size() == 2 && sh[0] == d.Tq && sh[1] == d.Tk) rows = 1;
-    if (sh.size() == 3 && sh[0] == d.B && sh[1] == d.Tq && sh[2] == d.Tk) rows = d.B;
-    if (sh.size() == 4 && (sh[0] == d.B || sh[0] == 1) && sh[1] == 1 && sh[2] == d.Tq && sh[3] == d.Tk) rows = sh[0];
-    if (sh.size() == 3 && sh[0] == d.H && d.H != d.B && sh[1] == d.Tq && sh[2] == d.Tk)
+    if (sh.size() == 2 && sh[0] == d.Tq && sh[1] == Tk) rows = 1;
+    if (sh.size() == 3 && sh[0] == d.B && sh[1] == d.Tq && sh[2] == Tk) rows = d.B;
+    if (sh.size() == 4 && (sh[0] == d.B || sh[0] == 1) && sh[1] == 1 && sh[2] == d.Tq && sh[3] == Tk) rows = sh[0];
+    if (sh.size() == 3 && sh[0] == d.H && d.H != d.B && sh[1] == d.Tq && sh[2] == Tk)
         bld.fail(*a, "a boolean mask with a head axis, shape " + shape_str(sh) +
                          ": give a mask that differs by head as a float attn_mask (0 = keep, -inf = hide)");
-    if (sh.size() == 4 && sh[1] != 1 && sh[2] == d.Tq && sh[3] == d.Tk)
+    if (sh.size() == 4 && sh[1] != 1 && sh[2] == d.Tq && sh[3] == Tk)
         bld.fail(*a, "a boolean mask with a head axis, shape " + shape_str(sh) +
                          ": give a mask that differs by head as a float attn_mask (0 = keep, -inf = hide)");
     if (rows == 0)
@@ -615,12 +638,13 @@ std::optional<xt::xtensor<bool, 3>> read_bool_attn_mask(const Builder& bld, cons
                          ") is added to the scores as it is; {attn_mask_means} is for a bool or integer mask");
     const bool allow = spec.attn_mask_means == MaskMeans::allow;
     xt::xtensor<bool, 3> m = xt::xtensor<bool, 3>::from_shape({rows, d.Tq, d.Tk});
-    for (std::size_t k = 0; k < m.size(); ++k) {
+    m.fill(true);
+    for (std::size_t k = 0; k < rows * d.Tq * Tk; ++k) {
         const double v = a->value(k);
         if (a->dtype == "json" && v != 0 && v != 1)
             bld.fail(*a, "expected true/false or 0/1 (read as a boolean mask: {attn_mask_means} is given), found " +
                              std::to_string(v) + " at element " + std::to_string(k));
-        m.data()[k] = (v != 0) == allow;
+        m.data()[k / Tk * d.Tk + k % Tk] = (v != 0) == allow;
     }
     return m;
 }
@@ -639,9 +663,10 @@ std::optional<Tensor<T, 4>> read_float_attn_mask(const Builder& bld, const Spec&
                          "PyTorch's scaled_dot_product_attention) or {attn_mask_means} block (true = blocked, as "
                          "nn.MultiheadAttention)");
     const auto& sh = a->shape;
-    const std::string tqk = std::to_string(d.Tq) + ", " + std::to_string(d.Tk);
+    const std::size_t Tk = d.source_keys();  // the appended keys get 0, as PyTorch pads
+    const std::string tqk = std::to_string(d.Tq) + ", " + std::to_string(Tk);
     std::size_t Bm = 0, Hm = 0;
-    const bool last_fit = sh.size() >= 2 && sh[sh.size() - 2] == d.Tq && sh.back() == d.Tk;
+    const bool last_fit = sh.size() >= 2 && sh[sh.size() - 2] == d.Tq && sh.back() == Tk;
     if (last_fit && sh.size() == 2) Bm = Hm = 1;
     if (last_fit && sh.size() == 4 && (sh[0] == d.B || sh[0] == 1) && (sh[1] == d.H || sh[1] == 1)) {
         Bm = sh[0];
@@ -661,15 +686,48 @@ std::optional<Tensor<T, 4>> read_float_attn_mask(const Builder& bld, const Spec&
     if (Bm == 0)
         bld.fail(*a, "expected (Tq, Tk) = (" + tqk + "), (B, Tq, Tk), (H, Tq, Tk) or (B, H, Tq, Tk) with B = " +
                          std::to_string(d.B) + ", H = " + std::to_string(d.H) + ", found " + shape_str(sh));
-    Tensor<T, 4> m = Tensor<T, 4>::from_shape({Bm, Hm, d.Tq, d.Tk});
-    const NonFinite nf = copy_numbers<T>(*a, m.data());
-    for (std::size_t k = 0; k < m.size(); ++k)
-        if (std::isnan(m.data()[k]) || m.data()[k] == std::numeric_limits<T>::infinity())
+    Buffer<T> given(a->count());
+    copy_numbers<T>(*a, given.data());
+    for (std::size_t k = 0; k < given.size(); ++k)
+        if (std::isnan(given[k]) || given[k] == std::numeric_limits<T>::infinity())
             bld.fail(*a, std::string("expected finite numbers or -inf (which hides a key), found ") +
-                             (std::isnan(m.data()[k]) ? "nan" : "inf") + " at element " + std::to_string(k));
-    (void)nf;
+                             (std::isnan(given[k]) ? "nan" : "inf") + " at element " + std::to_string(k));
     (void)nonfinite;
+    Tensor<T, 4> m = Tensor<T, 4>::from_shape({Bm, Hm, d.Tq, d.Tk});
+    m.fill(T(0));
+    for (std::size_t k = 0; k < given.size(); ++k) m.data()[k / Tk * d.Tk + k % Tk] = given[k];
     return m;
+}
+
+// 4b. nn.MultiheadAttention's add_bias_kv (bias_k, bias_v) and add_zero_attn: key/value
+// positions appended after the projections, counted in Tk from here on.
+template <typename T>
+void read_extra_keys(const Builder& bld, const Spec& spec, Problem<T>& p, NonFiniteLog& nonfinite) {
+    Dims& d = p.dims;
+    const Array *bk = bld.find("bias_k"), *bv = bld.find("bias_v");
+    if (bk || bv) {
+        if (!bk || !bv) bld.fail(bk ? *bk : *bv, "add_bias_kv's bias_k and bias_v come together; the other is missing");
+        auto vec = [&](const Array& a, std::size_t n, const char* expect) {
+            bld.numeric(a);
+            const bool fits =
+                a.count() == n && (a.ndim() == 1 || (a.ndim() == 3 && a.shape[0] == 1 && a.shape[1] == 1));
+            if (!fits)
+                bld.fail(a, "expected (" + std::to_string(n) + ",) or (1, 1, " + std::to_string(n) + ") = " + expect +
+                                ", found shape " + shape_str(a.shape));
+            return to_tensor<T>(Vec{&a, 0, n}, nonfinite);
+        };
+        p.bias_k = vec(*bk, d.G * d.Dk, d.G == d.H ? "H*Dk" : "G*Dk");
+        p.bias_v = vec(*bv, d.G * d.Dv, d.G == d.H ? "H*Dv" : "G*Dv");
+    }
+    d.extra_keys = (p.bias_k ? 1 : 0) + (spec.add_zero_attn ? 1 : 0);
+    if (d.extra_keys && (spec.rope || spec.alibi))
+        throw UsageError(std::string(spec.rope ? "{rope}" : "{alibi}") + ": " +
+                         (p.bias_k ? "bias_k/bias_v (add_bias_kv)" : "{add_zero_attn}") +
+                         " appends key positions that have no position to rotate or bias; use one or the other");
+    if (d.extra_keys && (bld.find("k_positions") || bld.find("q_positions")))
+        bld.fail(*bld.find(bld.find("k_positions") ? "k_positions" : "q_positions"),
+                 "positions with appended keys (add_bias_kv, add_zero_attn): nn.MultiheadAttention has none");
+    d.Tk += d.extra_keys;
 }
 
 // 5. The mask rule: padding, causal, window, a boolean attn_mask, and their positions.
@@ -683,6 +741,7 @@ void read_mask(const Builder& bld, const Spec& spec, Problem<T>& p) {
     parts.window = spec.window;
     parts.q_positions = read_positions(bld, "q_positions", d, d.Tq, "Tq", p.batched);
     parts.k_positions = read_positions(bld, "k_positions", d, d.Tk, "Tk", p.batched);
+    parts.extra_keys = d.extra_keys;
     parts.allow = read_bool_attn_mask(bld, spec, d);
     if ((parts.q_positions || parts.k_positions) && !spec.rope && !spec.alibi && !spec.causal && !spec.window) {
         const Array& a = *bld.find(parts.q_positions ? "q_positions" : "k_positions");
@@ -778,12 +837,14 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     split_widths(bld, bundle, spec, w, d);                    // 3. H, Dk, Dv, Dout
     read_biases(bld, d, w);                                   // 4. biases
     copy_weights(bundle, w, p, nonfinite);
-    read_mask(bld, spec, p);                 // 5. the mask rule
-    read_variants(bld, spec, p, nonfinite);  // 6. RoPE, ALiBi, attn_mask, sinks
+    read_extra_keys(bld, spec, p, nonfinite);  // 4b. <bias_kv>, <zero>
+    read_mask(bld, spec, p);                   // 5. the mask rule
+    read_variants(bld, spec, p, nonfinite);    // 6. RoPE, ALiBi, attn_mask, sinks
     // Token labels.
     p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
-    p.key_tokens = tokens(bld, "key_tokens", d.B, d.Tk, p.batched, "Tk");
+    p.key_tokens = tokens(bld, "key_tokens", d.B, d.source_keys(), p.batched, "Tk");
     if (p.key_tokens.empty() && !p.cross) p.key_tokens = p.query_tokens;
+    if (d.extra_keys) p.key_tokens = with_extra_labels(p.key_tokens, p.bias_k.has_value(), spec.add_zero_attn, d);
 
     choose_scale(spec, p);  // 7. scale
     return p;

@@ -203,6 +203,70 @@ class Against(CliTestCase):
         self.check(bundle(16, batched=False, H=4, G=2, Dk=4), 4, kv_heads=2, rope=True, causal=True)
 
 
+class MultiheadAttentionParity(CliTestCase):
+    """add_bias_kv and add_zero_attn, checked against torch.nn.MultiheadAttention itself."""
+
+    def test_against_torch(self):
+        import torch
+        rng = np.random.default_rng(20)
+        B, T, E, H = 2, 5, 8, 2
+        pad = np.zeros((B, T), dtype=bool)
+        pad[1, -2:] = True
+        causal_block = np.triu(np.ones((T, T), dtype=bool), 1)  # nn.MultiheadAttention: True = blocked
+        for bias_kv, zero, mask in ((True, False, None), (False, True, "bool"), (True, True, "float")):
+            with self.subTest(bias_kv=bias_kv, zero=zero, mask=mask):
+                torch.manual_seed(0)
+                mha = torch.nn.MultiheadAttention(E, H, add_bias_kv=bias_kv, add_zero_attn=zero,
+                                                  batch_first=True, dtype=torch.float64)
+                with torch.no_grad():
+                    for p in mha.parameters():
+                        p.copy_(torch.from_numpy(rng.standard_normal(tuple(p.shape)) / 2))
+                sd = {k: v.detach().numpy() for k, v in mha.state_dict().items()}
+                x = rng.standard_normal((B, T, E))
+                b = {"x": x, **sd, "key_padding_mask": pad}
+                args = ["--layout", "torch"] + (["--add-zero-attn"] if zero else [])
+                attn_mask = None
+                if mask == "bool":
+                    b["attn_mask"] = causal_block
+                    args += ["--attn-mask-means", "block"]
+                    attn_mask = torch.from_numpy(causal_block)
+                elif mask == "float":
+                    fm = rng.standard_normal((T, T))
+                    b["attn_mask"] = fm
+                    attn_mask = torch.from_numpy(fm)
+                src = self.save_npz("mha.npz", **b)
+                out = self.path("out.npz")
+                self.assert_ok(run_text("run", src, "--heads", str(H), *args, "--dump", out, "-q", "--force"))
+                o, w = mha(*(torch.from_numpy(x),) * 3, key_padding_mask=torch.from_numpy(pad),
+                           attn_mask=attn_mask, average_attn_weights=False)
+                with np.load(out) as z:
+                    self.assertEqual(z["weights"].shape, (B, H, T, T + bias_kv + zero))
+                    np.testing.assert_allclose(z["weights"], w.detach().numpy(), atol=1e-13)
+                    np.testing.assert_allclose(z["output"], o.detach().numpy(), atol=1e-13)
+                want = mref.attention(dict(np.load(src)), H, layout="torch", add_zero_attn=zero,
+                                      **({"attn_mask_means": "block"} if mask == "bool" else {}))
+                with np.load(out) as z:
+                    self.assertEqual(sorted(z.files), sorted(n for n in want if n != "head_output"))
+                    for n in z.files:
+                        if want[n].dtype == bool:
+                            np.testing.assert_array_equal(z[n], want[n], err_msg=n)
+                        else:
+                            fin = np.isfinite(want[n])
+                            np.testing.assert_allclose(z[n][fin], want[n][fin], atol=1e-12, err_msg=n)
+
+    def test_appended_keys_are_labelled_and_refused_with_rope(self):
+        b = bundle(21, H=2, Dk=4, bias_k=np.ones(8), bias_v=np.ones(4), key_tokens=list("abcdefg"))
+        del b["key_tokens"]
+        src = self.save_json("b.json", {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in b.items()}
+                             | {"query_tokens": list("abcdefg")})
+        r = run_text("run", src, "--heads", "2", "--add-zero-attn", "--stages", "weights", "--batch", "0",
+                     "--head", "0", "--full")
+        self.assert_ok(r)
+        self.assertIn("<bias_kv>", r.out)
+        self.assertIn("<zero>", r.out)
+        self.assert_error(run_text("run", src, "--heads", "2", "--rope", "-q"), "--rope", "add_bias_kv")
+
+
 class Refusals(CliTestCase):
     """What does not fit is refused in one line that says what was expected."""
 

@@ -32,6 +32,9 @@ struct MaskParts {
     std::optional<xt::xtensor<long long, 2>> q_positions;  // (1 or B, Tq); default from `align`
     std::optional<xt::xtensor<long long, 2>> k_positions;  // (1 or B, Tk); default 0..Tk-1
     std::optional<xt::xtensor<bool, 3>> allow;             // boolean attn_mask (1 or B, Tq, Tk), true = may attend
+    // The last `extra_keys` keys (nn.MultiheadAttention's <bias_kv>, <zero>) are always
+    // visible; the alignment places the queries among the others.
+    std::size_t extra_keys = 0;
 };
 
 class MaskRule {

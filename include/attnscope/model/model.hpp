@@ -59,6 +59,7 @@ struct Spec {
     std::optional<std::size_t> window;    // sliding window W (keys within W positions)
     std::optional<double> softcap;        // scores -> C · tanh(scores / C) before bias and mask
     MaskMeans attn_mask_means = MaskMeans::unset;
+    bool add_zero_attn = false;  // nn.MultiheadAttention's add_zero_attn: one zero key/value position
     // Experiments
     double temperature = 1;               // default scale becomes 1/(sqrt(Dk) * temperature)
     std::optional<std::size_t> zero_key;  // set key vector j (every head, every item) to 0
@@ -68,6 +69,10 @@ struct Spec {
 struct Dims {
     std::size_t B = 0, Tq = 0, Tk = 0, Dm = 0, Dkv = 0, H = 0, Dk = 0, Dv = 0, Dout = 0;
     std::size_t G = 0;  // K/V heads: H (one each), fewer for grouped-query attention, 1 for multi-query
+    // Key/value positions appended after the projections (nn.MultiheadAttention's
+    // add_bias_kv, then add_zero_attn), counted in Tk: the source has Tk - extra_keys rows.
+    std::size_t extra_keys = 0;
+    std::size_t source_keys() const { return Tk - extra_keys; }
     std::size_t group() const { return G ? H / G : 1; }               // query heads per K/V head
     std::size_t kv_head(std::size_t h) const { return h / group(); }  // Hugging Face's repeat_kv order
 };
@@ -115,6 +120,9 @@ struct Problem {
     // (size 1: the same for every batch item / head). -inf hides a key.
     std::optional<Tensor<T, 4>> attn_bias;
     std::optional<Tensor<T, 1>> sinks;  // (H) per-head sink logits, joining each softmax's denominator
+    // nn.MultiheadAttention's add_bias_kv: a key and a value position appended after the
+    // projections, (G*Dk) and (G*Dv); add_zero_attn (spec) appends a zero one after it.
+    std::optional<Tensor<T, 1>> bias_k, bias_v;
 
     TokenLabels query_tokens, key_tokens;  // (B, Tq) and (B, Tk), empty when not given
     std::vector<std::string> warnings;     // e.g. non-finite input values

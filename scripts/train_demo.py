@@ -17,6 +17,12 @@ weights as the trained PyTorch model.
                position i must read source position 7 - i, so its
                cross-attention weights are an anti-diagonal.
                Run: build/attnscope run data/reverse.json --heads 1
+    rope       a 1-layer causal decoder with rotary positions (RoPE) and
+               grouped-query attention, 4 query heads sharing 1 K/V head,
+               trained to repeat the letter 2 positions back.  It has no
+               position embedding: RoPE is its only sense of position, so the
+               "2 back" stripe holds at every absolute position.
+               Run: build/attnscope run data/rope.json --heads 4 --kv-heads 1 --rope --causal
 
 Each bundle is written as NAME.json (full float32 precision written as Python
 floats) and NAME.npz (the same float32 numbers); the script checks that they
@@ -283,6 +289,127 @@ def export_reverse(model, words):
 
 
 # --------------------------------------------------------------------------
+# 3. A decoder with RoPE and grouped-query attention (Llama-style attention)
+# --------------------------------------------------------------------------
+#
+# Random letters in, the letter LAG positions back out.  Token embedding only:
+# the projections (no biases, like Llama's) see no position at all, and RoPE
+# rotates each head's query and key by its position, so a score depends on
+# content and on the distance between query and key.  4 query heads read 1
+# shared K/V head (multi-query attention, the G = 1 case of --kv-heads).
+
+LAG = 2
+T_ROPE = 12
+D_ROPE = 32
+H_ROPE, G_ROPE = 4, 1                 # query heads, K/V heads
+DK_ROPE = D_ROPE // H_ROPE            # 8: even, RoPE rotates pairs
+ROPE_BASE = 10000.0
+
+
+def rotate_half(t):
+    half = t.shape[-1] // 2
+    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)
+
+
+class RopeLM(nn.Module):
+    """Token embedding -> causal attention with RoPE (rotate_half form, as Hugging
+    Face Llama) and grouped K/V heads -> unembedding."""
+
+    def __init__(self, vocab, d, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.dk = heads, kv_heads, d // heads
+        self.tok = nn.Embedding(vocab, d)
+        self.q = nn.Linear(d, heads * self.dk, bias=False)
+        self.k = nn.Linear(d, kv_heads * self.dk, bias=False)
+        self.v = nn.Linear(d, kv_heads * self.dk, bias=False)
+        self.o = nn.Linear(heads * self.dk, d, bias=False)
+        self.unembed = nn.Linear(d, vocab)
+
+    def attend(self, x, positions=None):
+        """Returns output (B, T, Dm), weights (B, H, T, T), scores (B, H, T, T)."""
+        B, T, _ = x.shape
+        H, G, Dk = self.heads, self.kv_heads, self.dk
+        pos = torch.arange(T, dtype=torch.float32) if positions is None else positions.float()
+        inv_freq = 1.0 / (ROPE_BASE ** (torch.arange(0, Dk, 2, dtype=torch.float32) / Dk))
+        freqs = torch.outer(pos, inv_freq)                          # (T, Dk/2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        q = self.q(x).view(B, T, H, Dk).transpose(1, 2)             # (B, H, T, Dk)
+        k = self.k(x).view(B, T, G, Dk).transpose(1, 2)             # (B, G, T, Dk)
+        v = self.v(x).view(B, T, G, Dk).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(H // G, dim=1)                      # repeat_kv
+        v = v.repeat_interleave(H // G, dim=1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(Dk)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        weights = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+        context = (weights @ v).transpose(1, 2).reshape(B, T, H * Dk)
+        return self.o(context), weights, scores
+
+    def forward(self, tokens):
+        # No residual: the prediction is read from the attention output alone, so the
+        # head must put its weight on the one key whose value is the answer.
+        out, weights, _ = self.attend(self.tok(tokens))
+        return self.unembed(out), weights
+
+
+def lag_batch(gen, n):
+    """n random letter sequences; target i is the letter LAG positions back."""
+    seq = torch.randint(len(LETTERS), (n, T_ROPE + LAG), generator=gen)
+    return seq[:, LAG:], seq[:, :-LAG]
+
+
+def train_rope(steps=800, batch=128, lr=1e-2):
+    seed_everything(3)
+    model = RopeLM(len(LETTERS), D_ROPE, H_ROPE, G_ROPE)
+    gen = torch.Generator().manual_seed(31)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    for step in range(1, steps + 1):
+        inp, tgt = lag_batch(gen, batch)
+        logits, _ = model(inp)
+        # The first LAG targets lie before the sequence: unpredictable, not trained.
+        loss = F.cross_entropy(logits[:, LAG:].reshape(-1, len(LETTERS)), tgt[:, LAG:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == 1:
+            print(f"  step {step:5d}  loss {loss.item():.4f}")
+    model.eval()
+    inp, tgt = lag_batch(torch.Generator().manual_seed(32), 2000)
+    with torch.no_grad():
+        logits, weights = model(inp)
+    acc = (logits[:, LAG:].argmax(-1) == tgt[:, LAG:]).float().mean().item()
+    rows = torch.arange(LAG, T_ROPE)
+    stripe = weights[:, :, rows, rows - LAG].mean().item()
+    print(f"  accuracy on positions {LAG}..{T_ROPE - 1}: {acc:.4f}")
+    print(f"  mean weight on the stripe (key = query - {LAG}), every head: {stripe:.4f}")
+    assert acc > 0.95, f"rope model did not learn: accuracy {acc:.3f}"
+    assert stripe > 0.8, f"rope model: stripe weight {stripe:.3f} <= 0.8"
+    return model, acc
+
+
+def export_rope(model, words):
+    tokens = torch.tensor([encode(w) for w in words])               # (B, T_ROPE)
+    with torch.no_grad():
+        x = model.tok(tokens)
+        _, weights, _ = model.attend(x)
+    f32 = lambda t: t.detach().numpy().astype(np.float32)
+    labels = [letters(row) for row in tokens.tolist()]
+    bundle = {
+        "query_tokens": labels, "key_tokens": labels,
+        "x": f32(x),                                                # (B, T, Dm)
+        "W_Q": f32(model.q.weight.T),                               # (Dm, H*Dk)
+        "W_K": f32(model.k.weight.T),                               # (Dm, G*Dk)
+        "W_V": f32(model.v.weight.T),                               # (Dm, G*Dv)
+        "W_O": f32(model.o.weight.T),                               # (H*Dv, Dm)
+    }
+    return bundle, weights.numpy()
+
+
+# --------------------------------------------------------------------------
 # Writing and checking
 # --------------------------------------------------------------------------
 
@@ -309,8 +436,8 @@ def write_bundle(name, arrays):
     return jpath, npath
 
 
-def run_attnscope(path, heads, causal):
-    cmd = [ATTNSCOPE, "run", path, "--heads", str(heads), "--json"]
+def run_attnscope(path, heads, causal, extra=()):
+    cmd = [ATTNSCOPE, "run", path, "--heads", str(heads), "--json", *extra]
     if causal:
         cmd.insert(5, "--causal")
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -322,21 +449,22 @@ def run_attnscope(path, heads, causal):
 
 
 def check_with_attnscope(name, jpath, npath, bundle, model_weights, heads, causal,
-                         show_head):
+                         show_head, extra=()):
     """attnscope's weights == the model's weights (and the numpy reference)."""
-    opts = f"--heads {heads}" + (" --causal" if causal else "")
+    opts = f"--heads {heads}" + (" --causal" if causal else "") + "".join(" " + e for e in extra)
     expected = model_weights.astype(np.float64)                # (B, H, Tq, Tk)
     for path in (jpath, npath):
-        got = run_attnscope(path, heads, causal)
+        got = run_attnscope(path, heads, causal, extra)
         assert got.shape == expected.shape, (path, got.shape, expected.shape)
         diff = float(np.abs(got - expected).max())
         rel = os.path.relpath(path, ROOT)
         print(f"  attnscope run {rel} {opts}: max |weights - PyTorch| = {diff:.2g}")
         assert diff <= TOL, f"{rel}: attnscope differs from PyTorch by {diff:.3g}"
-    stages = ref.attention(ref.load_bundle(jpath), heads=heads, causal=causal)
-    diff = float(np.abs(stages["weights"] - expected).max())
-    print(f"  numpy reference (attn_reference.py): max |weights - PyTorch| = {diff:.2g}")
-    assert diff <= TOL, f"{name}: reference differs from PyTorch by {diff:.3g}"
+    if not extra:
+        stages = ref.attention(ref.load_bundle(jpath), heads=heads, causal=causal)
+        diff = float(np.abs(stages["weights"] - expected).max())
+        print(f"  numpy reference (attn_reference.py): max |weights - PyTorch| = {diff:.2g}")
+        assert diff <= TOL, f"{name}: reference differs from PyTorch by {diff:.3g}"
 
     q, k = bundle["query_tokens"][0], bundle["key_tokens"][0]
     print(f"  weights of head {show_head}, batch item 0 (rows: queries, "
@@ -375,10 +503,31 @@ def main(argv=None):
     check_with_attnscope("reverse", jpath, npath, bundle, weights, H_REV,
                          causal=False, show_head=0)
 
+    print(f"\nrope: causal decoder with RoPE, {H_ROPE} query heads sharing {G_ROPE} K/V head, "
+          f"vocab {len(LETTERS)}, Dm {D_ROPE}, Dk {DK_ROPE}, {T_ROPE} letters, target {LAG} back")
+    t = time.perf_counter()
+    rope, _ = train_rope()
+    print(f"  trained in {time.perf_counter() - t:.1f} s")
+    bundle, weights = export_rope(rope, ["badgefacebad", "fadedcabbage"])
+    jpath, npath = write_bundle("rope", bundle)
+    check_with_attnscope("rope", jpath, npath, bundle, weights, H_ROPE, causal=True, show_head=0,
+                         extra=("--kv-heads", str(G_ROPE), "--rope"))
+    # The model computes RoPE's angles in float32 (as Hugging Face does); attnscope in the
+    # run's precision. How far that moves the scores, for the README:
+    with torch.no_grad():
+        _, _, scores32 = rope.attend(torch.from_numpy(bundle["x"]))
+    for dtype in ("float64", "float32"):
+        doc = subprocess.run([ATTNSCOPE, "run", jpath, "--heads", str(H_ROPE), "--kv-heads", str(G_ROPE),
+                              "--rope", "--causal", "--dtype", dtype, "--json", "--stages", "scores"],
+                             capture_output=True, text=True, check=True)
+        got = np.array(json.loads(doc.stdout)["stages"]["scores"]["data"], dtype=np.float64)
+        print(f"  --dtype {dtype}: max |scores - PyTorch float32 scores| = "
+              f"{float(np.abs(got - scores32.numpy()).max()):.2g}")
+
     print(f"\ntotal {time.perf_counter() - t0:.1f} s; wrote "
           + ", ".join(f"data/{n} ({os.path.getsize(os.path.join(OUT_DIR, n))} bytes)"
                       for n in ("induction.json", "induction.npz",
-                                "reverse.json", "reverse.npz")))
+                                "reverse.json", "reverse.npz", "rope.json", "rope.npz")))
     return 0
 
 

@@ -345,3 +345,30 @@ TEST_CASE("io: shape_str spells shapes as numpy does") {
     CHECK(dtype_size(DType::float64) == 8);
     CHECK(dtype_size(DType::boolean) == 1);
 }
+
+TEST_CASE("io: .npy header keys and dtypes reach messages escaped, clipped, on one line") {
+    const std::vector<std::pair<std::string, std::string>> texts = {
+        {"\x1b[31mRED", "\\x1b[31mRED"},
+        {"\x1b]0;title\x07", "\\x1b]0;title\\x07"},
+        {"a\nb", "a\\nb"},
+        {std::string("nul\0after", 9), "nul\\x00after"},
+        {"bad\xff\xfe", "bad\\xff\\xfe"},
+    };
+    for (const auto& [raw, escaped] : texts) {
+        CAPTURE(escaped);
+        const std::string descr = make_npy("{'descr': '<" + raw + "', 'fortran_order': False, 'shape': (1,), }", "");
+        const std::string m = input_error([&] { parse_npy(descr, "d.npy"); });
+        check_message(m, {"d.npy: unsupported dtype '<" + escaped + "'"});
+        CHECK(m.find_first_of(std::string("\n\x1b\x07\0", 4)) == std::string::npos);
+        const std::string key =
+            make_npy("{'" + raw + "': 1, 'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", "");
+        check_message(input_error([&] { parse_npy(key, "k.npy"); }),
+                      {"k.npy: not a valid .npy header: unexpected header key '" + escaped + "'"});
+    }
+    // A long dtype is clipped; the origin (a file name and an array) is escaped.
+    const std::string long_descr =
+        make_npy("{'descr': '<" + std::string(5000, 'f') + "', 'fortran_order': False, 'shape': (1,), }", "");
+    const std::string m = input_error([&] { parse_npy(long_descr, "dir\x1b/l.npy: x"); });
+    check_message(m, {"dir\\x1b/l.npy: x: unsupported dtype '<ffff", "... (5001 bytes in all)'"});
+    CHECK(m.size() < 400);
+}

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "attnscope/base/text.hpp"
 #include "attnscope/io/array.hpp"
 
 namespace attnscope::io_detail {
@@ -23,6 +24,15 @@ inline std::uint64_t load_le(std::string_view b, std::size_t at, int n) {
 inline void put_le(std::string& s, std::uint64_t v, int n) {
     for (int k = 0; k < n; ++k) s += char(v >> (8 * k) & 0xff);
 }
+
+// Text from the input echoed in a message, one line and nothing a terminal acts on:
+// control characters and invalid UTF-8 escaped (base's escape_control), at most `max`
+// bytes of it kept (clip_fragment says how long it was). For member names, keys, strings,
+// numbers and header text: anything a file can make as long as it likes.
+inline std::string shown(std::string_view s, std::size_t max = 80) { return escape_control(clip_fragment(s, max)); }
+
+// A file name in a message: escaped like shown(), but whole (the user typed it).
+inline std::string shown_path(std::string_view path) { return escape_control(path); }
 
 inline bool ends_with(std::string_view s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;

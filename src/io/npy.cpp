@@ -70,7 +70,7 @@ class HeaderParser {
                 h.shape = parse_shape();
                 have_shape = true;
             } else {
-                fail("unexpected header key '" + key + "'");
+                fail("unexpected header key '" + io_detail::shown(key) + "'");
             }
             skip_ws();
             if (peek() == ',') {
@@ -205,7 +205,7 @@ struct ElementType {
 
 ElementType parse_descr(const std::string& descr, const std::string& origin) {
     auto bad = [&](const std::string& why) -> InputError {
-        return InputError(origin + ": unsupported dtype '" + descr + "' (" + why +
+        return InputError(origin + ": unsupported dtype '" + io_detail::shown(descr) + "' (" + why +
                           "); expected float16/32/64, integer, bool or unicode text");
     };
     if (descr.find('O') != std::string::npos && descr.size() <= 2)
@@ -418,8 +418,9 @@ void widen(Array& a, std::string_view data, const ElementType& t, std::size_t co
 
 }  // namespace
 
-Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes,
+Array parse_npy(std::string_view bytes, const std::string& given_origin, std::size_t max_bytes,
                 std::shared_ptr<const void> keep) {
+    const std::string origin = io_detail::shown_path(given_origin);  // as load_array gives it: already shown
     // 1. Preamble; 2. the header dict and its dtype; 3. the data's size; 4. the memory limit.
     const Preamble p = read_preamble(bytes, origin);
     NpyHeader h = HeaderParser(bytes.substr(p.header_start, p.header_len), origin).parse();

@@ -176,7 +176,8 @@ TEST_CASE("io: JSON element errors name the array once, then the element's indic
     // when it differs from that name.
     const std::vector<Case> arrays = {
         {"[1, [2]]", "w.json: W_Q", "w.json: W_Q[1]: ragged array: expected a number at this depth, found a list"},
-        {"true false", "w.json: W_Q", "w.json: W_Q: invalid JSON at byte 5: unexpected data after the value"},
+        {"true false", "w.json: W_Q",
+         "w.json: W_Q: invalid JSON at line 1, column 6 (byte 5): unexpected data after the value"},
         {"\"a\"", "w.json: W_Q", "w.json: W_Q: expected a number, found string \"a\""},
         {R"({"W_Q": [1, "a"]})", "w.json: W_Q", "w.json: W_Q[1]: expected a number, found string \"a\""},
         {R"({"q": [1, "a"]})", "w.json: W_Q", "w.json: W_Q: q[1]: expected a number, found string \"a\""},
@@ -215,13 +216,103 @@ TEST_CASE("io: a UTF-8 byte-order mark before the JSON is skipped") {
     CHECK(error == "");
     CHECK(piped.arrays.count("x") == 1);
 
-    // Byte offsets still count the mark; only one mark, only at the start, is skipped.
+    // Byte offsets still count the mark, columns do not; only one mark, only at the start,
+    // is skipped (a second one is a character of the line: column 1).
     check_message(input_error([&] { parse_json_bundle(bom + R"({"x": [1,]})", "bom.json"); }),
-                  {"bom.json: invalid JSON at byte 12: invalid number"});
+                  {"bom.json: invalid JSON at line 1, column 10 (byte 12): invalid number"});
     check_message(input_error([&] { parse_json_bundle(bom + bom + "{}", "two.json"); }),
-                  {"two.json: invalid JSON at byte 3"});
+                  {"two.json: invalid JSON at line 1, column 1 (byte 3)"});
     check_message(input_error([&] { parse_json_bundle(" " + bom + "{}", "late.json"); }),
-                  {"late.json: invalid JSON at byte 1"});
+                  {"late.json: invalid JSON at line 1, column 2 (byte 1)"});
     check_message(input_error([&] { parse_json_array(bom, "only.json: W"); }),
                   {"only.json: W: invalid JSON", "empty input"});
+}
+
+TEST_CASE("io: JSON syntax errors give the line and the column (in characters) and the byte") {
+    // Line 3: two spaces, "é" (2 bytes, 1 character), then the bad token at column 5.
+    const std::string text = "{\n\"x\": [1,\n  \xC3\xA9 2]}";
+    check_message(input_error([&] { parse_json_bundle(text, "multi.json"); }),
+                  {"multi.json: invalid JSON at line 3, column 3 (byte 13): invalid number"});
+    const std::string after = "{\n\"x\": [1],\n \"\xC3\xA9\" 2]}";  // after the key: column 6, byte 18
+    check_message(input_error([&] { parse_json_bundle(after, "s.json"); }),
+                  {"s.json: invalid JSON at line 3, column 6 (byte 18): expected ':'"});
+    // CRLF line ends count as one line each.
+    check_message(input_error([&] { parse_json_bundle("{\r\n\"x\": [1,\r\n]}", "crlf.json"); }),
+                  {"crlf.json: invalid JSON at line 3, column 1 (byte 13)"});
+    // Through load_bundle: the file's name first.
+    TempDir dir;
+    spit(dir / "bad.json", "{\"x\": [[1, 2],\n       [3, 4]]\n  \"W_Q\": []}");
+    check_message(input_error([&] { load_bundle(dir / "bad.json"); }),
+                  {dir / "bad.json" + ": invalid JSON at line 3, column 3 (byte 32): expected ',' or '}'"});
+}
+
+TEST_CASE("io: JSON keys, strings and numbers reach messages escaped, clipped, on one line") {
+    const std::vector<std::pair<std::string, std::string>> texts = {
+        {"\x1b[31mRED", "\\x1b[31mRED"},
+        {"\x1b]0;title\x07", "\\x1b]0;title\\x07"},
+        {"a\nb", "a\\nb"},
+        {std::string("nul\0after", 9), "nul\\x00after"},
+    };
+    // JSON spells control characters as \u escapes; the reader decodes them.
+    auto json_string = [](const std::string& s) {
+        std::string out = "\"";
+        for (unsigned char c : s) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out += c < 0x20 ? std::string(buf) : std::string(1, char(c));
+        }
+        return out + "\"";
+    };
+    for (const auto& [raw, escaped] : texts) {
+        CAPTURE(escaped);
+        const std::string key = json_string(raw);
+        // A key twice; a key's element of the wrong kind (the key in the path); a string where a number goes.
+        for (const auto& [text, phrase] : std::vector<std::pair<std::string, std::string>>{
+                 {"{" + key + ": [1], " + key + ": [2]}", "k.json: '" + escaped + "' appears twice in the object"},
+                 {"{" + key + ": [1, null]}", "k.json: " + escaped + "[1]: expected a number, found null"},
+                 {"{\"x\": [1, " + key + "]}", "k.json: x[1]: expected a number, found string \"" + escaped + "\""},
+             }) {
+            const std::string m = input_error([&] { parse_json_bundle(text, "k.json"); });
+            check_message(m, {phrase});
+            CHECK(m.find_first_of(std::string("\n\x1b\x07\0", 4)) == std::string::npos);
+        }
+    }
+    // Bytes that are not UTF-8 are refused inside strings; in a file name they are escaped.
+    check_message(input_error([&] { parse_json_bundle("[1]", "bad\xff.json"); }), {"bad\\xff.json: expected"});
+    // An invalid escape shows the character escaped.
+    check_message(input_error([&] { parse_json_bundle("{\"x\\\x01\": 1}", "e.json"); }), {"invalid escape \\\\x01"});
+}
+
+TEST_CASE("io: a JSON number of a million digits is echoed clipped") {
+    // 1e1000000 spelled out: out of range, and the message shows its first 80 bytes.
+    const std::string digits = "1" + std::string(1000000, '0');
+    const std::string m = input_error([&] { parse_json_bundle("{\"x\": [" + digits + "]}", "big.json"); });
+    check_message(m, {"big.json: invalid JSON at line 1, column 8 (byte 7): number 1000000",
+                      "... (1000001 bytes in all) is out of range"});
+    CHECK(m.size() < 300);
+    // A long string and a long key, found where they do not belong.
+    const std::string s(100000, 's');
+    check_message(input_error([&] { parse_json_bundle("{\"x\": [\"" + s + "\"]}", "s.json"); }),
+                  {"found string \"ssssssssssssssssssss... (100000 bytes in all)\""});
+    const std::string m2 = input_error([&] { parse_json_bundle("{\"" + s + "\": [null]}", "k.json"); });
+    check_message(m2, {"k.json: " + std::string(80, 's') + "... (100000 bytes in all)[0]: expected a number"});
+    CHECK(m2.size() < 300);
+}
+
+TEST_CASE("io: the JSON memory limit counts the text and stops a long list at the limit") {
+    // 1000 zeros: 2001 bytes of text, 8000 bytes of doubles. Within 10001 bytes: accepted;
+    // within 9000 (the doubles alone would fit): refused, the text counted.
+    std::string text = "[0";
+    for (int i = 1; i < 1000; ++i) text += ",0";
+    text += "]";
+    CHECK(parse_json_array(text, "z.json: x", 10001).count() == 1000);
+    check_message(memory_limit_error([&] { parse_json_array(text, "z.json: x", 10000); }), {"z.json: x: "});
+    check_message(memory_limit_error([&] { parse_json_array(text, "z.json: x", 9000); }),
+                  {"z.json: x: the values read so far need ", "beside the 2.0 KiB of JSON text",
+                   "over the memory limit of 8.8 KiB"});
+    // JSON numbers are kept as float64 in a buffer that grows without copying.
+    const Array a = parse_json_array("[[1, 2], [3, 4]]", "m.json: x");
+    CHECK(a.held == Array::Held::float64);
+    CHECK(a.values.empty());
+    check_values(a.doubles(), {1, 2, 3, 4});
 }

@@ -103,3 +103,48 @@ TEST_CASE("io: a directory given as an input file is an InputError naming it") {
     check_message(input_error([&] { load_bundle(bundle); }), {bundle + ": ", "is a directory"});
     check_message(input_error([&] { load_array(array, "x"); }), {array + ": ", "is a directory"});
 }
+
+TEST_CASE("io: standard input is bounded by the memory limit as it is read") {
+    // A megabyte of blanks with a 64 KiB limit: refused naming <stdin> and the limit, and
+    // no more than the limit (and one byte) taken from the stream.
+    std::istringstream in(std::string(1 << 20, ' '));
+    std::streambuf* saved = std::cin.rdbuf(in.rdbuf());
+    std::string message;
+    try {
+        message = memory_limit_error([] { load_bundle("-", 64 << 10); });
+    } catch (...) {
+        std::cin.rdbuf(saved);
+        throw;
+    }
+    std::cin.rdbuf(saved);
+    check_message(message, {"<stdin>: the input is larger than the memory limit of 64.0 KiB (max_memory)"});
+    in.clear();
+    CHECK(std::size_t(in.tellg()) <= (64 << 10) + 1);
+
+    // read_stream itself: exactly at the limit is accepted, one byte more is not.
+    std::istringstream exact(std::string(1000, 'a')), over(std::string(1001, 'a'));
+    CHECK(read_stream(exact, "<stdin>", 1000).bytes == std::string(1000, 'a'));
+    check_message(memory_limit_error([&] { read_stream(over, "<stdin>", 1000); }),
+                  {"<stdin>: the input is larger than the memory limit of 1000 bytes"});
+    std::istringstream empty("");
+    CHECK(read_stream(empty, "<stdin>", 0).bytes.empty());
+}
+
+TEST_CASE("io: a device without end is refused at the memory limit, not read until memory runs out") {
+    check_message(memory_limit_error([] { map_file("/dev/zero", 1 << 20); }),
+                  {"/dev/zero: the file holds more than the memory limit of 1.0 MiB (max_memory)"});
+    check_message(memory_limit_error([] { load_bundle("/dev/zero", 1 << 20); }), {"/dev/zero: the file holds more"});
+}
+
+TEST_CASE("io: a procfs file whose size says 0 is read to its end") {
+    // /proc/self/status has st_size 0 but holds text: read until EOF, like a pipe.
+    const FileBytes status = map_file("/proc/self/status");
+    CHECK(std::string(status.bytes).rfind("Name:", 0) == 0);
+    CHECK(read_file("/proc/self/status").find("\nPid:") != std::string::npos);
+    // It is not JSON, and the message says where, not that the file is empty.
+    check_message(input_error([] { load_array("/proc/self/status", "x"); }),
+                  {"/proc/self/status: x: invalid JSON at line 1, column 1 (byte 0)"});
+    // Bounded like a pipe: more than the limit is refused.
+    check_message(memory_limit_error([] { map_file("/proc/self/status", 10); }),
+                  {"/proc/self/status: the file holds more than the memory limit of 10 bytes"});
+}

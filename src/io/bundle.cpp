@@ -1,6 +1,5 @@
 // Choosing the reader for a bundle or a single array: by file name and magic bytes.
 #include <iostream>
-#include <iterator>
 #include <string>
 
 #include "attnscope/base/errors.hpp"
@@ -9,37 +8,38 @@
 
 namespace attnscope {
 namespace {
-
 using io_detail::ends_with;
-
-std::string read_stdin() {
-    std::string s((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    if (std::cin.bad()) throw InputError("<stdin>: cannot read standard input");
-    return s;
-}
+using io_detail::shown;
+using io_detail::shown_path;
 }  // namespace
 
-Bundle load_bundle(const std::string& path, std::size_t max_bytes) {
-    if (path == "-") return parse_json_bundle(read_stdin(), "<stdin>", max_bytes);
+Bundle load_bundle(const std::string& path, std::size_t max_bytes, const NameCheck& check_name) {
+    if (path == "-") {
+        // Bounded as it is read: a pipe that never ends stops at the memory limit.
+        const FileBytes in = read_stream(std::cin, "<stdin>", max_bytes);
+        return parse_json_bundle(in.bytes, "<stdin>", max_bytes, check_name);
+    }
     // Mapped, not copied: an .npz's stored members are read in place (kept alive by the arrays).
     const FileBytes file = map_file(path, max_bytes);
     const std::string_view bytes = file.bytes;
     if (ends_with(path, ".npy"))
-        throw InputError(path + ": a .npy file holds one array, not a bundle; pass it with its own option (e.g. {x} " +
-                         path + ")");
-    if (ends_with(path, ".npz") || bytes.substr(0, 2) == "PK") return parse_npz(bytes, path, max_bytes, file.keep);
-    return parse_json_bundle(bytes, path, max_bytes);
+        throw InputError(shown_path(path) +
+                         ": a .npy file holds one array, not a bundle; pass it with its own option (e.g. {x} " +
+                         shown_path(path) + ")");
+    if (ends_with(path, ".npz") || bytes.substr(0, 2) == "PK")
+        return parse_npz(bytes, path, max_bytes, file.keep, check_name);
+    return parse_json_bundle(bytes, path, max_bytes, check_name);
 }
 
 Array load_array(const std::string& path, const std::string& name, std::size_t max_bytes) {
     const FileBytes file = map_file(path, max_bytes);
     const std::string_view bytes = file.bytes;
-    std::string origin = path + ": " + name;
+    std::string origin = shown_path(path) + ": " + shown(name);
     if (ends_with(path, ".npy") || bytes.substr(0, 6) == "\x93NUMPY")
         return parse_npy(bytes, origin, max_bytes, file.keep);
     if (ends_with(path, ".npz"))
-        throw InputError(path + ": an .npz archive is a bundle; pass it as the bundle, or give " + name +
-                         " as .npy or .json");
+        throw InputError(shown_path(path) + ": an .npz archive is a bundle; pass it as the bundle, or give " +
+                         shown(name) + " as .npy or .json");
     return parse_json_array(bytes, origin, max_bytes);
 }
 

@@ -1,11 +1,14 @@
-// Reading whole files: checked, bounded by the memory limit, mapped where possible.
+// Reading whole files and streams: checked, bounded by the memory limit as they are read,
+// mapped where possible.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <istream>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -13,10 +16,14 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
 #include "bytes.hpp"
+#include "grow.hpp"
 
 namespace attnscope {
 
 namespace {
+
+using io_detail::GrowBuffer;
+using io_detail::shown_path;
 
 struct Fd {
     int fd;
@@ -27,60 +34,67 @@ struct Fd {
 // larger than the memory limit.
 struct stat open_checked(const std::string& path, std::size_t max_bytes, int& fd) {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw InputError(path + ": cannot open file: " + std::strerror(errno));
+    if (fd < 0) throw InputError(shown_path(path) + ": cannot open file: " + std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
         const int e = errno;
         ::close(fd);
-        throw InputError(path + ": cannot read file: " + std::strerror(e));
+        throw InputError(shown_path(path) + ": cannot read file: " + std::strerror(e));
     }
     if (S_ISDIR(st.st_mode)) {
         ::close(fd);
-        throw InputError(path + ": is a directory, expected a file");
+        throw InputError(shown_path(path) + ": is a directory, expected a file");
     }
     if (S_ISREG(st.st_mode) && std::size_t(st.st_size) > max_bytes) {
         ::close(fd);
-        throw MemoryLimitError(path + ": the file holds " + format_bytes(std::size_t(st.st_size)) + ", over " +
-                               io_detail::memory_limit_of(max_bytes));
+        throw MemoryLimitError(shown_path(path) + ": the file holds " + format_bytes(std::size_t(st.st_size)) +
+                               ", over " + io_detail::memory_limit_of(max_bytes));
     }
     return st;
 }
 
-// Reads an open file to its end: straight into a string of the file's size when it is a
-// regular file, else (a pipe, a device) in growing steps up to the memory limit.
-std::string read_all(int fd, const struct stat& st, const std::string& path, std::size_t max_bytes) {
-    const bool sized = S_ISREG(st.st_mode);
-    std::string bytes;
-    std::size_t have = 0;
-    bytes.resize(sized ? std::size_t(st.st_size) : std::size_t{1} << 16);
+// Reads to the end with read_some(p, n) (the bytes read into p[0, n), 0 at the end) into
+// a buffer that grows without copying, `expected` bytes reserved at first (0: unknown).
+// The memory limit holds as the bytes arrive: at most max_bytes + 1 are ever read (and
+// held), and one more than max_bytes is refused with `over_limit`'s message.
+template <typename ReadSome>
+FileBytes read_to_end(ReadSome read_some, std::size_t expected, std::size_t max_bytes, const std::string& over_limit) {
+    const std::size_t cap = max_bytes == kNoLimit ? kNoLimit : max_bytes + 1;
+    GrowBuffer buf;
+    if (expected > 0) buf.reserve(std::min(expected + 1, cap));  // + 1: the end is seen without growing
     for (;;) {
-        if (have == bytes.size()) {
-            if (sized) break;
-            if (bytes.size() > max_bytes)
-                throw MemoryLimitError(path + ": the file holds more than " + io_detail::memory_limit_of(max_bytes));
-            bytes.resize(bytes.size() * 2);
-        }
-        const ssize_t n = ::read(fd, bytes.data() + have, bytes.size() - have);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            throw InputError(path + ": cannot read file: " + std::strerror(errno));
-        }
+        buf.make_room(1, cap);
+        const std::size_t room = std::min(buf.capacity(), cap) - buf.size();
+        const std::size_t n = read_some(buf.data() + buf.size(), std::min<std::size_t>(room, 1u << 30));
         if (n == 0) break;
-        have += std::size_t(n);
+        buf.grew(n);
+        if (buf.size() > max_bytes) throw MemoryLimitError(over_limit);
     }
-    bytes.resize(have);
-    return bytes;
+    const std::string_view bytes = buf.view();
+    return {bytes, buf.release()};
+}
+
+// An open file read to its end: a regular file from its size on (a procfs file whose
+// size says 0 until its end), anything else (a pipe, a device) in growing steps.
+FileBytes read_fd(int fd, const struct stat& st, const std::string& path, std::size_t max_bytes) {
+    const auto read_some = [&](char* p, std::size_t n) -> std::size_t {
+        for (;;) {
+            const ssize_t got = ::read(fd, p, n);
+            if (got >= 0) return std::size_t(got);
+            if (errno != EINTR) throw InputError(shown_path(path) + ": cannot read file: " + std::strerror(errno));
+        }
+    };
+    const std::size_t expected = S_ISREG(st.st_mode) ? std::size_t(st.st_size) : 0;
+    return read_to_end(read_some, expected, max_bytes,
+                       shown_path(path) + ": the file holds more than " + io_detail::memory_limit_of(max_bytes) +
+                           "; reading stopped there");
 }
 
 }  // namespace
 
 std::string read_file(const std::string& path, std::size_t max_bytes) {
-    // One open, one fstat, reads straight into a string of the file's size (a special
-    // file whose size is unknown, e.g. a pipe, is read until its end).
-    int fd = -1;
-    const struct stat st = open_checked(path, max_bytes, fd);
-    Fd closer{fd};
-    return read_all(fd, st, path, max_bytes);
+    const FileBytes file = map_file(path, max_bytes);
+    return std::string(file.bytes);
 }
 
 FileBytes map_file(const std::string& path, std::size_t max_bytes) {
@@ -98,8 +112,18 @@ FileBytes map_file(const std::string& path, std::size_t max_bytes) {
             return {std::string_view(static_cast<const char*>(p), size), std::move(keep)};
         }
     }
-    auto bytes = std::make_shared<const std::string>(read_all(fd, st, path, max_bytes));
-    return {std::string_view(*bytes), bytes};
+    return read_fd(fd, st, path, max_bytes);
+}
+
+FileBytes read_stream(std::istream& in, const std::string& name, std::size_t max_bytes) {
+    const auto read_some = [&](char* p, std::size_t n) -> std::size_t {
+        in.read(p, std::streamsize(n));
+        if (in.bad()) throw InputError(shown_path(name) + ": cannot read the input");
+        return std::size_t(in.gcount());
+    };
+    return read_to_end(read_some, 0, max_bytes,
+                       shown_path(name) + ": the input is larger than " + io_detail::memory_limit_of(max_bytes) +
+                           "; reading stopped there");
 }
 
 }  // namespace attnscope

@@ -20,11 +20,15 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
 #include "bytes.hpp"
+#include "grow.hpp"
 
 namespace attnscope {
 namespace {
 
 using io_detail::ends_with;
+using io_detail::GrowBuffer;
+using io_detail::shown;
+using io_detail::shown_path;
 
 constexpr std::size_t kMaxDims = 32;
 
@@ -45,18 +49,37 @@ bool is_token_name(const std::string& name) { return name.size() > 7 && ends_wit
 class JsonReader {
    public:
     // A leading UTF-8 byte-order mark (EF BB BF) is skipped, as RFC 8259 section 8.1 lets a
-    // parser do (editors on Windows write one); byte offsets in messages still count it.
+    // parser do (editors on Windows write one); byte offsets in messages still count it,
+    // columns do not. The text itself counts against the memory limit: it is in memory
+    // (mapped, or read from a pipe) while the values are read.
     JsonReader(std::string_view text, const std::string& source, std::size_t max_bytes)
         : begin_(text.data()),
           p_(text.data()),
           end_(text.data() + text.size()),
           source_(source),
-          max_bytes_(max_bytes) {
+          max_bytes_(max_bytes),
+          held_(text.size()) {
         if (text.substr(0, 3) == "\xEF\xBB\xBF") p_ += 3;
     }
 
+    // "FILE: invalid JSON at line 3, column 7 (byte 45): WHAT". Lines and columns count
+    // from 1; a column counts characters (UTF-8 sequences, each byte that is not part of
+    // one as a character), as an editor shows them; the byte offset counts from 0.
     [[noreturn]] void syntax(const std::string& what) const {
-        throw InputError(source_ + ": invalid JSON at byte " + std::to_string(p_ - begin_) + ": " + what);
+        throw InputError(shown_path(source_) + ": invalid JSON at " + position() + ": " + what);
+    }
+    std::string position() const {
+        const std::string_view text(begin_, std::size_t(end_ - begin_));
+        const std::size_t at = std::size_t(p_ - begin_);
+        std::size_t line = 1, start = text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+        for (std::size_t k = text.find('\n'); k < at; k = text.find('\n', k + 1)) ++line, start = k + 1;
+        std::size_t column = 1;
+        for (std::size_t k = start; k < at; ++column) {
+            const std::size_t n = utf8_sequence_length(text, k);
+            k += n ? n : 1;
+        }
+        return "line " + std::to_string(line) + ", column " + std::to_string(column) + " (byte " + std::to_string(at) +
+               ")";
     }
 
     void skip_ws() {
@@ -127,7 +150,7 @@ class JsonReader {
             const double d = std::strtod(token.c_str(), nullptr);
             if (std::fabs(d) < 1.0) return d;
             p_ = s;
-            syntax("number " + token + " is out of range");
+            syntax("number " + shown(token) + " is out of range");
         }
         if (r.ec != std::errc() || r.ptr != p_) syntax("invalid number");
         return v;
@@ -158,6 +181,11 @@ class JsonReader {
             scalar(v);
         }
         account(v);
+        if (!text) {  // the numbers, kept as float64 where they were written
+            a.held = Array::Held::float64;
+            a.stored = v.numbers.view();
+            a.keep = v.numbers.release();
+        }
         held_ += io_detail::held_bytes(a);
         return std::move(a);
     }
@@ -199,6 +227,7 @@ class JsonReader {
         std::vector<bool> known;         // whether that length is known yet
         std::size_t leaf = kNoLeaf;      // depth at which scalars sit (= ndim)
         std::vector<std::size_t> index;  // where we are, for messages
+        GrowBuffer numbers;              // the numbers read, as doubles (grown without copying)
         static constexpr std::size_t kNoLeaf = std::size_t(-1);
     };
 
@@ -247,7 +276,7 @@ class JsonReader {
                 break;
             }
             default:
-                syntax(std::string("invalid escape \\") + e);
+                syntax("invalid escape \\" + shown(std::string(1, e)));
         }
     }
 
@@ -302,8 +331,7 @@ class JsonReader {
         char c = peek();
         if (c == '"') {
             str = string();
-            std::string s = str.size() > 20 ? str.substr(0, 20) + "..." : str;
-            return "string \"" + s + "\"";
+            return "string \"" + shown(str, 20) + "\"";
         }
         if (c == '{') return "an object";
         if (literal("true")) return "true";
@@ -311,7 +339,7 @@ class JsonReader {
         if (literal("null")) return "null";
         std::string_view t;
         number(t);
-        return "number " + std::string(t);
+        return "number " + shown(t);
     }
 
     void scalar(Value& v) {
@@ -320,15 +348,14 @@ class JsonReader {
         if (!v.text) {
             if (c == '-' || (c >= '0' && c <= '9')) {
                 std::string_view t;
-                v.a.values.push_back(number(t));
-                return;
+                return push(v, number(t));
             }
-            if (literal("true")) return v.a.values.push_back(1.0);
-            if (literal("false")) return v.a.values.push_back(0.0);
+            if (literal("true")) return push(v, 1.0);
+            if (literal("false")) return push(v, 0.0);
             std::string str;
             std::string what = describe_scalar(str);
             double nf;
-            if (c == '"' && nonfinite_from_string(str, nf)) return v.a.values.push_back(nf);
+            if (c == '"' && nonfinite_from_string(str, nf)) return push(v, nf);
             fail(v, levels,
                  "expected a number, found " + what +
                      (what == "null" ? " (write non-finite values as \"nan\", \"inf\" or \"-inf\")" : ""));
@@ -401,12 +428,23 @@ class JsonReader {
         }
     }
 
-    // Values are held as doubles (text: about a string each): all arrays together within the limit.
+    // One number more, checked against the limit before it is held: a list of any length
+    // stops at the limit, not at the end of the list.
+    void push(Value& v, double x) {
+        if (held_ + v.numbers.size() + sizeof x > max_bytes_) over_limit(v, v.numbers.size() + sizeof x);
+        v.numbers.append(&x, sizeof x);
+    }
+    // Values are held as doubles (text: about a string each), beside the JSON text: all
+    // arrays together and the text within the limit.
     void account(const Value& v) {
-        const std::size_t now = io_detail::held_bytes(v.a);
-        if (held_ + now > max_bytes_)
-            throw MemoryLimitError(v.origin + ": the values read so far need " + format_bytes(held_ + now) + ", over " +
-                                   io_detail::memory_limit_of(max_bytes_));
+        const std::size_t now = v.numbers.size() + v.a.strings.size() * sizeof(std::string);
+        if (held_ + now > max_bytes_) over_limit(v, now);
+    }
+    [[noreturn]] void over_limit(const Value& v, std::size_t now) const {
+        const std::size_t text = std::size_t(end_ - begin_);
+        throw MemoryLimitError(v.origin + ": the values read so far need " + format_bytes(held_ - text + now) +
+                               " beside the " + format_bytes(text) + " of JSON text, over " +
+                               io_detail::memory_limit_of(max_bytes_));
     }
 
     const char* begin_;
@@ -414,23 +452,27 @@ class JsonReader {
     const char* end_;
     const std::string& source_;
     std::size_t max_bytes_;
-    std::size_t held_ = 0;
+    std::size_t held_;  // bytes held: the text, and the arrays read so far
 };
 
 }  // namespace
 
-Bundle parse_json_bundle(std::string_view text, const std::string& source, std::size_t max_bytes) {
+Bundle parse_json_bundle(std::string_view text, const std::string& source, std::size_t max_bytes,
+                         const NameCheck& check_name) {
     JsonReader r(text, source, max_bytes);
     if (r.peek() != '{')
-        throw InputError(source + ": expected a JSON object of named arrays ({\"x\": [[...]], \"W_Q\": ...}), found " +
+        throw InputError(shown_path(source) +
+                         ": expected a JSON object of named arrays ({\"x\": [[...]], \"W_Q\": ...}), found " +
                          (r.at_end() ? std::string("nothing") : r.describe_top()));
     Bundle b;
     b.source = source;
     r.object_begin();
     std::string key;
     for (bool first = true; r.object_next(first, key); first = false) {
-        if (b.arrays.count(key)) throw InputError(source + ": '" + key + "' appears twice in the object");
-        const std::string origin = source + ": " + key;
+        if (b.arrays.count(key))
+            throw InputError(shown_path(source) + ": '" + shown(key) + "' appears twice in the object");
+        if (check_name) check_name(shown_path(source), key);
+        const std::string origin = shown_path(source) + ": " + shown(key);
         b.arrays[key] = r.array(origin, origin, is_token_name(key));
     }
     if (!r.at_end()) r.syntax("unexpected data after the object");
@@ -447,7 +489,8 @@ namespace {
 
 }  // namespace
 
-Array parse_json_array(std::string_view text, const std::string& origin, std::size_t max_bytes) {
+Array parse_json_array(std::string_view text, const std::string& given_origin, std::size_t max_bytes) {
+    const std::string origin = shown_path(given_origin);  // as load_array gives it: already shown
     JsonReader r(text, origin, max_bytes);
     if (r.at_end()) r.syntax("empty input");
     if (r.peek() == '{') {
@@ -457,8 +500,9 @@ Array parse_json_array(std::string_view text, const std::string& origin, std::si
         for (bool first = true; r.object_next(first, key); first = false) {
             if (a) not_one_entry(origin, 2);
             // The entry's key is named too when it is not the array's own name ("w.json: W_O: W[1]").
-            const bool same = origin.size() > key.size() + 2 && ends_with(origin, ": " + key);
-            const std::string where = same ? origin : origin + ": " + key;
+            const std::string name = shown(key);
+            const bool same = origin.size() > name.size() + 2 && ends_with(origin, ": " + name);
+            const std::string where = same ? origin : origin + ": " + name;
             a = r.array(origin, where, false);
         }
         if (!a) not_one_entry(origin, 0);

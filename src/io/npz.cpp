@@ -15,6 +15,9 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 namespace attnscope {
 namespace {
@@ -117,6 +120,8 @@ constexpr std::uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEndSi
 constexpr std::uint32_t k32 = 0xffffffffu;
 
 using io_detail::load_le;
+using io_detail::shown;
+using io_detail::shown_path;
 
 struct Member {
     std::string name;
@@ -130,7 +135,7 @@ class ZipReader {
     ZipReader(std::string_view b, const std::string& src) : b_(b), src_(src) {}
 
     [[noreturn]] void fail(const std::string& what) const {
-        throw InputError(src_ + ": not a valid .npz (zip) archive: " + what);
+        throw InputError(shown_path(src_) + ": not a valid .npz (zip) archive: " + what);
     }
     void need(std::uint64_t at, std::uint64_t n) const {
         if (at > b_.size() || n > b_.size() - at) fail("a record runs past the end of the file (truncated?)");
@@ -140,38 +145,78 @@ class ZipReader {
         return load_le(b_, std::size_t(at), n);
     }
 
-    // The archive's members, as its central directory lists them.
-    std::vector<Member> members() const {
+    // The archive's members, as its central directory lists them. The end record's count
+    // and the directory's size must agree: entries left over after the count (an end
+    // record that says 0 while the directory lists members), or entries running past the
+    // size, are refused rather than guessed at (which record is the true one?). Sets
+    // `directory_offset`, where the members' bytes must end.
+    std::vector<Member> members(std::uint64_t& directory_offset) const {
         const Directory dir = directory();
         need(dir.offset, dir.size);
         std::vector<Member> out;
         std::uint64_t at = dir.offset;
-        for (std::uint64_t i = 0; i < dir.count; ++i) out.push_back(central_entry(at, i));
+        const std::uint64_t end = dir.offset + dir.size;
+        for (std::uint64_t i = 0; i < dir.count; ++i) {
+            if (at >= end)
+                fail("its end record lists " + std::to_string(dir.count) +
+                     " members, but the central directory ends after " + std::to_string(i) +
+                     " (records that disagree)");
+            out.push_back(central_entry(at, i));
+        }
+        if (at > end)
+            fail("its end record gives the central directory " + std::to_string(dir.size) + " bytes, but its " +
+                 std::to_string(dir.count) + " entries take " + std::to_string(at - dir.offset) +
+                 " (records that disagree)");
+        if (at < end)
+            fail("its end record lists " + std::to_string(dir.count) + " members, but the central directory has " +
+                 std::to_string(end - at) + " bytes after " + (dir.count == 1 ? "it" : "them") +
+                 (at + 4 <= end && u(at, 4) == kCentralSig ? ", starting with another entry" : "") +
+                 " (records that disagree)");
+        directory_offset = dir.offset;
         return out;
+    }
+
+    // Where a member lies in the archive: its local header from `start`, its (compressed)
+    // bytes from `data` to `end`.
+    struct Span {
+        std::uint64_t start, data, end;
+    };
+    // The member's local header (its signature) and where its bytes lie.
+    Span span(const Member& m) const {
+        const std::uint64_t at = m.local_offset;
+        if (u(at, 4) != kLocalSig) fail("bad local header for member '" + shown(m.name) + "'");
+        const std::uint64_t data = at + 30 + u(at + 26, 2) + u(at + 28, 2);
+        need(data, m.comp_size);
+        return {at, data, data + m.comp_size};
+    }
+    // The local header names the member as its directory entry does (numpy's zipfile
+    // refuses a mismatch too: two names for one member are how one zip reader is shown
+    // another file than the next).
+    void check_local_name(const Member& m, const Span& where) const {
+        const std::string_view local = b_.substr(std::size_t(where.start + 30), std::size_t(u(where.start + 26, 2)));
+        if (local != m.name)
+            fail("member '" + shown(m.name) + "' is named '" + shown(local) +
+                 "' in its local header (the two names must be the same)");
     }
 
     // The member's bytes, checked against its CRC-32: a view into the archive for a
     // stored member (no copy), else inflated into a buffer that `storage` then owns.
-    std::string_view extract(const Member& m, std::shared_ptr<const void>& storage) const {
-        std::uint64_t at = m.local_offset;
-        if (u(at, 4) != kLocalSig) fail("bad local header for member '" + m.name + "'");
-        std::uint64_t data = at + 30 + u(at + 26, 2) + u(at + 28, 2);
-        need(data, m.comp_size);
-        std::string_view comp = b_.substr(std::size_t(data), std::size_t(m.comp_size));
+    std::string_view extract(const Member& m, const Span& where, std::shared_ptr<const void>& storage) const {
+        std::string_view comp = b_.substr(std::size_t(where.data), std::size_t(m.comp_size));
         std::string_view out;
         if (m.method == 0) {
-            if (m.comp_size != m.size) fail("stored member '" + m.name + "' has inconsistent sizes");
+            if (m.comp_size != m.size) fail("stored member '" + shown(m.name) + "' has inconsistent sizes");
             out = comp;
         } else if (m.method == 8) {
             std::shared_ptr<char[]> inflated = inflate_member(comp, m);
             out = std::string_view(inflated.get(), std::size_t(m.size));
             storage = std::move(inflated);
         } else {
-            fail("member '" + m.name + "' uses compression method " + std::to_string(m.method) +
+            fail("member '" + shown(m.name) + "' uses compression method " + std::to_string(m.method) +
                  " (expected 0 stored or 8 deflate)");
         }
         const std::uint32_t crc = crc32_bytes(0, reinterpret_cast<const unsigned char*>(out.data()), out.size());
-        if (crc != m.crc) fail("member '" + m.name + "' is corrupt (CRC-32 mismatch)");
+        if (crc != m.crc) fail("member '" + shown(m.name) + "' is corrupt (CRC-32 mismatch)");
         return out;
     }
 
@@ -220,7 +265,7 @@ class ZipReader {
         m.local_offset = u(at + 42, 4);
         need(at + 46, name_len + extra_len + comment_len);
         m.name = std::string(b_.substr(std::size_t(at + 46), std::size_t(name_len)));
-        if (flags & 1) fail("member '" + m.name + "' is encrypted");
+        if (flags & 1) fail("member '" + shown(m.name) + "' is encrypted");
         read_zip64_extra(m, at + 46 + name_len, at + 46 + name_len + extra_len);
         at += 46 + name_len + extra_len + comment_len;
         return m;
@@ -231,11 +276,11 @@ class ZipReader {
     void read_zip64_extra(Member& m, std::uint64_t e, std::uint64_t e_end) const {
         while (e + 4 <= e_end) {
             std::uint64_t id = u(e, 2), len = u(e + 2, 2), p = e + 4;
-            if (p + len > e_end) fail("bad extra field in member '" + m.name + "'");
+            if (p + len > e_end) fail("bad extra field in member '" + shown(m.name) + "'");
             if (id == 1) {
                 for (std::uint64_t* f : {&m.size, &m.comp_size, &m.local_offset})
                     if (*f == k32) {
-                        if (p + 8 > e + 4 + len) fail("short zip64 field in member '" + m.name + "'");
+                        if (p + 8 > e + 4 + len) fail("short zip64 field in member '" + shown(m.name) + "'");
                         *f = u(p, 8);
                         p += 8;
                     }
@@ -274,7 +319,8 @@ class ZipReader {
         }
         ::inflateEnd(&z);
         if (rc != Z_STREAM_END || out_done != out.size())
-            fail("member '" + m.name + "' has corrupt deflate data or a size that does not match its directory entry");
+            fail("member '" + shown(m.name) +
+                 "' has corrupt deflate data or a size that does not match its directory entry");
         return buffer;
     }
 
@@ -286,46 +332,92 @@ class ZipReader {
 
 namespace {
 
-// 1. Every declared size, before anything is inflated. Deflate cannot expand data more
+// 1. The names, before anything is inflated: each member is "NAME.npy" and gives the
+//    array NAME; a member that is not a .npy file, a name twice, or a name the caller will
+//    not use (check_name) is refused here, whatever size it claims.
+std::vector<std::string> array_names(const std::vector<Member>& members, const std::string& source,
+                                     const NameCheck& check_name) {
+    std::vector<std::string> names;
+    std::set<std::string> seen;
+    for (const Member& m : members) {
+        std::string name = m.name;
+        if (name.size() > 4 && io_detail::ends_with(name, ".npy"))
+            name.resize(name.size() - 4);
+        else
+            throw InputError(shown_path(source) + ": member '" + shown(m.name) + "' is not a .npy array");
+        if (!seen.insert(name).second)
+            throw InputError(shown_path(source) + ": array '" + shown(name) + "' appears twice in the archive");
+        if (check_name) check_name(shown_path(source), name);
+        names.push_back(std::move(name));
+    }
+    return names;
+}
+
+// 2. Where each member lies: its local header and its bytes. No two members may share or
+//    overlap bytes, nor run into the central directory: an archive of a dozen entries
+//    pointing at one deflated gigabyte is refused here, naming two of them, before
+//    anything is inflated. Then each local header must name its member as the directory does.
+std::vector<ZipReader::Span> member_spans(const ZipReader& zip, const std::vector<Member>& members,
+                                          std::uint64_t directory_offset, const std::string& source) {
+    std::vector<ZipReader::Span> spans;
+    for (const Member& m : members) spans.push_back(zip.span(m));
+    std::vector<std::size_t> order(members.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return spans[a].start < spans[b].start; });
+    std::size_t furthest = 0;  // of the members before, the one reaching furthest
+    for (std::size_t k = 0; k < order.size(); ++k) {
+        const std::size_t i = order[k];
+        if (k > 0 && spans[i].start < spans[furthest].end)
+            throw InputError(shown_path(source) + ": members '" + shown(members[furthest].name) + "' and '" +
+                             shown(members[i].name) + "' share or overlap bytes of the archive (at " +
+                             std::to_string(spans[furthest].start) + " and " + std::to_string(spans[i].start) +
+                             "): not a valid .npz archive");
+        if (k == 0 || spans[i].end > spans[furthest].end) furthest = i;
+    }
+    if (!order.empty() && spans[furthest].end > directory_offset)
+        throw InputError(shown_path(source) + ": member '" + shown(members[furthest].name) +
+                         "' runs into the central directory (at " + std::to_string(directory_offset) +
+                         "): not a valid .npz archive");
+    for (std::size_t i = 0; i < members.size(); ++i) zip.check_local_name(members[i], spans[i]);
+    return spans;
+}
+
+// 3. Every declared size, before anything is inflated. Deflate cannot expand data more
 //    than 1032-fold: a directory claiming more is lying (a decompression bomb or
-//    corruption). The sizes together must fit the memory limit.
-void check_declared_sizes(const std::vector<Member>& members, const std::string& source, std::size_t max_bytes) {
-    std::size_t declared = 0;
+//    corruption). What the members will hold decompressed, beside the archive itself
+//    (in memory as it is read; stored members are read in place in it), must fit the
+//    memory limit.
+void check_declared_sizes(const std::vector<Member>& members, std::size_t archive, const std::string& source,
+                          std::size_t max_bytes) {
+    std::size_t inflated = 0;
     for (const Member& m : members) {
         if (m.method == 8 && m.size / 1032 > m.comp_size + 1)
-            throw InputError(source + ": member '" + m.name + "' claims " + format_bytes(std::size_t(m.size)) +
-                             " from " + format_bytes(std::size_t(m.comp_size)) +
+            throw InputError(shown_path(source) + ": member '" + shown(m.name) + "' claims " +
+                             format_bytes(std::size_t(m.size)) + " from " + format_bytes(std::size_t(m.comp_size)) +
                              " of deflate data, more than deflate can expand (corrupt, or a decompression bomb)");
-        if (__builtin_add_overflow(declared, std::size_t(m.size), &declared) || declared > max_bytes)
-            throw MemoryLimitError(source + ": its members would need " + format_bytes(declared) +
-                                   " decompressed, over " + io_detail::memory_limit_of(max_bytes));
+        std::size_t total = 0;
+        if (m.method != 0 && __builtin_add_overflow(inflated, std::size_t(m.size), &inflated)) inflated = kNoLimit;
+        if (__builtin_add_overflow(inflated, archive, &total) || total > max_bytes)
+            throw MemoryLimitError(shown_path(source) + ": its members would need " + format_bytes(inflated) +
+                                   " decompressed beside the archive's " + format_bytes(archive) + ", over " +
+                                   io_detail::memory_limit_of(max_bytes));
     }
 }
 
-// 2. The array's name: the member's, "NAME.npy", without ".npy"; a member that is not a
-//    .npy file, or a name already in the bundle, is refused.
-std::string array_name(const Member& m, const Bundle& bundle, const std::string& source) {
-    std::string name = m.name;
-    if (name.size() > 4 && io_detail::ends_with(name, ".npy"))
-        name.resize(name.size() - 4);
-    else
-        throw InputError(source + ": member '" + m.name + "' is not a .npy array");
-    if (bundle.arrays.count(name)) throw InputError(source + ": array '" + name + "' appears twice in the archive");
-    return name;
-}
-
-// 3. The member's array, within what the limit leaves after the `held` bytes of the
+// 4. The member's array, within what the limit leaves after the `held` bytes of the
 //    arrays read before it. A stored member is parsed in place in the archive (kept alive
 //    by `keep`), a deflated one in its own inflated buffer.
-Array read_member(const ZipReader& zip, const Member& m, const std::string& name, const std::string& source,
-                  std::size_t max_bytes, std::size_t held, const std::shared_ptr<const void>& keep) {
+Array read_member(const ZipReader& zip, const Member& m, const ZipReader::Span& where, const std::string& name,
+                  const std::string& source, std::size_t max_bytes, std::size_t held,
+                  const std::shared_ptr<const void>& keep) {
     try {
         std::shared_ptr<const void> inflated;
-        const std::string_view member = zip.extract(m, inflated);
-        return parse_npy(member, source + ": " + name, max_bytes - held, inflated ? inflated : keep);
+        const std::string_view member = zip.extract(m, where, inflated);
+        return parse_npy(member, shown_path(source) + ": " + shown(name), max_bytes - held, inflated ? inflated : keep);
     } catch (const MemoryLimitError&) {
         if (held == 0) throw;  // this array alone is too large: its own message says so
-        throw MemoryLimitError(source + ": its arrays together (reaching '" + name + "') are over " +
+        throw MemoryLimitError(shown_path(source) + ": its arrays together (reaching '" + shown(name) + "') are over " +
                                io_detail::memory_limit_of(max_bytes));
     }
 }
@@ -333,16 +425,20 @@ Array read_member(const ZipReader& zip, const Member& m, const std::string& name
 }  // namespace
 
 Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes,
-                 std::shared_ptr<const void> keep) {
+                 std::shared_ptr<const void> keep, const NameCheck& check_name) {
     Bundle bundle;
     bundle.source = source;
     ZipReader zip(bytes, source);
-    const std::vector<Member> members = zip.members();
-    check_declared_sizes(members, source, max_bytes);
+    std::uint64_t directory_offset = 0;
+    const std::vector<Member> members = zip.members(directory_offset);
+    // 1.-3. Names, places and sizes of every member; only then 4. inflate and parse each.
+    const std::vector<std::string> names = array_names(members, source, check_name);
+    const std::vector<ZipReader::Span> spans = member_spans(zip, members, directory_offset, source);
+    check_declared_sizes(members, bytes.size(), source, max_bytes);
     std::size_t held = 0;  // bytes of the arrays read so far: the limit covers them together
-    for (const Member& m : members) {
-        const std::string name = array_name(m, bundle, source);
-        const Array& a = bundle.arrays[name] = read_member(zip, m, name, source, max_bytes, held, keep);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+        const Array& a = bundle.arrays[names[i]] =
+            read_member(zip, members[i], spans[i], names[i], source, max_bytes, held, keep);
         held += io_detail::held_bytes(a);
     }
     return bundle;

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,8 +16,17 @@
 
 namespace attnscope {
 
-// Reads a bundle: `.npz`, `.json`, or "-" for a JSON object on standard input.
-Bundle load_bundle(const std::string& path, std::size_t max_bytes = kNoLimit);
+// Checks one name of a bundle before anything of its array is read or inflated, and
+// throws (InputError, naming `source` and the name) when the caller will not use it: an
+// unknown name then costs nothing, however large the member behind it claims to be.
+// `source` is the bundle's name as shown in messages (escaped).
+using NameCheck = std::function<void(const std::string& source, const std::string& name)>;
+
+// Reads a bundle: `.npz`, `.json`, or "-" for a JSON object on standard input (bounded by
+// the memory limit as it is read). `check_name`, when given, is asked about every array
+// name first (an .npz archive's before any member is inflated, a JSON object's before its
+// value is read).
+Bundle load_bundle(const std::string& path, std::size_t max_bytes = kNoLimit, const NameCheck& check_name = {});
 
 // Reads one array from its own file (`.npy`, or `.json` holding a nested list or an
 // object with a single entry); `name` labels it in messages.
@@ -27,25 +38,36 @@ Array load_array(const std::string& path, const std::string& name, std::size_t m
 Array parse_npy(std::string_view bytes, const std::string& origin, std::size_t max_bytes = kNoLimit,
                 std::shared_ptr<const void> keep = {});
 Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t max_bytes = kNoLimit,
-                 std::shared_ptr<const void> keep = {});
-Bundle parse_json_bundle(std::string_view text, const std::string& source, std::size_t max_bytes = kNoLimit);
+                 std::shared_ptr<const void> keep = {}, const NameCheck& check_name = {});
+Bundle parse_json_bundle(std::string_view text, const std::string& source, std::size_t max_bytes = kNoLimit,
+                         const NameCheck& check_name = {});
 Array parse_json_array(std::string_view text, const std::string& origin, std::size_t max_bytes = kNoLimit);
 
 // The CRC-32 of n bytes continuing from `crc` (0 to start), as zip and zlib's crc32()
 // compute it; what an .npz member is checked against.
 std::uint32_t crc32_bytes(std::uint32_t crc, const unsigned char* p, std::size_t n);
 
-// Whole file into memory; InputError naming the file when it cannot be read.
-std::string read_file(const std::string& path, std::size_t max_bytes = kNoLimit);
-
 // A file's bytes, alive as long as `keep`. A regular file is mapped read-only: its pages
-// are the page cache's, nothing is copied or zero-filled. Anything else (a pipe, a
-// device, a file that cannot be mapped) is read as read_file() does. The same errors and
-// memory limit as read_file(). A mapped file must not be truncated while it is read.
+// are the page cache's, nothing is copied or zero-filled. Anything else is read to its
+// end: a pipe, a device, a file that cannot be mapped, and a regular file whose size says
+// 0 (procfs and sysfs files such as /proc/self/status give their bytes only when read).
+// InputError naming the file when it cannot be read. The memory limit holds as the bytes
+// arrive: a regular file larger than `max_bytes` is refused before it is read, anything
+// else once more than `max_bytes` have been read (never more than that is held, whatever
+// the source sends: `/dev/zero` is refused, not read until memory runs out). A mapped file
+// must not be truncated while it is read.
 struct FileBytes {
     std::string_view bytes;
     std::shared_ptr<const void> keep;
 };
 FileBytes map_file(const std::string& path, std::size_t max_bytes = kNoLimit);
+
+// A stream (standard input) read to its end, bounded as map_file() bounds a pipe: once
+// more than `max_bytes` have been read, MemoryLimitError "NAME: the input is larger than
+// the memory limit of ...". `name` ("<stdin>") names it in messages.
+FileBytes read_stream(std::istream& in, const std::string& name, std::size_t max_bytes = kNoLimit);
+
+// Whole file into memory: a copy of map_file()'s bytes, with its errors and limit.
+std::string read_file(const std::string& path, std::size_t max_bytes = kNoLimit);
 
 }  // namespace attnscope

@@ -3,8 +3,8 @@
 
     /usr/bin/python3 tests/fuzz/make_seeds.py OUTDIR
 
-creates OUTDIR/fuzz_npy, OUTDIR/fuzz_npz, OUTDIR/fuzz_json and OUTDIR/fuzz_load from
-the project's own files, good and bad alike:
+creates OUTDIR/fuzz_npy, OUTDIR/fuzz_npz, OUTDIR/fuzz_json, OUTDIR/fuzz_load and
+OUTDIR/fuzz_stream from the project's own files, good and bad alike:
 
     * data/*.json, data/*.npz          the example bundles
     * tests/golden/*.npz, cases.json   the golden cases (their spec drives fuzz_load)
@@ -12,8 +12,9 @@ the project's own files, good and bad alike:
 
 plus every .npy member of every .npz (as fuzz_npy seeds) and a few small hand-made
 files that reach corners the project's files do not (dtypes, header versions, zip64,
-deflate, non-finite strings). fuzz_load seeds are a spec byte (see fuzz_load.cpp)
-followed by a bundle. Standard library only; the output is deterministic.
+deflate, non-finite strings, archives whose records disagree). fuzz_load seeds are a
+spec byte (see fuzz_load.cpp) followed by a bundle; fuzz_stream seeds a limit byte and
+a source byte (see fuzz_stream.cpp) followed by what arrives on standard input or a pipe. Standard library only; the output is deterministic.
 """
 
 import glob
@@ -136,6 +137,64 @@ def crafted_npz():
     }
 
 
+def zip_lies():
+    """Archives whose records disagree (the reader must refuse each): twelve directory
+    entries sharing one deflated member, an entry whose local header lies inside another
+    member's bytes, a local header naming its member otherwise, end records counting 0 or
+    too many entries."""
+    def local(name, data, method=0, size=None):
+        crc = zlib.crc32(data if method == 0 else zlib.decompress(data, -15))
+        return struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc, len(data),
+                           len(data) if size is None else size, len(name), 0) + name.encode() + data
+
+    def entry(name, offset, data, method=0, size=None):
+        crc = zlib.crc32(data if method == 0 else zlib.decompress(data, -15))
+        return struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21, crc, len(data),
+                           len(data) if size is None else size, len(name), 0, 0, 0, 0, 0, offset) + name.encode()
+
+    def end(count, central, offset):
+        return struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, len(central), offset, 0)
+
+    x = npy("<f8", (2, 2), f8(1, 2, 3, 4))
+    big = npy("<f8", (4096,), bytes(8 * 4096))
+    z = zlib.compressobj(9, zlib.DEFLATED, -15)
+    comp = z.compress(big) + z.flush()
+    out = local("x.npy", comp, 8, len(big))
+    names = ["x", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "memory", "key_padding_mask", "in_proj_weight"]
+    central = b"".join(entry(n + ".npy", 0, comp, 8, len(big)) for n in names)
+    shared = out + central + end(len(names), central, len(out))
+
+    inner = local("W_Q.npy", x)
+    outer = local("x.npy", x + inner)
+    central = entry("x.npy", 0, x + inner) + entry("W_Q.npy", 30 + 5 + len(x), x)
+    overlap = outer + central + end(2, central, len(outer))
+
+    out = local("x.npy", x) + local("W_K.npy", x)
+    central = entry("x.npy", 0, x) + entry("W_Q.npy", 30 + 5 + len(x), x)
+    renamed = out + central + end(2, central, len(out))
+    count0 = out + central + end(0, central, len(out))
+    count3 = out + central + end(3, central, len(out))
+    return {"lie_shared_12.npz": shared, "lie_overlap.npz": overlap, "lie_local_name.npz": renamed,
+            "lie_count_0.npz": count0, "lie_count_3.npz": count3}
+
+
+def stream_seeds(json_seeds, npz_seeds):
+    """fuzz_stream inputs: a limit byte, a source byte (bit 0: pipe), then the bytes."""
+    out = {}
+    for i, (name, data) in enumerate(sorted(json_seeds.items()) + sorted(npz_seeds.items())):
+        if len(data) > 30000:
+            continue
+        limit = 7 if len(data) > 4096 else 6  # 1 MiB, or 4 KiB (tight for most)
+        out[f"{name}.stream"] = bytes([limit, (i * 2) & 0xFE]) + data
+        out[f"{name}.pipe"] = bytes([limit, 1]) + data
+    blanks = b" " * 2000
+    out["over_limit_blanks"] = bytes([5, 6]) + blanks                      # 2000 > 1000: refused
+    out["at_limit"] = bytes([5, 8]) + b"{" + b" " * 998 + b"}"              # exactly 1000
+    out["over_limit_by_one"] = bytes([5, 9]) + b"{" + b" " * 999 + b"}"     # 1001 through the pipe
+    out["empty_limit_0"] = bytes([0, 0])
+    return out
+
+
 def crafted_json():
     return {
         "bundle_nonfinite.json": b'{"x": [[1, "inf"], ["-inf", "nan"]], "W_Q": [[true, false]]}',
@@ -189,7 +248,8 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: make_seeds.py OUTDIR")
     out = sys.argv[1]
-    npy_c, npz_c, json_c, load_c = (Corpus(out, t) for t in ("fuzz_npy", "fuzz_npz", "fuzz_json", "fuzz_load"))
+    npy_c, npz_c, json_c, load_c, stream_c = (
+        Corpus(out, t) for t in ("fuzz_npy", "fuzz_npz", "fuzz_json", "fuzz_load", "fuzz_stream"))
     rel = lambda p: os.path.relpath(p, ROOT)
 
     for p in files("tests/fixtures/*/*.npy"):
@@ -225,11 +285,17 @@ def main():
                          torch=case["layout"] == "torch", scale=case["scale"] is not None, variant=i % 4)
         load_c.add(f"golden_{case['name']}.npz", spec + npz(members))
 
-    for corpus, crafted in ((npy_c, crafted_npy()), (npz_c, crafted_npz()), (json_c, crafted_json()),
+    for corpus, crafted in ((npy_c, crafted_npy()), (npz_c, {**crafted_npz(), **zip_lies()}), (json_c, crafted_json()),
                             (load_c, crafted_load())):
         for name, data in crafted.items():
             corpus.add("crafted_" + name, data)
-    for c in (npy_c, npz_c, json_c, load_c):
+    # fuzz_stream: the JSON seeds and the small archives, through a stream and a pipe.
+    json_seeds = {rel(p): read(p) for p in files("data/*.json") + files("tests/fixtures/*/*.json")}
+    json_seeds.update({"crafted_" + k: v for k, v in crafted_json().items()})
+    npz_seeds = {"crafted_" + k: v for k, v in {**crafted_npz(), **zip_lies()}.items()}
+    for name, data in stream_seeds(json_seeds, npz_seeds).items():
+        stream_c.add(name, data)
+    for c in (npy_c, npz_c, json_c, load_c, stream_c):
         print(f"{os.path.basename(c.dir)}: {len(c.names)} seeds")
 
 

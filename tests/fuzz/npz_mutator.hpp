@@ -5,8 +5,10 @@
 // the .npy headers and arrays inside. This mutator takes the archive apart (walking its
 // local headers; stored and deflated members, zip64 sizes), mutates the *content* —
 // a member's bytes, its name, the member list, stored vs deflate, zip64 records — and
-// writes a well-formed archive again, with correct CRCs and sizes. One mutation in four
-// stays a plain byte-level one, so the zip records themselves keep being fuzzed too.
+// writes a well-formed archive again, with correct CRCs and sizes (or, now and then, with
+// records that disagree: shared bytes, two names for one member, a miscount; ZipLies).
+// One mutation in four stays a plain byte-level one, so the zip records themselves keep
+// being fuzzed too.
 #pragma once
 
 #include <zlib.h>
@@ -18,6 +20,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 // libFuzzer's own mutator, for bytes without structure.
@@ -117,49 +120,73 @@ inline bool split_zip(std::string_view b, std::vector<ZipMember>& out, std::size
     return !out.empty();
 }
 
-// A well-formed archive of `members`: local headers, central directory, end record; with
-// zip64 set, sizes and offsets in zip64 extra fields and a zip64 end record (as
-// attnscope's own write_npz does), otherwise plain 32-bit records (as np.savez does).
-inline std::string build_zip(const std::vector<ZipMember>& members, bool zip64) {
+// Ways for an archive's records to disagree, which a well-formed archive never reaches
+// and the reader must refuse: directory entries sharing one member's bytes, a local
+// header naming its member otherwise than the directory, an end record miscounting.
+struct ZipLies {
+    std::vector<std::pair<std::string, std::size_t>> aliases;  // more entries: (name, member whose bytes they name)
+    std::size_t renamed = std::size_t(-1);                     // this member's local header is named...
+    std::string local_name;                                    // ... this
+    std::uint64_t count_delta = 0;                             // added to the end records' entry count
+};
+
+// An archive of `members`: local headers, central directory, end record; with zip64 set,
+// sizes and offsets in zip64 extra fields and a zip64 end record (as attnscope's own
+// write_npz does), otherwise plain 32-bit records (as np.savez does). Well-formed unless
+// `lies` says otherwise.
+inline std::string build_zip(const std::vector<ZipMember>& members, bool zip64, const ZipLies& lies = {}) {
     using zip_detail::put;
     constexpr std::uint64_t k32 = 0xffffffffu;
     std::string out, central;
-    for (const ZipMember& m : members) {
-        const std::string comp = m.deflate ? zip_detail::deflate_raw(m.data) : m.data;
-        const std::uint32_t crc = zip_detail::crc(m.data);
-        const std::uint64_t offset = out.size();
-        for (bool is_central : {false, true}) {
-            std::string& s = is_central ? central : out;
-            put(s, is_central ? 0x02014b50 : 0x04034b50, 4);
-            if (is_central) put(s, zip64 ? 45 : 20, 2);  // made by
-            put(s, zip64 ? 45 : 20, 2);                  // needed
-            put(s, 0, 2);                                // flags
-            put(s, m.deflate ? 8 : 0, 2);
-            put(s, 0, 2);     // time
-            put(s, 0x21, 2);  // date 1980-01-01
-            put(s, crc, 4);
-            put(s, zip64 ? k32 : comp.size(), 4);
-            put(s, zip64 ? k32 : m.data.size(), 4);
-            put(s, m.name.size(), 2);
-            put(s, zip64 ? (is_central ? 28 : 20) : 0, 2);  // extra length
-            if (is_central) {
-                put(s, 0, 2);  // comment
-                put(s, 0, 2);  // disk
-                put(s, 0, 2);  // internal attributes
-                put(s, 0, 4);  // external attributes
-                put(s, zip64 ? k32 : offset, 4);
-            }
-            s += m.name;
-            if (zip64) {
-                put(s, 1, 2);
-                put(s, is_central ? 24 : 16, 2);
-                put(s, m.data.size(), 8);
-                put(s, comp.size(), 8);
-                if (is_central) put(s, offset, 8);
-            }
+    // One record of a member: its local header or its directory entry.
+    auto record = [&](std::string& s, bool is_central, const std::string& name, const ZipMember& m,
+                      const std::string& comp, std::uint32_t crc, std::uint64_t offset) {
+        put(s, is_central ? 0x02014b50 : 0x04034b50, 4);
+        if (is_central) put(s, zip64 ? 45 : 20, 2);  // made by
+        put(s, zip64 ? 45 : 20, 2);                  // needed
+        put(s, 0, 2);                                // flags
+        put(s, m.deflate ? 8 : 0, 2);
+        put(s, 0, 2);     // time
+        put(s, 0x21, 2);  // date 1980-01-01
+        put(s, crc, 4);
+        put(s, zip64 ? k32 : comp.size(), 4);
+        put(s, zip64 ? k32 : m.data.size(), 4);
+        put(s, name.size(), 2);
+        put(s, zip64 ? (is_central ? 28 : 20) : 0, 2);  // extra length
+        if (is_central) {
+            put(s, 0, 2);  // comment
+            put(s, 0, 2);  // disk
+            put(s, 0, 2);  // internal attributes
+            put(s, 0, 4);  // external attributes
+            put(s, zip64 ? k32 : offset, 4);
         }
-        out += comp;
+        s += name;
+        if (zip64) {
+            put(s, 1, 2);
+            put(s, is_central ? 24 : 16, 2);
+            put(s, m.data.size(), 8);
+            put(s, comp.size(), 8);
+            if (is_central) put(s, offset, 8);
+        }
+    };
+    struct Written {
+        std::string comp;
+        std::uint32_t crc;
+        std::uint64_t offset;
+    };
+    std::vector<Written> written;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+        const ZipMember& m = members[i];
+        Written w{m.deflate ? zip_detail::deflate_raw(m.data) : m.data, zip_detail::crc(m.data), out.size()};
+        record(out, false, i == lies.renamed ? lies.local_name : m.name, m, w.comp, w.crc, w.offset);
+        record(central, true, m.name, m, w.comp, w.crc, w.offset);
+        out += w.comp;
+        written.push_back(std::move(w));
     }
+    for (const auto& [name, i] : lies.aliases)
+        if (i < members.size())
+            record(central, true, name, members[i], written[i].comp, written[i].crc, written[i].offset);
+    const std::uint64_t entries = members.size() + lies.aliases.size() + lies.count_delta;
     const std::uint64_t dir_offset = out.size();
     out += central;
     if (zip64) {
@@ -170,8 +197,8 @@ inline std::string build_zip(const std::vector<ZipMember>& members, bool zip64) 
         put(out, 45, 2);
         put(out, 0, 4);
         put(out, 0, 4);
-        put(out, members.size(), 8);
-        put(out, members.size(), 8);
+        put(out, entries, 8);
+        put(out, entries, 8);
         put(out, central.size(), 8);
         put(out, dir_offset, 8);
         put(out, 0x07064b50, 4);
@@ -182,8 +209,8 @@ inline std::string build_zip(const std::vector<ZipMember>& members, bool zip64) 
     put(out, 0x06054b50, 4);
     put(out, 0, 2);
     put(out, 0, 2);
-    put(out, zip64 ? 0xffff : members.size(), 2);
-    put(out, zip64 ? 0xffff : members.size(), 2);
+    put(out, zip64 ? 0xffff : entries & 0xffff, 2);
+    put(out, zip64 ? 0xffff : entries & 0xffff, 2);
     put(out, zip64 ? k32 : central.size(), 4);
     put(out, zip64 ? k32 : dir_offset, 4);
     put(out, 0, 2);
@@ -205,7 +232,8 @@ inline std::size_t mutate_npz(std::uint8_t* data, std::size_t size, std::size_t 
         s.resize(std::max(cap, n + 1));
         s.resize(LLVMFuzzerMutate(reinterpret_cast<std::uint8_t*>(s.data()), n, s.size()));
     };
-    switch (rng() % 10) {
+    ZipLies lies;
+    switch (rng() % 13) {
         case 0:
         case 1:
         case 2:
@@ -225,11 +253,21 @@ inline std::size_t mutate_npz(std::uint8_t* data, std::size_t size, std::size_t 
         case 8:  // stored <-> deflate
             m.deflate = !m.deflate;
             break;
+        case 9:  // another entry sharing this member's bytes (a dozen names for one deflated gigabyte)
+            lies.aliases.push_back({rng() % 2 ? "W_Q.npy" : m.name + "2", std::size_t(&m - members.data())});
+            break;
+        case 10:  // the local header names the member otherwise
+            lies.renamed = std::size_t(&m - members.data());
+            lies.local_name = rng() % 2 ? "W_K.npy" : m.name + "x";
+            break;
+        case 11:  // an end record counting one entry fewer (0 for one member) or more
+            lies.count_delta = rng() % 2 ? std::uint64_t(-1) : 1;
+            break;
         default:
             zip64 = !zip64;
             break;
     }
-    const std::string out = build_zip(members, zip64);
+    const std::string out = build_zip(members, zip64, lies);
     if (out.size() > max_size) return LLVMFuzzerMutate(data, size, max_size);
     std::memcpy(data, out.data(), out.size());
     return out.size();

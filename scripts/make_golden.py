@@ -30,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attn_reference as ref  # noqa: E402
+import modern_reference as mref  # noqa: E402  (the modern variants' reference)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, "tests", "golden")
@@ -124,10 +125,89 @@ def with_tokens(b, query_tokens, key_tokens=None):
 # --------------------------------------------------------------------------
 
 def case(name, description, bundle, heads, causal=False, causal_align="top-left",
-         scale=None, dtype="float64", layout="math"):
+         scale=None, dtype="float64", layout="math", modern=None):
+    """`modern`: options of the modern variants (modern_reference.attention's
+    keywords: kv_heads, rope, rope_base, rope_dim, rope_style, alibi, window,
+    softcap, attn_mask_means, add_zero_attn); such a case's expected stages come
+    from scripts/modern_reference.py and include the variants' own stages."""
     return {"name": name, "description": description, "bundle": bundle,
             "heads": heads, "causal": causal, "causal_align": causal_align,
-            "scale": scale, "dtype": dtype, "layout": layout}
+            "scale": scale, "dtype": dtype, "layout": layout, "modern": modern or {}}
+
+
+def gqa_bundle(seed, *, B, T, Dm, H, G, Dk, Dv, out_proj=True):
+    """A self-attention bundle with G K/V heads: W_K (Dm, G*Dk), W_V (Dm, G*Dv)."""
+    rng = np.random.default_rng(seed)
+    b = {"x": rng.standard_normal((B, T, Dm)),
+         "W_Q": rng.standard_normal((Dm, H * Dk)) / np.sqrt(Dm),
+         "W_K": rng.standard_normal((Dm, G * Dk)) / np.sqrt(Dm),
+         "W_V": rng.standard_normal((Dm, G * Dv)) / np.sqrt(Dm),
+         "b_K": 0.1 * rng.standard_normal(G * Dk)}
+    if out_proj:
+        b["W_O"] = rng.standard_normal((H * Dv, Dm)) / np.sqrt(H * Dv)
+    return b
+
+
+def modern_cases():
+    """The modern variants, alone and combined (README "Modern attention")."""
+    cases = []
+    rng = np.random.default_rng(400)
+    b = gqa_bundle(401, B=2, T=9, Dm=16, H=4, G=2, Dk=4, Dv=3)
+    b["key_padding_mask"] = padding([9, 6], 9)
+    for dtype in ("float64", "float32"):
+        cases.append(case(
+            f"modern_gqa_rope_window_padding_{dtype}",
+            "grouped-query (4 query heads, 2 K/V heads) + RoPE + causal + window 3 + "
+            f"key padding, {dtype}",
+            b, heads=4, causal=True, dtype=dtype,
+            modern={"kv_heads": 2, "rope": True, "window": 3}))
+    cases.append(case(
+        "modern_mqa_rope_interleaved_partial",
+        "multi-query (G = 1), RoPE interleaved on the first 4 of 6 features, base 500, "
+        "bottom-right alignment, Tq = Tk",
+        gqa_bundle(402, B=1, T=7, Dm=12, H=3, G=1, Dk=6, Dv=2), heads=3, causal=True,
+        causal_align="bottom-right",
+        modern={"kv_heads": 1, "rope": True, "rope_style": "interleaved", "rope_dim": 4,
+                "rope_base": 500.0}))
+    b = gqa_bundle(403, B=2, T=6, Dm=12, H=6, G=6, Dk=2, Dv=2)
+    b["key_padding_mask"] = padding([6, 3], 6)
+    cases.append(case(
+        "modern_alibi_padding",
+        "ALiBi with 6 heads (not a power of two: the paper's slopes), key padding, "
+        "not causal", b, heads=6, modern={"alibi": True}))
+    b = gqa_bundle(404, B=2, T=5, Dm=8, H=2, G=2, Dk=4, Dv=4)
+    b["key_padding_mask"] = padding([5, 0], 5)
+    b["sinks"] = np.array([0.3, -1.2])
+    cases.append(case(
+        "modern_sinks_fully_masked",
+        "attention sinks; batch item 1 has every key PAD, so its rows give all their "
+        "weight to the sink", b, heads=2, causal=True))
+    m = rng.standard_normal((2, 4, 5, 5))
+    m[0, 1, 3, :2] = -np.inf
+    m[1, :, 4, :] = -np.inf
+    b = gqa_bundle(405, B=2, T=5, Dm=8, H=4, G=4, Dk=2, Dv=2)
+    b["attn_mask"] = m
+    cases.append(case(
+        "modern_float_attn_mask_softcap",
+        "a float attn_mask (B, H, Tq, Tk) with -inf entries (one row hidden entirely), "
+        "soft-capping 1.5", b, heads=4, modern={"softcap": 1.5}))
+    b = gqa_bundle(406, B=2, T=5, Dm=8, H=4, G=4, Dk=2, Dv=2)
+    b["attn_mask"] = rng.random((2, 5, 5)) > 0.4
+    cases.append(case(
+        "modern_bool_attn_mask_block",
+        "a boolean attn_mask (B, Tq, Tk) in nn.MultiheadAttention's polarity "
+        "(true = blocked)", b, heads=4, modern={"attn_mask_means": "block"}))
+    b = random_bundle(407, B=2, Tq=5, Dm=8, H=2, Dk=4, Dv=4, bias=True, out_proj=True)
+    b["key_padding_mask"] = padding([5, 3], 5)
+    b = to_mha_state_dict(b)
+    b["bias_k"] = rng.standard_normal((1, 1, 8))
+    b["bias_v"] = rng.standard_normal((1, 1, 8))
+    cases.append(case(
+        "modern_mha_bias_kv_zero_attn",
+        "nn.MultiheadAttention with add_bias_kv and add_zero_attn: two keys appended "
+        "(<bias_kv>, <zero>), always visible, also under causal", b, heads=2, causal=True,
+        layout="torch", modern={"add_zero_attn": True}))
+    return cases
 
 
 def build_cases():
@@ -286,7 +366,7 @@ def build_cases():
         "unbatched cross-attention, key_padding_mask (Tk,), 4 heads",
         to_mha_state_dict(b), heads=4, layout="torch"))
 
-    return cases
+    return cases + modern_cases()
 
 
 # --------------------------------------------------------------------------
@@ -315,36 +395,47 @@ def main():
         opts = dict(heads=c["heads"], causal=c["causal"],
                     causal_align=c["causal_align"], scale=c["scale"],
                     layout=c["layout"])
-        expected = ref.attention(inputs, **opts)
+        modern = c["modern"] or any(k in inputs for k in ("sinks", "attn_mask", "bias_k"))
+
+        def reference(bundle):
+            if not modern:
+                return ref.attention(bundle, **opts)
+            stages = mref.attention({k: v for k, v in bundle.items() if not k.startswith("expected/")},
+                                    **opts, **c["modern"])
+            stages.pop("head_output")  # computed only when asked for
+            return stages
+        expected = reference(inputs)
 
         arrays = dict(inputs)
-        for stage in ref.STAGES:
+        for stage in expected:
             arrays["expected/" + stage] = expected[stage]
         path = os.path.join(OUT_DIR, c["name"] + ".npz")
         np.savez(path, **arrays)
 
         # Round trip: the stored inputs give back the stored expectations.
         loaded = ref.load_bundle(path)
-        again = ref.attention(loaded, **opts)
-        for stage in ref.STAGES:
+        again = reference(loaded)
+        for stage in expected:
             stored = loaded["expected/" + stage]
             assert stored.dtype == (bool if stage == "mask" else np.float64)
             assert np.array_equal(stored, again[stage]), (c["name"], stage)
 
         # Cross-check against PyTorch where the case fits one MHA module.
-        if ref.mha_fits(inputs, c["heads"], c["layout"]):
+        if not modern and ref.mha_fits(inputs, c["heads"], c["layout"]):
             dw, do, empty = ref.compare_with_torch(inputs, ref=expected, **opts)
             note = f"{empty} fully masked rows excluded" if empty else ""
             print(f"{c['name']:40s} {dw:20.3g} {do:13.3g}  {note}")
             assert dw <= TORCH_TOLERANCE and do <= TORCH_TOLERANCE, \
                 f"{c['name']}: reference disagrees with torch"
         else:
-            print(f"{c['name']:40s} {'-':>20s} {'-':>13s}  not an MHA shape")
+            print(f"{c['name']:40s} {'-':>20s} {'-':>13s}  "
+                  + ("modern_reference.py (checked against torch in its own tests)" if modern
+                     else "not an MHA shape"))
 
         index.append({"name": c["name"], "description": c["description"],
                       "heads": c["heads"], "causal": c["causal"],
                       "causal_align": c["causal_align"], "scale": c["scale"],
-                      "dtype": c["dtype"], "layout": c["layout"],
+                      "dtype": c["dtype"], "layout": c["layout"], "modern": c["modern"],
                       "tolerance": TOLERANCE[c["dtype"]]})
 
     with open(os.path.join(OUT_DIR, "cases.json"), "w", encoding="utf-8") as f:

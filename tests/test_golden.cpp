@@ -34,6 +34,24 @@ std::vector<Case> load_cases() {
             c.at("causal_align") == "bottom-right" ? CausalAlign::bottom_right : CausalAlign::top_left;
         if (!c.at("scale").is_null()) k.spec.scale = c.at("scale").get<double>();
         k.spec.layout = c.at("layout") == "torch" ? Layout::torch : Layout::math;
+        // The modern variants (scripts/make_golden.py's modern_cases), by their reference keywords.
+        const auto m = c.value("modern", nlohmann::json::object());
+        if (m.contains("kv_heads")) k.spec.kv_heads = m.at("kv_heads").get<std::size_t>();
+        if (m.value("rope", false)) {
+            k.spec.rope = Rope{};
+            k.spec.rope->base = m.value("rope_base", 10000.0);
+            if (m.contains("rope_dim")) k.spec.rope->dim = m.at("rope_dim").get<std::size_t>();
+            if (m.value("rope_style", std::string("half")) == "interleaved")
+                k.spec.rope->style = RopeStyle::interleaved;
+        }
+        k.spec.alibi = m.value("alibi", false);
+        if (m.contains("window")) k.spec.window = m.at("window").get<std::size_t>();
+        if (m.contains("softcap")) k.spec.softcap = m.at("softcap").get<double>();
+        const std::string means = m.value("attn_mask_means", std::string());
+        k.spec.attn_mask_means = means == "allow"   ? MaskMeans::allow
+                                 : means == "block" ? MaskMeans::block
+                                                    : MaskMeans::unset;
+        k.spec.add_zero_attn = m.value("add_zero_attn", false);
         k.dtype = c.at("dtype");
         k.tolerance = c.at("tolerance");
         cases.push_back(k);

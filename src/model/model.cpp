@@ -624,6 +624,9 @@ std::optional<xt::xtensor<bool, 3>> read_bool_attn_mask(const Builder& bld, cons
     if (sh.size() == 2 && sh[0] == d.Tq && sh[1] == Tk) rows = 1;
     if (sh.size() == 3 && sh[0] == d.B && sh[1] == d.Tq && sh[2] == Tk) rows = d.B;
     if (sh.size() == 4 && (sh[0] == d.B || sh[0] == 1) && sh[1] == 1 && sh[2] == d.Tq && sh[3] == Tk) rows = sh[0];
+    if (sh.size() == 3 && sh[0] == d.B && d.B == d.H && d.B > 1 && sh[1] == d.Tq && sh[2] == Tk)
+        bld.fail(*a, "shape " + shape_str(sh) + " is ambiguous: B = H = " + std::to_string(d.B) +
+                         ", so its first axis could be the batch or the heads; give it 4-D, (B, 1, Tq, Tk)");
     if (sh.size() == 3 && sh[0] == d.H && d.H != d.B && sh[1] == d.Tq && sh[2] == Tk)
         bld.fail(*a, "a boolean mask with a head axis, shape " + shape_str(sh) +
                          ": give a mask that differs by head as a float attn_mask (0 = keep, -inf = hide)");

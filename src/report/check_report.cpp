@@ -1,6 +1,7 @@
 // The result of `attnscope check`, as text and as JSON.
 #include "attnscope/report/check_report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
@@ -49,27 +50,50 @@ std::string tolerance_text(const Tolerance& t) {
     return "max(" + num(t.atol) + ", " + num(t.rtol) + " · |ref|)";
 }
 
+// `words` in lines of at most `width` columns, each line after the first starting with `indent`.
+std::string wrap(const std::string& words, std::size_t indent, std::size_t width = 80) {
+    std::string out, line;
+    std::size_t start = 0;
+    while (start < words.size()) {
+        std::size_t end = words.find(' ', start);
+        if (end == std::string::npos) end = words.size();
+        const std::string word = words.substr(start, end - start);
+        if (!line.empty() && indent + text::display_width(line) + 1 + text::display_width(word) > width) {
+            out += line + "\n" + std::string(indent, ' ');
+            line.clear();
+        }
+        line += (line.empty() ? "" : " ") + word;
+        start = end + 1;
+    }
+    return out + line;
+}
+
 void write_stage_line(std::ostream& out, const StageCheck& s, std::size_t width) {
     out << "  " << text::pad_right(s.name, width) << "  ";
     if (!s.given) {
         out << "not given\n";
         return;
     }
-    const std::string theirs = escape_control(clip_fragment(s.their_name, 40)) + " as " + s.axes + ", " + s.dtype;
+    const std::string theirs = escape_control(clip_fragment(s.their_name, 40)) + " (" + s.axes + ", " + s.dtype + ")";
+    const std::string pad(width + 4, ' ');
     if (s.match) {
-        out << "matches   (" << theirs << "; max |Δ| " << num(s.max_abs_diff) << ", tolerance " << tolerance_text(s.tol)
-            << ")\n";
+        out << "matches  " << theirs << ", max |Δ| " << num(s.max_abs_diff) << '\n';
         if (s.large_negative_fill)
-            out << "  " << std::string(width, ' ') << "            (" << s.large_negative_fill
-                << " masked cells hold a large negative number instead of -inf: softmax gives them 0 alike)\n";
+            out << pad
+                << wrap(std::to_string(s.large_negative_fill) +
+                            " masked cells hold a large negative number, not -inf: softmax gives 0 alike",
+                        pad.size())
+                << '\n';
         return;
     }
-    out << "differs   (" << theirs << ")\n";
-    const std::string pad = "  " + std::string(width, ' ') + "            ";
-    out << pad << "max |Δ| " << num(s.max_abs_diff) << " at " << index_text(s.at) << " (" << cell_words(s)
-        << "): theirs " << num(s.theirs_at) << ", reference " << num(s.ref_at) << '\n';
+    out << "differs  " << theirs << '\n';
+    out << pad
+        << wrap("max |Δ| " + num(s.max_abs_diff) + " at " + index_text(s.at) + " (" + cell_words(s) + "): theirs " +
+                    num(s.theirs_at) + ", reference " + num(s.ref_at),
+                pad.size())
+        << '\n';
     out << pad << "relative error " << num(s.relative_error) << "; " << s.mismatched << " of " << s.cells
-        << " cells outside " << tolerance_text(s.tol) << '\n';
+        << " cells differ\n";
 }
 
 void write_diagnosis_text(std::ostream& out, const CheckResult& r) {
@@ -81,18 +105,19 @@ void write_diagnosis_text(std::ostream& out, const CheckResult& r) {
         for (const Diagnosis& d : r.diagnosis) {
             out << "  " << ++n << ". " << d.id << ": " << d.title;
             if (!d.variant.empty()) out << " (" << d.variant << ")";
-            out << "\n     " << first << " reproduced within " << num(d.max_abs_diff);
+            std::string line = first + " reproduced within " + num(d.max_abs_diff);
             if (!d.also.empty()) {
                 std::string also;
                 for (const auto& s : d.also) also += (also.empty() ? "" : ", ") + s;
-                out << "; so are " << also;
+                line += "; so are " + also;
             }
             if (!d.not_later.empty()) {
                 std::string no;
                 for (const auto& s : d.not_later) no += (no.empty() ? "" : ", ") + s;
-                out << "; not " << no << " (another mistake later?)";
+                line += "; not " + no + " (another mistake later?)";
             }
-            out << "\n     " << d.explanation << "\n     Fix: " << d.fix << '\n';
+            out << "\n     " << wrap(line, 5) << "\n     " << wrap(d.explanation, 5) << "\n     "
+                << wrap("Fix: " + d.fix, 5) << '\n';
         }
         return;
     }
@@ -102,7 +127,7 @@ void write_diagnosis_text(std::ostream& out, const CheckResult& r) {
     if (!r.where.empty()) out << "  where the difference is:\n";
     // A finding names an option by its field ("{axes}"): spelled here as the flag.
     const auto flag = [](std::string_view f) { return "--" + std::string(f); };
-    for (const Finding& f : r.where) out << "  - " << escape_control(spell_fields(f.detail, flag)) << '\n';
+    for (const Finding& f : r.where) out << "  - " << wrap(escape_control(spell_fields(f.detail, flag)), 4) << '\n';
 }
 
 // A JSON string: quotes, backslashes and control characters escaped; a byte that is not
@@ -206,12 +231,19 @@ void put_diagnosis_json(std::ostream& out, const Diagnosis& d) {
 }  // namespace
 
 void write_check_text(std::ostream& out, const CheckResult& r, const TraceView& ref, const std::string& theirs) {
-    out << "attnscope check: " << escape_control(theirs) << " against " << escape_control(ref.source) << " ("
-        << ref.dims.H << (ref.dims.H == 1 ? " head" : " heads") << ", float64 reference)\n";
+    out << "attnscope check: " << escape_control(theirs) << "\n  against   " << escape_control(ref.source) << " ("
+        << ref.dims.H << (ref.dims.H == 1 ? " head" : " heads") << "; the reference in float64)\n";
+    std::vector<std::string> tolerances;
+    for (const auto& s : r.stages) {
+        if (!s.given) continue;
+        const std::string t = "|Δ| <= " + tolerance_text(s.tol) + " (" + s.dtype + ")";
+        if (std::find(tolerances.begin(), tolerances.end(), t) == tolerances.end()) tolerances.push_back(t);
+    }
+    for (const auto& t : tolerances) out << "  tolerance " << t << '\n';
     if (!r.inputs.empty()) {
         std::string names;
         for (const auto& n : r.inputs) names += (names.empty() ? "" : ", ") + n;
-        out << "  inputs  " << escape_control(names) << " equal to the bundle's\n";
+        out << "  inputs    " << escape_control(names) << " equal to the bundle's\n";
     }
     std::size_t width = 0;
     for (const auto& s : r.stages) width = std::max(width, text::display_width(s.name));

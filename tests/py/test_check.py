@@ -379,7 +379,7 @@ class BadInput(CheckCase):
         r = run_text("check", self.save_npz("mine.npz", x=self.inputs["x"], W_Q=self.inputs["W_Q"],
                                             q=self.stages["Q"]), "--against", self.bundle, "--heads", HEADS)
         self.assertEqual(r.code, 0, r)
-        self.assertIn("inputs  W_Q, x equal to the bundle's", r.out)
+        self.assertIn("W_Q, x equal to the bundle's", r.out)
 
     def test_two_arrays_for_one_stage(self):
         self.bad({"q": self.stages["Q"], "query": self.stages["Q"]}, "names the stage Q", "keep one")

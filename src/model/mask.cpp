@@ -1,6 +1,7 @@
 // The mask rule (see mask.hpp).
 #include "attnscope/model/mask.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace attnscope {
@@ -35,7 +36,9 @@ bool MaskRule::visible(std::size_t b, std::size_t i, std::size_t j) const {
     const long long q = query_position(b, i), k = key_position(b, j);
     if (p_.causal && k > q) return false;
     if (p_.window) {
-        const long long w = (long long)*p_.window;
+        // Positions are below 2^53 in magnitude: a wider window sees every key, and
+        // clamping it keeps q - w inside long long.
+        const long long w = (long long)std::min<std::size_t>(*p_.window, std::size_t{1} << 60);
         if (p_.causal ? !(q - w < k) : !(q - k < w && k - q < w)) return false;
     }
     return true;

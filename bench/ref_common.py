@@ -8,13 +8,20 @@ import sys
 
 import numpy as np
 
-STAGES = ("Q", "K", "V", "scores", "mask", "masked_scores", "weights", "context", "output")
+# Pipeline order; Q_rot and K_rot exist only with --rope.
+STAGES = ("Q", "K", "V", "Q_rot", "K_rot", "scores", "mask", "masked_scores", "weights",
+          "context", "output")
+ROPE_BASE = 10000.0                 # RoPE's θ, as attnscope's default and Llama's
 
 
 def parse_args(argv, description, threads_help):
     p = argparse.ArgumentParser(description=description)
     p.add_argument("bundle", help=".npz with x, W_Q, W_K, W_V, W_O")
     p.add_argument("--heads", type=int, required=True)
+    p.add_argument("--kv-heads", type=int, default=None,
+                   help="K/V heads G (grouped-query attention; default: --heads)")
+    p.add_argument("--rope", action="store_true",
+                   help=f"rotary embeddings on Q and K (rotate_half, base {ROPE_BASE:g})")
     p.add_argument("--causal", action="store_true", help="query i sees keys j <= i")
     p.add_argument("--stages", default="all", help="output, all, or a comma-separated list")
     p.add_argument("--dump", default=None, help="directory for NAME.npy files")
@@ -30,6 +37,11 @@ def parse_args(argv, description, threads_help):
                     f"found {a.stages!r}")
     if a.heads <= 0:
         p.error(f"--heads: expected a positive integer, found {a.heads}")
+    if a.kv_heads is None:
+        a.kv_heads = a.heads
+    if a.kv_heads <= 0 or a.heads % a.kv_heads:
+        p.error(f"--kv-heads: expected a positive divisor of --heads {a.heads}, "
+                f"found {a.kv_heads}")
     if a.threads is not None and a.threads <= 0:
         p.error(f"--threads: expected a positive integer, found {a.threads}")
     return a

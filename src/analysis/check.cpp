@@ -689,92 +689,101 @@ std::string weight_list(const std::array<bool, 4>& which, const char* const name
     return join(std::vector<std::string>(w.begin(), w.end() - 1)) + " and " + w.back();
 }
 
-// Every mistake that can happen in this run, with each of its forms.
-std::vector<Mutation> mutations(const Run& r) {
-    const Problem<double>& pr = r.pr;
-    const MaskRule& rule = pr.mask;
-    const bool padding = rule.has_padding(), causal = rule.causal(), square_scores = r.Tq == r.Tk;
-    const bool masking = padding || causal || rule.masking();
-    std::vector<Mutation> out;
-    auto add = [&](std::string id, std::string variant, P entry, const std::function<void(Mutation&)>& set) {
-        Mutation m;
-        m.id = std::move(id), m.variant = std::move(variant), m.entry = entry;
-        set(m);
-        out.push_back(std::move(m));
-    };
-    const double sqrt_dk = std::sqrt(double(r.Dk));
+Mutation mutation(std::string id, std::string variant, P entry, const std::function<void(Mutation&)>& set = {}) {
+    Mutation m;
+    m.id = std::move(id), m.variant = std::move(variant), m.entry = entry;
+    if (set) set(m);
+    return m;
+}
 
-    add("no-scale", "", pScores, [&](Mutation& m) { m.scale = 1.0; });
-    add("scale-by-dk", "", pScores, [&](Mutation& m) { m.scale = 1.0 / double(r.Dk); });
-    add("scale-multiplied", "", pScores, [&](Mutation& m) { m.scale = sqrt_dk; });
-    add("softmax-over-queries", "", pWeights, [&](Mutation& m) { m.over_queries = true; });
-    if (masking) {
-        add("mask-inverted", "", pMask, [&](Mutation& m) { m.mask = MaskEdit::inverted; });
+// The mistakes of the masks: inverted, filled with 0, applied after the softmax or not at
+// all, the causal rule off by one or upside down, padding on the wrong axis.
+void mask_mutations(const Run& r, std::vector<Mutation>& out) {
+    const MaskRule& rule = r.pr.mask;
+    const bool padding = rule.has_padding(), causal = rule.causal();
+    auto edit = [](MaskEdit e) { return [e](Mutation& m) { m.mask = e; }; };
+    auto fill = [](Fill f) { return [f](Mutation& m) { m.fill = f; }; };
+    if (rule.masking() || padding || causal) {
+        out.push_back(mutation("mask-inverted", "", pMask, edit(MaskEdit::inverted)));
         if (padding && causal) {
-            add("mask-inverted", "the padding mask's polarity only", pMask,
-                [&](Mutation& m) { m.mask = MaskEdit::padding_inverted; });
-            add("mask-inverted", "the causal part only", pMask,
-                [&](Mutation& m) { m.mask = MaskEdit::causal_inverted; });
+            out.push_back(
+                mutation("mask-inverted", "the padding mask's polarity only", pMask, edit(MaskEdit::padding_inverted)));
+            out.push_back(mutation("mask-inverted", "the causal part only", pMask, edit(MaskEdit::causal_inverted)));
         }
-        add("mask-fill-zero", "", pMasked, [&](Mutation& m) { m.fill = Fill::zero; });
-        add("mask-after-softmax", "", pMasked, [&](Mutation& m) { m.fill = Fill::after_softmax; });
+        out.push_back(mutation("mask-fill-zero", "", pMasked, fill(Fill::zero)));
+        out.push_back(mutation("mask-after-softmax", "", pMasked, fill(Fill::after_softmax)));
+        out.push_back(mutation("mask-ignored", "", pMasked, fill(Fill::ignored)));
     }
     if (causal) {
-        add("causal-includes-next", "", pMask, [&](Mutation& m) { m.mask = MaskEdit::includes_next; });
-        add("causal-excludes-self", "", pMask, [&](Mutation& m) { m.mask = MaskEdit::excludes_self; });
-        add("causal-upper", "", pMask, [&](Mutation& m) { m.mask = MaskEdit::upper; });
+        out.push_back(mutation("causal-includes-next", "", pMask, edit(MaskEdit::includes_next)));
+        out.push_back(mutation("causal-excludes-self", "", pMask, edit(MaskEdit::excludes_self)));
+        out.push_back(mutation("causal-upper", "", pMask, edit(MaskEdit::upper)));
     }
-    if (padding && square_scores)
-        add("padding-on-queries", "", pMask, [&](Mutation& m) { m.mask = MaskEdit::on_queries; });
+    if (padding && r.Tq == r.Tk) out.push_back(mutation("padding-on-queries", "", pMask, edit(MaskEdit::on_queries)));
+}
 
+// The sets of the four projections (Q, K, V, O) a mistake may touch: all that `can`, the
+// three input projections, and each one alone.
+std::vector<std::array<bool, 4>> projection_sets(const std::array<bool, 4>& can) {
+    std::array<bool, 4> qkv = can;
+    qkv[3] = false;
+    std::vector<std::array<bool, 4>> sets = {can, qkv};
+    for (std::size_t w = 0; w < 4; ++w)
+        if (can[w]) {
+            std::array<bool, 4> one{};
+            one[w] = true;
+            sets.push_back(one);
+        }
+    std::vector<std::array<bool, 4>> unique;
+    for (const auto& s : sets)
+        if (s != std::array<bool, 4>{} && std::find(unique.begin(), unique.end(), s) == unique.end())
+            unique.push_back(s);
+    return unique;
+}
+
+// The mistakes of the projections: Wᵀ, a bias left out, heads split or merged by a
+// reshape without a transpose.
+void projection_mutations(const Run& r, std::vector<Mutation>& out) {
     static const char* const kW[4] = {"W_Q", "W_K", "W_V", "W_O"};
-    std::vector<std::array<bool, 4>> forms;
-    std::array<bool, 4> all{}, qkv{};
-    for (int w = 0; w < 4; ++w) all[std::size_t(w)] = square(pr, w), qkv[std::size_t(w)] = w < 3 && square(pr, w);
-    forms.push_back(all);
-    if (qkv != all) forms.push_back(qkv);
-    for (int w = 0; w < 4; ++w)
-        if (square(pr, w)) {
-            std::array<bool, 4> one{};
-            one[std::size_t(w)] = true;
-            if (std::find(forms.begin(), forms.end(), one) == forms.end()) forms.push_back(one);
-        }
-    for (const auto& f : forms)
-        if (f != std::array<bool, 4>{})
-            add("weights-transposed", weight_list(f, kW) + " transposed", f[0] || f[1] || f[2] ? pQ : pOutput,
-                [&](Mutation& m) { m.transposed = f; });
-
-    if (r.H > 1) {
-        add("heads-reshaped-not-transposed", "when splitting and merging the heads", pQ, [&](Mutation& m) {
-            m.split_flat = true;
-            m.merge_flat = true;
-        });
-        add("heads-reshaped-not-transposed", "when splitting the heads", pQ, [&](Mutation& m) { m.split_flat = true; });
-        add("heads-reshaped-not-transposed", "when merging the heads", pOutput,
-            [&](Mutation& m) { m.merge_flat = true; });
-    }
-    if (square_scores) add("scores-transposed", "", pScores, [&](Mutation& m) { m.scores_transposed = true; });
-    if (r.Dk == r.Dv) add("values-are-keys", "", pContext, [&](Mutation& m) { m.values_are_keys = true; });
-    if (pr.W_O && r.Dout == r.H * r.Dv)
-        add("no-output-projection", "", pOutput, [&](Mutation& m) { m.no_output_projection = true; });
-
     static const char* const kB[4] = {"b_Q", "b_K", "b_V", "b_O"};
-    std::array<bool, 4> biases{};
-    for (int w = 0; w < 4; ++w) biases[std::size_t(w)] = bias_of(pr, w).has_value();
-    std::vector<std::array<bool, 4>> bforms = {biases};
+    std::array<bool, 4> square_w{}, biases{};
     for (int w = 0; w < 4; ++w)
-        if (biases[std::size_t(w)]) {
-            std::array<bool, 4> one{};
-            one[std::size_t(w)] = true;
-            if (std::find(bforms.begin(), bforms.end(), one) == bforms.end()) bforms.push_back(one);
-        }
-    for (const auto& f : bforms)
-        if (f != std::array<bool, 4>{})
-            add("bias-missing", weight_list(f, kB) + " left out", f[0] || f[1] || f[2] ? pQ : pOutput,
-                [&](Mutation& m) { m.no_bias = f; });
-    if (masking) add("mask-ignored", "", pMasked, [&](Mutation& m) { m.fill = Fill::ignored; });
-    add("masked-rows-nan", "", pWeights, [&](Mutation& m) { m.policy = RowPolicy::nan; });
-    add("masked-rows-uniform", "", pWeights, [&](Mutation& m) { m.policy = RowPolicy::uniform; });
+        square_w[std::size_t(w)] = square(r.pr, w), biases[std::size_t(w)] = bias_of(r.pr, w).has_value();
+    for (const auto& f : projection_sets(square_w))
+        out.push_back(mutation("weights-transposed", weight_list(f, kW) + " transposed",
+                               f[0] || f[1] || f[2] ? pQ : pOutput, [f](Mutation& m) { m.transposed = f; }));
+    if (r.H > 1) {
+        out.push_back(mutation("heads-reshaped-not-transposed", "when splitting and merging the heads", pQ,
+                               [](Mutation& m) { m.split_flat = m.merge_flat = true; }));
+        out.push_back(mutation("heads-reshaped-not-transposed", "when splitting the heads", pQ,
+                               [](Mutation& m) { m.split_flat = true; }));
+        out.push_back(mutation("heads-reshaped-not-transposed", "when merging the heads", pOutput,
+                               [](Mutation& m) { m.merge_flat = true; }));
+    }
+    for (const auto& f : projection_sets(biases))
+        out.push_back(mutation("bias-missing", weight_list(f, kB) + " left out", f[0] || f[1] || f[2] ? pQ : pOutput,
+                               [f](Mutation& m) { m.no_bias = f; }));
+}
+
+// Every mistake that can happen in this run, with each of its forms.
+std::vector<Mutation> mutations(const Run& r) {
+    std::vector<Mutation> out;
+    const double dk = double(r.Dk);
+    out.push_back(mutation("no-scale", "", pScores, [](Mutation& m) { m.scale = 1.0; }));
+    out.push_back(mutation("scale-by-dk", "", pScores, [dk](Mutation& m) { m.scale = 1.0 / dk; }));
+    out.push_back(mutation("scale-multiplied", "", pScores, [dk](Mutation& m) { m.scale = std::sqrt(dk); }));
+    out.push_back(mutation("softmax-over-queries", "", pWeights, [](Mutation& m) { m.over_queries = true; }));
+    mask_mutations(r, out);
+    projection_mutations(r, out);
+    if (r.Tq == r.Tk)
+        out.push_back(mutation("scores-transposed", "", pScores, [](Mutation& m) { m.scores_transposed = true; }));
+    if (r.Dk == r.Dv)
+        out.push_back(mutation("values-are-keys", "", pContext, [](Mutation& m) { m.values_are_keys = true; }));
+    if (r.pr.W_O && r.Dout == r.H * r.Dv)
+        out.push_back(
+            mutation("no-output-projection", "", pOutput, [](Mutation& m) { m.no_output_projection = true; }));
+    out.push_back(mutation("masked-rows-nan", "", pWeights, [](Mutation& m) { m.policy = RowPolicy::nan; }));
+    out.push_back(mutation("masked-rows-uniform", "", pWeights, [](Mutation& m) { m.policy = RowPolicy::uniform; }));
     return out;
 }
 
@@ -870,80 +879,97 @@ std::string index_list(const std::set<std::size_t>& s, std::size_t max = 8) {
     return out;
 }
 
-std::vector<Finding> describe(const TraceView& ref, const StageView& s, const Theirs& t, const Dense& r,
-                              const Dense& ref_mask) {
-    std::vector<Finding> out;
-    const auto canon = canonical_axes(ref, s);
+// What the differing cells of one stage have in common.
+struct Tally {
+    std::vector<AxisDef> canon;
+    std::size_t ax_b = 99, ax_h = 99, ax_t = 99, ax_k = 99;  // axes (99: none)
     std::set<std::size_t> batches, heads, rows;
     std::size_t bad = 0, bad_masked = 0, bad_nan = 0;
-    const char* position = find_axis(canon, 'q') ? "query" : "position";
-    std::size_t ax_b = 99, ax_h = 99, ax_t = 99, ax_k = 99;
-    for (std::size_t i = 0; i < canon.size(); ++i) {
-        const char c = canon[i].letter;
-        if (c == 'b') ax_b = i;
-        if (c == 'h') ax_h = i;
-        if (c == 't' || c == 'q') ax_t = i;
-        if (c == 'k') ax_k = i;
+    bool factor_ok = true, offset_ok = true;  // theirs = c · ref, theirs = ref + c everywhere
+    double factor = kNaN, offset = kNaN;
+};
+
+void tally_cell(Tally& y, const Tolerance& tol, double u, double x) {
+    if (std::isfinite(x) && std::isfinite(u)) {
+        if (std::fabs(x) > 1e-12) {
+            if (std::isnan(y.factor)) y.factor = u / x;
+            y.factor_ok &= std::fabs(u / x - y.factor) <= 1e-6 * std::max(1.0, std::fabs(y.factor));
+        } else {
+            y.factor_ok &= std::fabs(u) <= tol.atol;
+        }
+        if (std::isnan(y.offset)) y.offset = u - x;
+        y.offset_ok &= std::fabs(u - x - y.offset) <= std::max(tol.atol, tol.rtol * std::fabs(x));
+    } else if (!(u == x || (x == -kInf && u <= kLargeNegative))) {
+        y.factor_ok = y.offset_ok = false;
+    }
+}
+
+Tally tally(const TraceView& ref, const StageView& s, const Theirs& t, const Dense& r, const Dense& ref_mask) {
+    Tally y;
+    y.canon = canonical_axes(ref, s);
+    for (std::size_t i = 0; i < y.canon.size(); ++i) {
+        const char c = y.canon[i].letter;
+        if (c == 'b') y.ax_b = i;
+        if (c == 'h') y.ax_h = i;
+        if (c == 't' || c == 'q') y.ax_t = i;
+        if (c == 'k') y.ax_k = i;
     }
     std::vector<std::size_t> full;
-    for (const auto& a : canon) full.push_back(a.size);
-    bool factor_ok = true, offset_ok = true;
-    double factor = kNaN, offset = kNaN;
+    for (const auto& a : y.canon) full.push_back(a.size);
+    const bool with_mask = y.ax_k < full.size() && y.ax_b < full.size() && y.ax_t < full.size() &&
+                           ref_mask.v.size() == full[y.ax_b] * full[y.ax_t] * full[y.ax_k];
     for (std::size_t k = 0; k < r.v.size(); ++k) {
-        const double u = t.values[k], x = r.v[k];
-        const double d = std::fabs(u - x);
+        const double u = t.values[k], x = r.v[k], d = std::fabs(u - x);
+        tally_cell(y, t.tol, u, x);
         const bool differs = !(u == x || (x == -kInf && u <= kLargeNegative)) &&
                              (!std::isfinite(d) || d > std::max(t.tol.atol, t.tol.rtol * std::fabs(x)));
-        if (std::isfinite(x) && std::isfinite(u)) {
-            if (std::fabs(x) > 1e-12) {
-                const double f = u / x;
-                if (std::isnan(factor)) factor = f;
-                factor_ok &= std::fabs(f - factor) <= 1e-6 * std::max(1.0, std::fabs(factor));
-            } else {
-                factor_ok &= std::fabs(u) <= t.tol.atol;
-            }
-            const double o = u - x;
-            if (std::isnan(offset)) offset = o;
-            offset_ok &= std::fabs(o - offset) <= std::max(t.tol.atol, t.tol.rtol * std::fabs(x));
-        } else if (differs) {
-            factor_ok = offset_ok = false;
-        }
         if (!differs) continue;
-        ++bad;
-        if (std::isnan(u)) ++bad_nan;
+        ++y.bad;
+        if (std::isnan(u)) ++y.bad_nan;
         const auto at = unravel(k, full);
-        if (ax_b < at.size()) batches.insert(at[ax_b]);
-        if (ax_h < at.size()) heads.insert(at[ax_h]);
-        if (ax_t < at.size()) rows.insert(at[ax_t]);
-        if (ax_k < at.size() && ax_b < at.size() && ax_t < at.size() &&
-            ref_mask.v.size() == full[ax_b] * full[ax_t] * full[ax_k] &&
-            ref_mask.v[(at[ax_b] * full[ax_t] + at[ax_t]) * full[ax_k] + at[ax_k]] == 0)
-            ++bad_masked;
+        if (y.ax_b < at.size()) y.batches.insert(at[y.ax_b]);
+        if (y.ax_h < at.size()) y.heads.insert(at[y.ax_h]);
+        if (y.ax_t < at.size()) y.rows.insert(at[y.ax_t]);
+        if (with_mask && ref_mask.v[(at[y.ax_b] * full[y.ax_t] + at[y.ax_t]) * full[y.ax_k] + at[y.ax_k]] == 0)
+            ++y.bad_masked;
     }
-    const std::size_t n = r.v.size();
-    out.push_back({"cells", std::to_string(bad) + " of " + std::to_string(n) + " cells differ"});
-    if (bad_nan) out.push_back({"nan", std::to_string(bad_nan) + " of them are NaN in theirs"});
-    if (factor_ok && !std::isnan(factor) && std::fabs(factor - 1) > 1e-9) {
-        std::string hint;
-        const double dk = double(ref.dims.Dk), sq = std::sqrt(dk);
-        if (std::fabs(factor - sq) < 1e-6 * sq) hint = " = √Dk";
-        if (std::fabs(factor - 1 / sq) < 1e-6) hint = " = 1/√Dk";
-        if (std::fabs(factor - dk) < 1e-6 * dk && dk != sq) hint = " = Dk";
-        if (std::fabs(factor - 1 / dk) < 1e-6 && dk != sq) hint = " = 1/Dk";
-        out.push_back({"factor", "theirs = " + num(factor) + hint + " × the reference everywhere (a scale factor)"});
-    } else if (offset_ok && !std::isnan(offset) && offset != 0) {
-        out.push_back({"offset", "theirs = the reference + " + num(offset) + " everywhere (a constant added)"});
-    }
-    if (ax_k < canon.size() && bad && bad_masked == bad)
+    return y;
+}
+
+std::string factor_words(double factor, double dk) {
+    const double sq = std::sqrt(dk);
+    std::string hint;
+    if (std::fabs(factor - sq) < 1e-6 * sq) hint = " = √Dk";
+    if (std::fabs(factor - 1 / sq) < 1e-6) hint = " = 1/√Dk";
+    if (std::fabs(factor - dk) < 1e-6 * dk && dk != sq) hint = " = Dk";
+    if (std::fabs(factor - 1 / dk) < 1e-6 && dk != sq) hint = " = 1/Dk";
+    return "theirs = " + num(factor) + hint + " × the reference everywhere (a scale factor)";
+}
+
+// Where their stage differs from the reference: how many cells, NaN, a factor or an
+// offset, masked cells only, which batch items, heads and rows.
+std::vector<Finding> describe(const TraceView& ref, const StageView& s, const Theirs& t, const Dense& r,
+                              const Dense& ref_mask) {
+    const Tally y = tally(ref, s, t, r, ref_mask);
+    auto size = [&](std::size_t ax) { return ax < y.canon.size() ? y.canon[ax].size : 0; };
+    std::vector<Finding> out;
+    out.push_back({"cells", std::to_string(y.bad) + " of " + std::to_string(r.v.size()) + " cells differ"});
+    if (y.bad_nan) out.push_back({"nan", std::to_string(y.bad_nan) + " of them are NaN in theirs"});
+    if (y.factor_ok && !std::isnan(y.factor) && std::fabs(y.factor - 1) > 1e-9)
+        out.push_back({"factor", factor_words(y.factor, double(ref.dims.Dk))});
+    else if (y.offset_ok && !std::isnan(y.offset) && y.offset != 0)
+        out.push_back({"offset", "theirs = the reference + " + num(y.offset) + " everywhere (a constant added)"});
+    if (size(y.ax_k) && y.bad && y.bad_masked == y.bad)
         out.push_back({"masked-cells", "only in masked cells (keys the mask hides): check how the mask is applied"});
-    else if (ax_k < canon.size() && bad && bad_masked == 0 && ref.mask_rule.masking())
+    else if (size(y.ax_k) && y.bad && y.bad_masked == 0 && ref.mask_rule.masking())
         out.push_back({"visible-cells", "only in cells the mask leaves visible"});
-    if (ax_b < canon.size() && full[ax_b] > 1 && batches.size() < full[ax_b])
-        out.push_back({"batch", "only in batch items " + index_list(batches)});
-    if (ax_h < canon.size() && full[ax_h] > 1 && heads.size() < full[ax_h])
-        out.push_back({"heads", "only in heads " + index_list(heads)});
-    if (ax_t < canon.size() && full[ax_t] > 1 && rows.size() < full[ax_t])
-        out.push_back({"rows", std::string("only in ") + position + " rows " + index_list(rows)});
+    if (size(y.ax_b) > 1 && y.batches.size() < size(y.ax_b))
+        out.push_back({"batch", "only in batch items " + index_list(y.batches)});
+    if (size(y.ax_h) > 1 && y.heads.size() < size(y.ax_h))
+        out.push_back({"heads", "only in heads " + index_list(y.heads)});
+    if (size(y.ax_t) > 1 && y.rows.size() < size(y.ax_t))
+        out.push_back(
+            {"rows", std::string("only in ") + (size(y.ax_k) ? "query" : "position") + " rows " + index_list(y.rows)});
     return out;
 }
 
@@ -1152,12 +1178,12 @@ std::vector<std::string> accepted_orders(const TraceView& ref, Stage stage) {
     return out;
 }
 
-CheckResult check_tensors(const TraceView& ref, const Problem<double>& problem, const Bundle& inputs,
-                          const Bundle& theirs, const CheckOptions& options) {
-    // 1. Their arrays: names -> stages, shapes -> axis orders, values -> our order.
-    std::map<Stage, Theirs> given;
-    CheckResult result;
-    const auto& input_names = known_array_names();
+namespace {
+
+// Their arrays: names -> stages, shapes -> axis orders, values -> our order. Input arrays
+// (x, W_Q, ...) are checked against the bundle and listed in `inputs_found`.
+std::map<Stage, Theirs> read_theirs(const TraceView& ref, const Bundle& inputs, const Bundle& theirs,
+                                    const CheckOptions& options, std::vector<std::string>& inputs_found) {
     for (const auto& [name, order] : options.axes)
         if (!theirs.arrays.count(name)) {
             std::vector<std::string> names;
@@ -1165,11 +1191,13 @@ CheckResult check_tensors(const TraceView& ref, const Problem<double>& problem, 
             throw InputError("{axes} " + name + "=" + order + ": " + theirs.source + " has no array " + name +
                              " (it has: " + join(names) + ")");
         }
+    std::map<Stage, Theirs> given;
+    const auto& input_names = known_array_names();
     for (const auto& [name, array] : theirs.arrays) {
         const std::string where = origin_of(theirs, name, array);
         if (std::find(input_names.begin(), input_names.end(), name) != input_names.end()) {
             check_input_array(inputs, where, name, array, options);
-            result.inputs.push_back(name);
+            inputs_found.push_back(name);
             continue;
         }
         const auto id = stage_of_name(name);
@@ -1197,34 +1225,34 @@ CheckResult check_tensors(const TraceView& ref, const Problem<double>& problem, 
         for (std::size_t k = 0; k < raw.size(); ++k) t.values[t.map[k]] = raw[k];
         given[*id] = std::move(t);
     }
+    return given;
+}
 
-    // 2. Stage by stage, in pipeline order.
-    for (const StageView& s : ref.stages) {
-        StageCheck sc;
-        sc.id = s.id, sc.name = s.name, sc.ref_axes = s.axes, sc.ref_shape = s.shape;
-        const auto it = given.find(s.id);
-        if (it != given.end()) {
-            const Theirs& t = it->second;
-            std::vector<double> r(s.size());
-            for (std::size_t k = 0; k < r.size(); ++k) r[k] = s.at(k);
-            const Cmp c = compare(t.values, r, t.tol);
-            sc.given = true, sc.their_name = t.name, sc.dtype = t.array->dtype, sc.axes = t.layout.name();
-            sc.their_shape = t.array->shape, sc.tol = t.tol, sc.match = c.match, sc.max_abs_diff = c.max_abs;
-            sc.relative_error = c.relative, sc.mismatched = c.bad, sc.cells = r.size();
-            sc.large_negative_fill = c.large_negative;
-            if (c.max_abs > 0) {
-                const std::size_t k = std::size_t(std::find(t.map.begin(), t.map.end(), c.at) - t.map.begin());
-                sc.at = unravel(k, t.array->shape);
-                sc.at_ref = unravel(c.at, s.shape);
-                sc.theirs_at = t.values[c.at], sc.ref_at = r[c.at];
-            }
-            if (!c.match && !result.first_divergent) result.first_divergent = s.id;
-        }
-        result.stages.push_back(sc);
+// One stage of the reference, and theirs compared with it when given.
+StageCheck check_stage(const StageView& s, const Theirs* t) {
+    StageCheck sc;
+    sc.id = s.id, sc.name = s.name, sc.ref_axes = s.axes, sc.ref_shape = s.shape;
+    if (!t) return sc;
+    std::vector<double> r(s.size());
+    for (std::size_t k = 0; k < r.size(); ++k) r[k] = s.at(k);
+    const Cmp c = compare(t->values, r, t->tol);
+    sc.given = true, sc.their_name = t->name, sc.dtype = t->array->dtype, sc.axes = t->layout.name();
+    sc.their_shape = t->array->shape, sc.tol = t->tol, sc.match = c.match, sc.max_abs_diff = c.max_abs;
+    sc.relative_error = c.relative, sc.mismatched = c.bad, sc.cells = r.size();
+    sc.large_negative_fill = c.large_negative;
+    if (c.max_abs > 0) {
+        const std::size_t k = std::size_t(std::find(t->map.begin(), t->map.end(), c.at) - t->map.begin());
+        sc.at = unravel(k, t->array->shape);
+        sc.at_ref = unravel(c.at, s.shape);
+        sc.theirs_at = t->values[c.at], sc.ref_at = r[c.at];
     }
-    if (!result.first_divergent) return result;
+    return sc;
+}
 
-    // 3. The diagnosis of the first divergent stage.
+// The diagnosis of the first divergent stage: the mistakes that reproduce it, or where
+// the difference sits.
+void diagnose_first(const TraceView& ref, const Problem<double>& problem, const std::map<Stage, Theirs>& given,
+                    CheckResult& result) {
     Context c{ref, Run{problem}, {}, {}, {}, {}, false};
     for (std::size_t p = 0; p < pCount; ++p) {
         const StageView* s = ref.find(std::string(kPName[p]));
@@ -1239,15 +1267,12 @@ CheckResult check_tensors(const TraceView& ref, const Problem<double>& problem, 
         }
     }
     const Stage first = *result.first_divergent;
-    const Theirs& t = given.at(first);
-    const StageView& fs = ref.stage(first);
     std::optional<std::size_t> S;
     for (std::size_t p = 0; p < pCount; ++p)
         if (find_stage(kPName[p]) == first) S = p;
     if (!init_run(c)) {
         result.no_diagnosis =
-            "the catalogue's mistakes are those of the classic pipeline; this run's stages do not "
-            "have its shapes";
+            "the catalogue's mistakes are those of the classic pipeline; this run's stages do not have its shapes";
     } else if (!S || S == pQrot || S == pKrot || S == pBias) {
         result.no_diagnosis =
             "the catalogue's mistakes are in the classic stages; " + stage_name(first) + " is not one of them";
@@ -1255,12 +1280,30 @@ CheckResult check_tensors(const TraceView& ref, const Problem<double>& problem, 
         check_faithful(c);
         result.diagnosis = diagnose_stage(c, P(*S));
     }
-    if (result.diagnosis.empty()) {
-        const Dense r = dense_of(fs, ref.batched);
-        const Dense none = dense({1, 1, 1});
-        result.where = describe(ref, fs, t, r, c.refd[pMask] ? *c.refd[pMask] : none);
-        describe_orders(ref, fs, t, r, result.where);
+    if (!result.diagnosis.empty()) return;
+    const StageView& fs = ref.stage(first);
+    const Theirs& t = given.at(first);
+    const Dense r = dense_of(fs, ref.batched);
+    result.where = describe(ref, fs, t, r, c.refd[pMask] ? *c.refd[pMask] : dense({1, 1, 1}));
+    describe_orders(ref, fs, t, r, result.where);
+}
+
+}  // namespace
+
+CheckResult check_tensors(const TraceView& ref, const Problem<double>& problem, const Bundle& inputs,
+                          const Bundle& theirs, const CheckOptions& options) {
+    CheckResult result;
+    // 1. Their arrays, in our stages and axis order.
+    const std::map<Stage, Theirs> given = read_theirs(ref, inputs, theirs, options, result.inputs);
+    // 2. Stage by stage, in pipeline order; the first that differs.
+    for (const StageView& s : ref.stages) {
+        const auto it = given.find(s.id);
+        result.stages.push_back(check_stage(s, it == given.end() ? nullptr : &it->second));
+        if (result.stages.back().given && !result.stages.back().match && !result.first_divergent)
+            result.first_divergent = s.id;
     }
+    // 3. Which mistake makes it.
+    if (result.first_divergent) diagnose_first(ref, problem, given, result);
     return result;
 }
 

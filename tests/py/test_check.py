@@ -175,7 +175,9 @@ class Correct(CheckCase):
             inputs = mm.make_inputs(batched=batched, padding=padding)
             stages = mm.student_attention(inputs, HEADS, causal=causal, dtype=dtype)
             count = max(len(layouts(s, stages[s], batched, HEADS)) for s in STUDENT_STAGES)
-            for k in range(count):
+            # Every layout with both masks, in both dtypes, with and without the batch axis;
+            # one (cycling) in the other configurations.
+            for k in range(count) if padding and causal else [n]:
                 what = f"{np.dtype(dtype).name} batched={batched} padding={padding} causal={causal} layout#{k}"
                 with self.subTest(what=what):
                     code, doc, r = self.check(in_layout(stages, k, batched, HEADS, names=k + n), inputs,
@@ -247,6 +249,7 @@ class Correct(CheckCase):
 # ---------------------------------------------------------------------------
 
 class Text(CheckCase):
+    run_together = True  # quick tests: one process for the class
     def run_check(self, theirs, inputs, *options, causal=False):
         bundle = self.save_npz("bundle.npz", **inputs)
         path = self.save_npz("mine.npz", **theirs) if isinstance(theirs, dict) else theirs
@@ -346,6 +349,7 @@ class Text(CheckCase):
 # ---------------------------------------------------------------------------
 
 class BadInput(CheckCase):
+    run_together = True  # quick tests: one process for the class
     def setUp(self):
         super().setUp()
         self.inputs = mm.make_inputs(padding=False)

@@ -18,10 +18,11 @@ struct Subcommand {
 using SetupFn = Subcommand (*)(CLI::App& parent);
 
 Subcommand setup_run_command(CLI::App& parent);
-Subcommand setup_check_command(CLI::App& parent);  // check.cpp
+Subcommand setup_check_command(CLI::App& parent);   // check.cpp
+Subcommand setup_decode_command(CLI::App& parent);  // decode.cpp
 
 // Every subcommand, in the order --help lists them.
-inline constexpr SetupFn kSubcommands[] = {setup_run_command, setup_check_command};
+inline constexpr SetupFn kSubcommands[] = {setup_run_command, setup_check_command, setup_decode_command};
 
 // The command-line spelling of a field named in a library message ("zero_key" ->
 // "--zero-key"); an unknown field keeps its braces.

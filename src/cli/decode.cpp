@@ -1,0 +1,111 @@
+// `attnscope decode BUNDLE --prefill P [model/mask options of run] [--bug NAME] [--json]
+// [--heatmap]`: options → io → model → core (decode) → report. Positions 0..P-1 run as one
+// causal prefill; every later position as one query against the KV cache; each step is
+// compared with the same row of one full causal run.
+#include "attnscope/core/decode.hpp"
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/model/model.hpp"
+#include "attnscope/report/decode_report.hpp"
+#include "run.hpp"
+#include "subcommand.hpp"
+
+namespace attnscope::cli {
+namespace {
+
+struct DecodeArgs {
+    RunOptions run;  // the bundle, arrays from files, model and mask options
+    std::size_t prefill = 0;
+    std::string bug;
+    bool json = false;
+    bool heatmap = false;
+    CLI::Option* causal = nullptr;  // --causal,!--no-causal: to refuse --no-causal
+};
+
+// {prefill} and {bug} are this subcommand's own fields: spelled here, the others by main.
+std::string spell(std::string_view f) {
+    if (f == "prefill" || f == "bug") return "--" + std::string(f);
+    return "{" + std::string(f) + "}";
+}
+
+template <typename T>
+int run_typed(const DecodeArgs& a, const Bundle& bundle, const Spec& spec, DecodeBug bug, std::size_t limit) {
+    const Problem<T> problem = make_problem<T>(bundle, spec);
+    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
+    try {
+        check_decodable(problem, a.prefill, bug);
+    } catch (const UsageError& e) {
+        throw UsageError(e.text(spell));
+    }
+    Compute how;
+    how.keep = StageSet().set(kWeights).set(kSinkWeight).set(kContext).set(kOutput);
+    how.threads = a.run.threads;
+    // The full run's stages; the steps' rows hold about as much again as its weights.
+    Compute plan = how;
+    plan.keep.set(kScores);
+    check_memory_limit(bundle, problem, plan, limit);
+    const DecodeRun<T> run = decode(problem, a.prefill, bug, how);
+    if (a.json) {
+        write_decode_json(std::cout, problem, run, bundle.source);
+    } else {
+        DecodeTextOptions o;
+        o.source = bundle.source;
+        o.heatmap = a.heatmap;
+        write_decode_text(std::cout, problem, run, o);
+    }
+    std::cout.flush();
+    if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
+    return 0;
+}
+
+int run_decode(DecodeArgs& a) {
+    if (a.causal->count() && !a.run.causal)
+        throw UsageError(
+            "--no-causal: decode is causal by construction (a step sees only the cache: its own "
+            "position and those before)");
+    if (a.json && a.heatmap) throw UsageError("--heatmap: a text view; --json gives every weight row as numbers");
+    a.run.causal = true;  // implied
+    const Spec spec = spec_of(a.run);
+    DecodeBug bug = DecodeBug::none;
+    if (!a.bug.empty()) bug = *find_bug(a.bug);  // CLI11 checked the name
+    const std::size_t limit = memory_limit(a.run);
+    const Bundle bundle = load_inputs(a.run, limit);
+    if (a.run.dtype == "float32") return run_typed<float>(a, bundle, spec, bug, limit);
+    return run_typed<double>(a, bundle, spec, bug, limit);
+}
+
+}  // namespace
+
+Subcommand setup_decode_command(CLI::App& parent) {
+    auto a = std::make_shared<DecodeArgs>();
+    CLI::App* cmd = parent.add_subcommand(
+        "decode",
+        "KV-cache decoding: a causal prefill of P positions, then one query per position against the growing cache "
+        "of K and V, each step checked against the full causal run");
+    add_input_options(cmd, a->run);
+    add_model_options(cmd, a->run);
+    a->causal = cmd->get_option("--causal");
+    cmd->add_option("--prefill", a->prefill,
+                    "P: positions 0..P-1 run as one causal prefill that fills the cache (0..T; the rest are steps)")
+        ->required();
+    std::vector<std::string> bugs;
+    for (std::string_view b : bug_names()) bugs.emplace_back(b);
+    cmd->add_option("--bug", a->bug,
+                    "A teaching experiment, a classic KV-cache bug: rope-position-zero (RoPE at position 0 in every "
+                    "step), attend-before-append (the query misses its own key), off-by-one (the query sits at t-1)")
+        ->check(CLI::IsMember(bugs));
+    cmd->add_flag("--json", a->json, "Print one JSON document: config, prefill and every step");
+    cmd->add_flag("--heatmap", a->heatmap, "Each weight row as one line of a character ramp instead of numbers");
+    cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)");
+    cmd->add_option("--threads", a->run.threads, "Compute threads (default: every core)")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+    return {cmd, [a] { return run_decode(*a); }};
+}
+
+}  // namespace attnscope::cli

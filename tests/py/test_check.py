@@ -146,6 +146,22 @@ class MistakesPartial(CheckCase):
                 self.assertEqual(doc["first_divergent_stage"], "weights", r)
                 self.assert_named(bug, doc, r, bug)
 
+    def test_cross_attention(self):
+        """Tq = 5 queries, Tk = 7 keys from a memory of width 6, its last 3 keys padded."""
+        rng = np.random.default_rng(11)
+        inputs = mm.make_inputs(padding=False)
+        inputs["memory"] = rng.normal(size=(2, 7, 6))
+        inputs["W_K"], inputs["W_V"] = rng.normal(size=(6, 8)) / 3, rng.normal(size=(6, 8)) / 3
+        inputs["key_padding_mask"] = np.array([[0] * 7, [0] * 4 + [1] * 3], dtype=bool)
+        for dtype in (np.float64, np.float32):
+            for bug in ("no-scale", "scale-multiplied", "softmax-over-queries", "mask-fill-zero", "mask-inverted",
+                        "mask-after-softmax", "values-are-keys", "heads-reshaped-not-transposed", "bias-missing",
+                        "no-output-projection"):
+                stages = mm.student_attention(inputs, HEADS, bug=bug, dtype=dtype)
+                code, doc, r = self.check(in_layout(stages, 1, True, HEADS), inputs)
+                with self.subTest(bug=bug, dtype=np.dtype(dtype).name):
+                    self.assert_named(bug, doc, r, bug)
+
     def test_only_output(self):
         inputs = mm.make_inputs(padding=False)
         for bug in ("values-are-keys", "no-output-projection", "weights-transposed", "bias-missing"):
@@ -242,6 +258,38 @@ class Correct(CheckCase):
         code, doc, r = self.check(j, inputs)
         self.assert_named("no-scale", doc, r, "json")
         self.assertEqual(doc["stages"]["Q"]["dtype"], "json")
+
+
+class Modern(CheckCase):
+    """A Llama-style run (4 query heads sharing 1 K/V head, RoPE): its own dump matches,
+    and mistakes made on it by hand are named."""
+    run_together = True
+
+    def setUp(self):
+        super().setUp()
+        self.args = ["--against", DATA / "rope.json", "--heads", "4", "--kv-heads", "1", "--rope", "--causal"]
+        r = run("run", DATA / "rope.json", *self.args[2:], "--dump", self.path("ref"), "-q")
+        self.assertEqual(r.code, 0, r)
+        self.ref = {p.stem: np.load(p) for p in self.path("ref").glob("*.npy")}
+
+    def check_modern(self, theirs):
+        r = run_text("check", self.save_npz("mine.npz", **theirs), *self.args, "--json")
+        return r, json.loads(r.out) if r.code in (0, 1) else None
+
+    def test_own_dump_matches(self):
+        r, doc = self.check_modern({k: v for k, v in self.ref.items() if k != "mask"})
+        self.assertEqual((r.code, doc["verdict"]), (0, "match"), r)
+        self.assertTrue(doc["stages"]["Q_rot"]["match"])
+
+    def test_mistakes_on_grouped_rope_heads(self):
+        d = self.ref
+        r, doc = self.check_modern({"q_rot": d["Q_rot"], "k_rot": d["K_rot"],
+                                    "logits": d["scores"] * np.sqrt(d["Q"].shape[-1])})
+        self.assert_named("no-scale", doc, r, "no-scale")
+        group = d["Q"].shape[1] // d["K"].shape[1]
+        z = d["weights"] @ np.repeat(d["K"], group, axis=1)
+        r, doc = self.check_modern({"attn": d["weights"], "z": z})
+        self.assert_named("values-are-keys", doc, r, "values-are-keys")
 
 
 # ---------------------------------------------------------------------------

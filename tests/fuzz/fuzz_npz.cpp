@@ -5,10 +5,11 @@
 //
 // Oracles, besides the sanitizers:
 //  - every accepted array holds exactly shape-product values (or strings) and names its
-//    archive in its origin;
+//    archive and itself (escaped, clipped: a line for messages) in its origin;
 //  - the memory limit holds for the archive as a whole (io.hpp: max_bytes is "the most it
 //    may allocate for what it reads"): read again with a small limit, an accepted
 //    archive's arrays, widened to double, fit in that limit.
+#include "attnscope/base/text.hpp"
 #include "fuzz_common.hpp"
 #include "npz_mutator.hpp"
 
@@ -40,7 +41,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ATTNSCOPE_FUZZ_CHECK(b.source == "fuzz.npz");
     for (const auto& [name, a] : b.arrays) {
         fuzz::check_array(a);
-        ATTNSCOPE_FUZZ_CHECK(a.origin == "fuzz.npz: " + name);
+        // The origin is for messages: the array's name escaped and clipped, one line.
+        ATTNSCOPE_FUZZ_CHECK(a.origin == "fuzz.npz: " + escape_control(clip_fragment(name)));
+        for (char c : a.origin) ATTNSCOPE_FUZZ_CHECK(static_cast<unsigned char>(c) >= 0x20 && c != 0x7f);
     }
     if (held_bytes(b) <= kSmallLimit) return 0;
     Bundle small;

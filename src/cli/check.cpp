@@ -67,12 +67,6 @@ CheckOptions check_options(const CheckArgs& a) {
     return o;
 }
 
-// "{axes}" is this subcommand's own field: spelled here, the others by main (flag_of).
-[[noreturn]] void rethrow_spelled(const InputError& e) {
-    throw InputError(
-        e.text([](std::string_view f) { return f == "axes" ? std::string("--axes") : "{" + std::string(f) + "}"; }));
-}
-
 int run_check(const CheckArgs& a) {
     const Spec spec = spec_of(a.run);
     if (a.run.dtype != "float64")
@@ -94,12 +88,7 @@ int run_check(const CheckArgs& a) {
     const Trace<double> trace = attend(problem, how);
     const TraceView view = view_of(bundle.source, problem, trace);
 
-    CheckResult result;
-    try {
-        result = check_tensors(view, problem, bundle, theirs, options);
-    } catch (const InputError& e) {
-        rethrow_spelled(e);
-    }
+    const CheckResult result = check_tensors(view, problem, bundle, theirs, options);
     if (a.json)
         write_check_json(std::cout, result, view, theirs.source);
     else

@@ -53,7 +53,8 @@ std::string flag_of(std::string_view field) {
                                                  "rope",
                                                  "alibi",
                                                  "window",
-                                                 "softcap"};
+                                                 "softcap",
+                                                 "axes"};
     for (std::string_view f : kSame)
         if (f == field) return "--" + std::string(field);
     return "{" + std::string(field) + "}";

@@ -11,6 +11,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/attention.hpp"
+#include "attnscope/io/write.hpp"
 #include "attnscope/model/model.hpp"
 #include "attnscope/report/decode_report.hpp"
 #include "run.hpp"
@@ -25,6 +26,9 @@ struct DecodeArgs {
     std::string bug;
     bool json = false;
     bool heatmap = false;
+    std::string dump;  // an .npz archive of every step's rows
+    bool force = false;
+    bool quiet = false;
     CLI::Option* causal = nullptr;  // --causal,!--no-causal: to refuse --no-causal
 };
 
@@ -51,7 +55,10 @@ int run_typed(const DecodeArgs& a, const Bundle& bundle, const Spec& spec, Decod
     plan.keep.set(kScores);
     check_memory_limit(bundle, problem, plan, limit);
     const DecodeRun<T> run = decode(problem, a.prefill, bug, how);
-    if (a.json) {
+    if (!a.dump.empty()) write_decode_npz(a.dump, problem, run, a.force);
+    if (a.quiet) {
+        return 0;
+    } else if (a.json) {
         write_decode_json(std::cout, problem, run, bundle.source);
     } else {
         DecodeTextOptions o;
@@ -70,6 +77,11 @@ int run_decode(DecodeArgs& a) {
             "--no-causal: decode is causal by construction (a step sees only the cache: its own "
             "position and those before)");
     if (a.json && a.heatmap) throw UsageError("--heatmap: a text view; --json gives every weight row as numbers");
+    if (!a.dump.empty()) {
+        if (a.dump.size() < 4 || a.dump.compare(a.dump.size() - 4, 4, ".npz") != 0)
+            throw UsageError("--dump " + a.dump + ": decode writes one .npz archive (a name ending in .npz)");
+        check_output_target(a.dump, a.force, "--dump " + a.dump);
+    }
     a.run.causal = true;  // implied
     const Spec spec = spec_of(a.run);
     DecodeBug bug = DecodeBug::none;
@@ -102,6 +114,11 @@ Subcommand setup_decode_command(CLI::App& parent) {
         ->check(CLI::IsMember(bugs));
     cmd->add_flag("--json", a->json, "Print one JSON document: config, prefill and every step");
     cmd->add_flag("--heatmap", a->heatmap, "Each weight row as one line of a character ramp instead of numbers");
+    cmd->add_option("--dump", a->dump,
+                    "FILE.npz: every step's rows (step{t}_weights, _mask, _context, _output, _sink_weight) and the "
+                    "prefill's");
+    cmd->add_flag("--force", a->force, "Replace an existing --dump file");
+    cmd->add_flag("-q,--quiet", a->quiet, "Print nothing (with --dump)");
     cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)");
     cmd->add_option("--threads", a->run.threads, "Compute threads (default: every core)")
         ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attnscope/base/text.hpp"
+#include "attnscope/io/write.hpp"
 #include "text_util.hpp"
 
 namespace attnscope {
@@ -370,6 +371,39 @@ void write_decode_json(std::ostream& out, const Problem<T>& p, const DecodeRun<T
     out << "}\n";
 }
 
+template <typename T>
+void write_decode_npz(const std::string& path, const Problem<T>& p, const DecodeRun<T>& run, bool replace) {
+    const DType dt = sizeof(T) == 4 ? DType::float32 : DType::float64;
+    std::vector<std::string> names;  // kept alive: OutArray borrows
+    names.reserve(4 + 5 * run.steps.size());
+    std::vector<OutArray> arrays;
+    auto add = [&](std::string name, const auto& tensor, DType type) {
+        std::vector<std::size_t> shape(tensor.shape().begin(), tensor.shape().end());
+        if (!p.batched) shape.erase(shape.begin());
+        names.push_back(std::move(name));
+        arrays.push_back({names.back(), shape, type, tensor.data()});
+    };
+    if (run.prefill) {
+        add("prefill_weights", run.prefill_trace.weights, dt);
+        if (p.sinks) add("prefill_sink_weight", run.prefill_trace.sink_weight, dt);
+        add("prefill_context", run.prefill_trace.context, dt);
+        add("prefill_output", run.prefill_trace.output, dt);
+    }
+    for (const DecodeStep<T>& s : run.steps) {
+        const std::string at = "step" + std::to_string(s.t) + "_";
+        add(at + "mask", s.mask, DType::boolean);
+        add(at + "weights", s.weights, dt);
+        if (p.sinks) add(at + "sink_weight", s.sink_weight, dt);
+        add(at + "context", s.context, dt);
+        add(at + "output", s.output, dt);
+    }
+    AtomicFile file(path, replace);
+    write_npz(file, arrays);
+    file.commit();
+}
+
+template void write_decode_npz<float>(const std::string&, const Problem<float>&, const DecodeRun<float>&, bool);
+template void write_decode_npz<double>(const std::string&, const Problem<double>&, const DecodeRun<double>&, bool);
 template void write_decode_text<float>(std::ostream&, const Problem<float>&, const DecodeRun<float>&,
                                        const DecodeTextOptions&);
 template void write_decode_text<double>(std::ostream&, const Problem<double>&, const DecodeRun<double>&,

@@ -180,6 +180,30 @@ class Decode(CliTestCase):
         self.assertTrue(all(s["flops_recompute"] > s["flops_cached"] for s in doc["steps"]))
 
 
+class Dump(CliTestCase):
+    """--dump FILE.npz: the arrays the reference's --decode --dump-npz writes, and more."""
+
+    def test_dump_matches_the_reference(self):
+        b = bundle(16, H=4, G=2, Dk=6, sinks=np.array([0.5, -1.0, 2.0, 0.0]))
+        src = self.save_npz("b.npz", **b)
+        out = self.path("steps.npz")
+        r = run_text("decode", src, "--heads", "4", "--kv-heads", "2", "--rope", "--prefill", "3",
+                     "--dump", out, "-q")
+        self.assert_ok(r, stdout_empty=True)
+        want = mref.decode(b, 4, 3, kv_heads=2, rope=True)
+        with np.load(out) as got:
+            for step in want["steps"]:
+                for n in ("weights", "sink_weight", "context", "output"):
+                    common.assert_close(got[f"step{step['t']}_{n}"], step[n], 1e-12, f"step{step['t']}_{n}")
+            for n in ("weights", "context", "output"):
+                common.assert_close(got[f"prefill_{n}"], want["prefill"]["stages"][n], 1e-12, f"prefill_{n}")
+        again = run_text("decode", src, "--heads", "4", "--prefill", "3", "--dump", out)
+        self.assert_error(again, "--force")
+        self.assert_error(run_text("decode", src, "--heads", "4", "--prefill", "3", "--dump", self.path("d")),
+                          ".npz")
+        self.assertFalse(self.path("d").exists())
+
+
 class Text(CliTestCase):
     """The text view: 80 columns, escaped tokens, heatmap rows, the bug named."""
 

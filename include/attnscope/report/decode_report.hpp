@@ -35,6 +35,17 @@ void write_decode_text(std::ostream& out, const Problem<T>& p, const DecodeRun<T
 template <typename T>
 void write_decode_json(std::ostream& out, const Problem<T>& p, const DecodeRun<T>& run, const std::string& source);
 
+// The rows of every step as one .npz archive at `path` (written under a temporary name
+// and renamed into place): prefill_weights, prefill_context, prefill_output (P > 0), and
+// per step t: step{t}_mask, step{t}_weights, step{t}_context, step{t}_output, and
+// step{t}_sink_weight with sinks (the names of modern_reference.py --decode --dump-npz).
+// `replace`: whether an existing file may be replaced.
+template <typename T>
+void write_decode_npz(const std::string& path, const Problem<T>& p, const DecodeRun<T>& run, bool replace);
+
+extern template void write_decode_npz<float>(const std::string&, const Problem<float>&, const DecodeRun<float>&, bool);
+extern template void write_decode_npz<double>(const std::string&, const Problem<double>&, const DecodeRun<double>&,
+                                              bool);
 extern template void write_decode_text<float>(std::ostream&, const Problem<float>&, const DecodeRun<float>&,
                                               const DecodeTextOptions&);
 extern template void write_decode_text<double>(std::ostream&, const Problem<double>&, const DecodeRun<double>&,

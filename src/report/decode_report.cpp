@@ -41,6 +41,16 @@ std::string grouped(std::uint64_t n) {
     return out;
 }
 
+// `first` and `second` on one line when it fits in `width`, else `second` on the next,
+// indented by two.
+void put_fitting(std::ostream& out, const std::string& first, const std::string& sep, const std::string& second,
+                 std::size_t width) {
+    if (display_width(first) + display_width(sep) + display_width(second) <= width)
+        out << first << sep << second << '\n';
+    else
+        out << first << "\n  " << second << '\n';
+}
+
 std::string sci(double v) {
     if (v == 0) return "0";
     char buf[32];
@@ -120,11 +130,15 @@ void write_header(std::ostream& out, const Problem<T>& p, const DecodeRun<T>& ru
         out << "prefill: none, the cache starts empty\n";
         return;
     }
-    out << "prefill: " << (run.prefill == 1 ? "position 0" : "positions 0.." + std::to_string(run.prefill - 1))
-        << " in one causal run; K cache " << shape_words(run.prefill_k_shape, p.batched) << ", V "
-        << shape_words(run.prefill_v_shape, p.batched) << '\n';
-    out << "  FLOPs " << grouped(run.prefill_flops) << "; max |diff| vs the full run " << sci(run.prefill_diff.max())
-        << '\n';
+    put_fitting(
+        out,
+        "prefill: " + (run.prefill == 1 ? "position 0" : "positions 0.." + std::to_string(run.prefill - 1)) +
+            " in one causal run",
+        "; ",
+        "K cache " + shape_words(run.prefill_k_shape, p.batched) + ", V " + shape_words(run.prefill_v_shape, p.batched),
+        o.width);
+    put_fitting(out, "  FLOPs " + grouped(run.prefill_flops), "; ",
+                "max |diff| vs the full run " + sci(run.prefill_diff.max()), o.width);
 }
 
 template <typename T>
@@ -134,8 +148,9 @@ void write_step(std::ostream& out, const Problem<T>& p, const DecodeStep<T>& s, 
     const std::string tok = token(p, 0, s.t);
     if (!tok.empty()) head += " '" + tok + "'";
     if (s.query_position != (long long)s.t) head += " (query at " + std::to_string(s.query_position) + ")";
-    out << head << ": cache " << s.cache_length << ", K " << shape_words(s.k_cache_shape, p.batched) << ", V "
-        << shape_words(s.v_cache_shape, p.batched) << '\n';
+    put_fitting(out, head + ": cache " + std::to_string(s.cache_length), ", ",
+                "K " + shape_words(s.k_cache_shape, p.batched) + ", V " + shape_words(s.v_cache_shape, p.batched),
+                o.width);
     const std::size_t L = s.weights.shape(3);
     for (std::size_t b = 0; b < d.B; ++b)
         for (std::size_t h = 0; h < d.H; ++h) {
@@ -143,7 +158,8 @@ void write_step(std::ostream& out, const Problem<T>& p, const DecodeStep<T>& s, 
                 "  " + (p.batched ? "b" + std::to_string(b) + " " : std::string()) + "h" + std::to_string(h);
             label = pad_right(label, p.batched ? 9 : 6);
             std::string line = label + (o.heatmap ? " |" : "");
-            line += row_text(&s.weights(b, h, 0, 0), &s.mask(b, 0, 0), L, o.width - display_width(line) - 12, o);
+            line += row_text(&s.weights(b, h, 0, 0), &s.mask(b, 0, 0), L,
+                             o.width - display_width(line) - (p.sinks ? 12 : 1), o);
             if (o.heatmap) line += "|";
             if (p.sinks) line += "  sink " + format_number(double(s.sink_weight(b, h, 0)), 2);
             out << line << '\n';
@@ -153,12 +169,14 @@ void write_step(std::ostream& out, const Problem<T>& p, const DecodeStep<T>& s, 
     const double ratio = s.flops_cached ? double(s.flops_recompute) / double(s.flops_cached) : 0;
     char r[32];
     std::snprintf(r, sizeof r, "%.1fx", ratio);
-    out << "  FLOPs " << grouped(s.flops_cached) << " cached, " << grouped(s.flops_recompute) << " recomputed (" << r
-        << "); max |diff| " << sci(s.diff.max()) << '\n';
+    put_fitting(
+        out,
+        "  FLOPs " + grouped(s.flops_cached) + " cached, " + grouped(s.flops_recompute) + " recomputed (" + r + ")",
+        "; ", "max |diff| " + sci(s.diff.max()), o.width);
 }
 
 template <typename T>
-void write_summary(std::ostream& out, const DecodeRun<T>& run) {
+void write_summary(std::ostream& out, const DecodeRun<T>& run, std::size_t width) {
     std::uint64_t cached = run.prefill_flops, recompute = run.prefill_flops;
     std::size_t worst = 0;
     for (std::size_t k = 0; k < run.steps.size(); ++k) {
@@ -166,8 +184,10 @@ void write_summary(std::ostream& out, const DecodeRun<T>& run) {
         recompute += run.steps[k].flops_recompute;
         if (run.steps[k].diff.max() > run.steps[worst].diff.max()) worst = k;
     }
-    out << run.steps.size() << " steps: FLOPs " << grouped(cached) << " with the cache, " << grouped(recompute)
-        << " recomputing each prefix\n";
+    put_fitting(out,
+                (run.prefill ? "prefill + " : "") + std::to_string(run.steps.size()) +
+                    (run.steps.size() == 1 ? " step" : " steps") + ": FLOPs " + grouped(cached) + " with the cache,",
+                " ", grouped(recompute) + " recomputing each prefix", width);
     const double tol = sizeof(T) == 4 ? 1e-5 : 1e-12;
     if (run.bug == DecodeBug::none) {
         out << "max |diff| vs the full causal run: " << sci(run.max_diff)
@@ -341,7 +361,7 @@ void write_decode_text(std::ostream& out, const Problem<T>& p, const DecodeRun<T
                        const DecodeTextOptions& options) {
     write_header(out, p, run, options);
     for (const DecodeStep<T>& s : run.steps) write_step(out, p, s, options);
-    write_summary(out, run);
+    write_summary(out, run, options.width);
 }
 
 template <typename T>

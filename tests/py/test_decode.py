@@ -208,13 +208,15 @@ class Text(CliTestCase):
     """The text view: 80 columns, escaped tokens, heatmap rows, the bug named."""
 
     def test_fits_80_columns(self):
-        src = self.save_npz("b.npz", **bundle(20, B=2, T=30, H=2))
+        tokens = np.array([f"a-rather-long-token-{i}" for i in range(300)])
+        src = self.save_npz("b.npz", **bundle(20, B=2, T=300, H=2, Dk=64, sinks=np.array([0.0, 1.0]),
+                                              query_tokens=tokens))
         for extra in ([], ["--heatmap"], ["--bug", "off-by-one"]):
-            r = run_text("decode", src, "--heads", "2", "--prefill", "3", *extra)
+            r = run_text("decode", src, "--heads", "2", "--prefill", "3", "--window", "200", *extra)
             self.assert_ok(r)
             for line in r.out.splitlines():
                 self.assertLessEqual(len(line), 80, line)
-            self.assertIn("step t=29", r.out)
+            self.assertIn("step t=299", r.out)
 
     def test_tokens_escaped(self):
         b = bundle(21, B=1, T=4, H=1, query_tokens=np.array(["a", "b", "\x1b[31mred", "d"]))

@@ -32,21 +32,11 @@ struct DecodeArgs {
     CLI::Option* causal = nullptr;  // --causal,!--no-causal: to refuse --no-causal
 };
 
-// {prefill} and {bug} are this subcommand's own fields: spelled here, the others by main.
-std::string spell(std::string_view f) {
-    if (f == "prefill" || f == "bug") return "--" + std::string(f);
-    return "{" + std::string(f) + "}";
-}
-
 template <typename T>
 int run_typed(const DecodeArgs& a, const Bundle& bundle, const Spec& spec, DecodeBug bug, std::size_t limit) {
     const Problem<T> problem = make_problem<T>(bundle, spec);
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
-    try {
-        check_decodable(problem, a.prefill, bug);
-    } catch (const UsageError& e) {
-        throw UsageError(e.text(spell));
-    }
+    check_decodable(problem, a.prefill, bug);
     Compute how;
     how.keep = StageSet().set(kWeights).set(kSinkWeight).set(kContext).set(kOutput);
     how.threads = a.run.threads;

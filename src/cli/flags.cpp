@@ -54,7 +54,9 @@ std::string flag_of(std::string_view field) {
                                                  "alibi",
                                                  "window",
                                                  "softcap",
-                                                 "axes"};
+                                                 "axes",
+                                                 "prefill",
+                                                 "bug"};
     for (std::string_view f : kSame)
         if (f == field) return "--" + std::string(field);
     return "{" + std::string(field) + "}";

@@ -7,21 +7,36 @@
 #include <cstdio>
 #include <limits>
 #include <ostream>
+#include <string>
 
 #include "attnscope/base/errors.hpp"
 
 namespace attnscope {
 
+bool key_seen(const TraceView& v, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+    if (!v.mask_rule.visible(b, i, j)) return false;
+    const auto at = [&](const StageView& s) { return s.at(matrix_offset(s, b, h) + i * s.shape.back() + j); };
+    constexpr double neg_inf = -std::numeric_limits<double>::infinity();
+    if (const StageView* bias = v.find(kBias)) return at(*bias) != neg_inf;
+    const StageView* m = v.find(kMaskedScores);
+    if (m && m->formula.find("+ bias") != std::string::npos) return at(*m) != neg_inf;
+    return true;
+}
+
 std::vector<RowDiagnostics> diagnose(const TraceView& v) {
-    v.require(kDiagnoseNeeds, "diagnose");
+    // The stages this run has among those diagnose reads.
+    StageSet needs = StageSet().set(kQ).set(kK).set(kV).set(kScores).set(kWeights);
+    if (v.spec.rope) needs.set(kQRot).set(kKRot);
+    v.require(needs, "diagnose");
     const Dims& d = v.dims;
-    const StageView &S = v.stage("scores"), &M = v.stage("mask"), &W = v.stage("weights"), &V = v.stage("V"),
-                    &Q = v.stage("Q"), &K = v.stage("K");
+    const StageView &S = v.stage(kScores), &W = v.stage(kWeights), &V = v.stage(kV);
+    const StageView &Q = v.stage(v.spec.rope ? kQRot : kQ), &K = v.stage(v.spec.rope ? kKRot : kK);
+    const StageView* sink = v.find(kSinkWeight);
     std::vector<RowDiagnostics> out;
     for (std::size_t b = 0; b < d.B; ++b)
         for (std::size_t h = 0; h < d.H; ++h) {
-            const std::size_t so = matrix_offset(S, b, h), mo = matrix_offset(M, b, 0), vo = matrix_offset(V, b, h),
-                              qo = matrix_offset(Q, b, h), ko = matrix_offset(K, b, h);
+            const std::size_t so = matrix_offset(S, b, h), vo = matrix_offset(V, b, h), qo = matrix_offset(Q, b, h),
+                              ko = matrix_offset(K, b, h);
             for (std::size_t i = 0; i < d.Tq; ++i) {
                 RowDiagnostics r;
                 r.batch = b, r.head = h, r.query = i;
@@ -37,7 +52,7 @@ std::vector<RowDiagnostics> diagnose(const TraceView& v) {
                     for (std::size_t k = 0; k < d.Dv; ++k) norm += std::pow(w * V.at(vo + j * d.Dv + k), 2);
                     r.contribution[j] = std::sqrt(norm);
                     if (r.contribution[j] > best_c) best_c = r.contribution[j], r.max_contribution_key = j;
-                    if (M.at(mo + i * d.Tk + j) != 0) {
+                    if (key_seen(v, b, h, i, j)) {
                         ++r.visible_keys;
                         const double s = S.at(so + i * d.Tk + j);
                         lo = std::min(lo, s), hi = std::max(hi, s);
@@ -47,6 +62,13 @@ std::vector<RowDiagnostics> diagnose(const TraceView& v) {
                     }
                 }
                 r.fully_masked = r.visible_keys == 0;
+                if (sink) {  // (B, H, Tq), or (H, Tq) for a 2-D input
+                    r.has_sink = true;
+                    r.sink_weight = sink->at((v.batched ? b * d.H + h : h) * d.Tq + i);
+                    // Entropy and flags of the keys' distribution: the weights over their sum
+                    // 1 - sink_weight (-sum p ln p = -sum w ln w / S + ln S for p = w / S).
+                    if (r.row_sum > 0) r.entropy = r.entropy / r.row_sum + std::log(r.row_sum);
+                }
                 r.effective_keys = r.fully_masked ? 0 : std::exp(r.entropy);
                 if (!r.fully_masked) {
                     r.score_spread_scaled = hi - lo;
@@ -54,7 +76,7 @@ std::vector<RowDiagnostics> diagnose(const TraceView& v) {
                 }
                 if (r.visible_keys >= 2) {
                     r.nearly_uniform = r.effective_keys >= kUniformFraction * double(r.visible_keys);
-                    r.nearly_one_hot = r.max_weight >= kOneHotWeight;
+                    r.nearly_one_hot = r.max_weight / (r.has_sink ? r.row_sum : 1.0) >= kOneHotWeight;
                 }
                 out.push_back(std::move(r));
             }

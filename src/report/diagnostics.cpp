@@ -27,15 +27,22 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
         "number of keys; max w and the key it sits on; top w·v = the key with the largest ||w_ij v_j||, its share "
         "of the context; spread = max - min of the visible scores before → after scaling; sum = the row sum; "
         "flag: uniform when eff >= 90% of the visible keys, one-hot when max w >= 0.9";
-    const auto lines = wrap(legend, o.width > 14 ? o.width - 4 : 10);
+    const bool sinks = !rows.empty() && rows[0].has_sink;
+    const std::string legend_all =
+        legend + (sinks ? "; sink = sink_weight, the share of the row the head's sink takes (sum + sink = 1); H, eff "
+                          "and the flags are of the weights over their sum"
+                        : "");
+    const auto lines = wrap(legend_all, o.width > 14 ? o.width - 4 : 10);
     out << '\n';
     for (std::size_t k = 0; k < lines.size(); ++k) out << (k ? "   " : "") << lines[k] << '\n';
     for (std::size_t b : batches)
         for (std::size_t h : heads) {
-            out << "\n  -- " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
-                << '\n';
+            out << "\n  -- " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h;
+            if (v.dims.G && v.dims.G != v.dims.H) out << " (reads K/V head " << v.dims.kv_head(h) << ")";
+            out << '\n';
             std::vector<std::vector<std::string>> table = {
                 {"query", "n", "H", "eff", "max w", "at", "top w·v", "spread", "sum", "flag"}};
+            if (sinks) table[0].insert(table[0].begin() + 9, "sink");
             std::size_t uniform = 0, one_hot = 0, masked = 0, n = 0;
             for (const auto& r : rows) {
                 if (r.batch != b || r.head != h) continue;
@@ -52,6 +59,7 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
                      r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_contribution_key), 6),
                      r.fully_masked ? "-" : fmt(r.score_spread_raw, "%.3g") + "→" + fmt(r.score_spread_scaled, "%.3g"),
                      fmt(r.row_sum, "%.3f"), flags});
+                if (sinks) table.back().insert(table.back().begin() + 9, fmt(r.sink_weight, "%.3f"));
             }
             std::vector<std::size_t> w(table[0].size(), 0);
             for (const auto& row : table)
@@ -59,7 +67,8 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
             for (const auto& row : table) {
                 std::string line = "    ";
                 for (std::size_t c = 0; c < row.size(); ++c)
-                    line += (c == 0 || c == 5 || c == 6 || c == 9 ? pad_right(row[c], w[c]) : pad_left(row[c], w[c])) +
+                    line += (c == 0 || c == 5 || c == 6 || c + 1 == row.size() ? pad_right(row[c], w[c])
+                                                                               : pad_left(row[c], w[c])) +
                             (c + 1 < row.size() ? "  " : "");
                 out << line.substr(0, line.find_last_not_of(' ') + 1) << '\n';
             }
@@ -93,7 +102,12 @@ void write_diagnostics_json(std::ostream& out, const std::vector<RowDiagnostics>
         }
         out << "],\"fully_masked\":" << (r.fully_masked ? "true" : "false")
             << ",\"nearly_uniform\":" << (r.nearly_uniform ? "true" : "false")
-            << ",\"nearly_one_hot\":" << (r.nearly_one_hot ? "true" : "false") << '}';
+            << ",\"nearly_one_hot\":" << (r.nearly_one_hot ? "true" : "false");
+        if (r.has_sink) {
+            out << ",\"sink_weight\":";
+            num(r.sink_weight);
+        }
+        out << '}';
     }
     out << "\n]";
 }

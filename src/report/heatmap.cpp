@@ -22,9 +22,9 @@ constexpr const char* kRamp = " .:-=+*#%@";  // no colour: darker to denser
 constexpr const char* kReset = "\033[0m";
 constexpr const char* kMasked = "××";
 
-// Viridis at t in 0..1 (the palette of the HTML and SVG heatmaps), as bytes.
-std::array<int, 3> viridis(double t) {
-    const colour::Rgb c = colour::at(colour::Palette::viridis, t);
+// Palette p at t in 0..1 (the palettes of the HTML and SVG heatmaps), as bytes.
+std::array<int, 3> rgb(colour::Palette p, double t) {
+    const colour::Rgb c = colour::at(p, t);
     return {colour::byte(c.r), colour::byte(c.g), colour::byte(c.b)};
 }
 
@@ -39,13 +39,18 @@ std::string background(const std::array<int, 3>& c, ColorMode mode) {
     return buf;
 }
 
-// A cell of `w` columns (1 or 2) for a value at relative position t in [0, 1].
-std::string cell(double t, std::size_t w, ColorMode mode) {
+// A cell of `w` columns (1 or 2) for a value at relative position t in [0, 1] of palette p
+// (viridis; blue-white-red for a diverging stage such as the bias).
+std::string cell(double t, std::size_t w, ColorMode mode, colour::Palette p = colour::Palette::viridis) {
     if (mode == ColorMode::none) {
         std::size_t k = std::size_t(std::lround(std::clamp(t, 0.0, 1.0) * 9));
         return std::string(w, kRamp[k]);
     }
-    return background(viridis(t), mode) + std::string(w, ' ') + kReset;
+    return background(rgb(p, t), mode) + std::string(w, ' ') + kReset;
+}
+
+colour::Palette palette_of(const StageView& s) {
+    return stage_info(s.id).color == ColorKind::diverging ? colour::Palette::blue_red : colour::Palette::viridis;
 }
 
 std::string masked_cell(std::size_t w, ColorMode mode) {
@@ -76,6 +81,10 @@ std::pair<double, double> value_range(const StageView& s, const std::vector<std:
             }
         }
     if (!(lo <= hi)) return {0.0, 1.0};
+    if (kind == ColorKind::diverging) {  // white at 0: -m..m, m the largest |value|
+        const double m = std::max(std::fabs(lo), std::fabs(hi));
+        return m > 0 ? std::pair{-m, m} : std::pair{-1.0, 1.0};
+    }
     if (lo == hi) hi = lo + 1;
     return {lo, hi};
 }
@@ -103,17 +112,20 @@ std::vector<std::string> code_points(const std::string& s) {
 }
 
 // Whether a cell is drawn as masked: scores keep their real values where the mask hides
-// them; the mask marks its own false cells; the later stages follow the mask (without
-// it, -inf marks them in masked_scores). `mask_index`: the cell's element in the mask.
-bool hidden(const StageView& s, double x, const StageView* mask, std::size_t mask_index) {
+// them; the mask marks its own false cells; the bias its -inf ones; the later stages
+// follow the run's mask rule and a -inf bias (text::sees), never a rule of their own.
+bool hidden(const TraceView& v, const StageView& s, double x, std::size_t b, std::size_t h, std::size_t i,
+            std::size_t j) {
     switch (s.id) {
-        case kScores:
-            return false;
         case kMask:
             return x == 0;
+        case kBias:
+            return x == -std::numeric_limits<double>::infinity();
+        case kMaskedScores:
+        case kWeights:
+            return !sees(v, b, h, i, j);
         default:
-            if (mask) return mask->at(mask_index) == 0;
-            return s.id == kMaskedScores && x == -std::numeric_limits<double>::infinity();
+            return false;
     }
 }
 
@@ -125,11 +137,12 @@ struct Layout {
     std::size_t line_width() const { return label_w + 1 + cw * shown_cols; }
 };
 
-Layout layout(const TraceView& v, std::size_t b, std::size_t rows, std::size_t cols, std::size_t max_cols_width) {
+Layout layout(const TraceView& v, const std::string& row_axis, std::size_t b, std::size_t rows, std::size_t cols,
+              std::size_t max_cols_width) {
     Layout l;
     l.row_labels.resize(rows);
     for (std::size_t i = 0; i < rows; ++i) {
-        l.row_labels[i] = clip_label(axis_label(v, "Tq", b, i), 8);
+        l.row_labels[i] = clip_label(axis_label(v, row_axis, b, i), 8);
         l.label_w = std::max(l.label_w, display_width(l.row_labels[i]));
     }
     // Two columns per cell when they fit, else one; beyond that the first keys only.
@@ -140,11 +153,11 @@ Layout layout(const TraceView& v, std::size_t b, std::size_t rows, std::size_t c
 }
 
 // The key labels above the cells, vertical: one line per code point (up to 6).
-void add_key_labels(Panel& p, const TraceView& v, std::size_t b, const Layout& l) {
+void add_key_labels(Panel& p, const TraceView& v, const std::string& col_axis, std::size_t b, const Layout& l) {
     std::vector<std::vector<std::string>> col_labels(l.shown_cols);
     std::size_t label_lines = 0;
     for (std::size_t j = 0; j < l.shown_cols; ++j) {
-        col_labels[j] = code_points(axis_label(v, "Tk", b, j));
+        col_labels[j] = code_points(axis_label(v, col_axis, b, j));
         if (col_labels[j].size() > 6) col_labels[j].resize(6);
         label_lines = std::max(label_lines, col_labels[j].size());
     }
@@ -164,24 +177,24 @@ Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t 
              const TextOptions& o, std::size_t max_cols_width) {
     const std::size_t nd = s.shape.size(), rows = s.shape[nd - 2], cols = s.shape[nd - 1];
     const std::size_t off = matrix_offset(s, b, h);
-    const StageView* mask = v.find(kMask);
-    const Layout l = layout(v, b, rows, cols, max_cols_width);
+    const Layout l = layout(v, s.axes[nd - 2], b, rows, cols, max_cols_width);
+    const colour::Palette palette = palette_of(s);
     Panel p;
     // 1) Title, then the key labels.
     const std::string where = matrix_title(v, s, b, h), title = s.name + (where.empty() ? "" : ", " + where);
     p.add(title, display_width(title));
-    add_key_labels(p, v, b, l);
+    add_key_labels(p, v, s.axes[nd - 1], b, l);
     // 2) A line per query: its label, then a cell per key shown.
     for (std::size_t i = 0; i < rows; ++i) {
         std::string line = pad_right(l.row_labels[i], l.label_w) + " ";
         for (std::size_t j = 0; j < l.shown_cols; ++j) {
             const double x = s.at(off + i * cols + j);
-            if (hidden(s, x, mask, mask ? matrix_offset(*mask, b, 0) + i * cols + j : 0))
+            if (hidden(v, s, x, b, h, i, j))
                 line += masked_cell(l.cw, o.color);
             else if (std::isnan(x))
                 line += nan_cell(l.cw, o.color);
             else
-                line += cell((x - range.first) / (range.second - range.first), l.cw, o.color);
+                line += cell((x - range.first) / (range.second - range.first), l.cw, o.color, palette);
         }
         p.add(line, l.line_width());
     }
@@ -198,10 +211,10 @@ std::string legend(const StageView& s, std::pair<double, double> range, ColorMod
     std::snprintf(lo, sizeof lo, "%.4g", range.first);
     std::snprintf(hi, sizeof hi, "%.4g", range.second);
     std::string out = "  legend  " + std::string(lo) + " ";
-    for (int k = 0; k <= 9; ++k) out += cell(k / 9.0, 2, mode);
+    for (int k = 0; k <= 9; ++k) out += cell(k / 9.0, 2, mode, palette_of(s));
     out += " " + std::string(hi) + "   " + masked_cell(2, mode) + " masked";
     if (s.id == kWeights) out += " (exactly 0)";
-    if (s.id == kMaskedScores) out += " (-inf)";
+    if (s.id == kMaskedScores || s.id == kBias) out += " (-inf)";
     return out + "   " + nan_cell(2, mode) + " NaN\n";
 }
 
@@ -237,8 +250,10 @@ void print_side_by_side(std::ostream& out, const std::vector<Panel>& panels, std
 
 }  // namespace
 
+bool drawn_as_heatmap(const StageView& s) { return stage_info(s.id).over_keys() || s.id == kSinkWeight; }
+
 void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, const TextOptions& o) {
-    if (!stage_info(s.id).over_keys()) throw UsageError("{heatmap}: stage " + s.name + " is not a (query, key) matrix");
+    if (!drawn_as_heatmap(s)) throw UsageError("{heatmap}: stage " + s.name + " is not a (query, key) matrix");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = has_heads(s) ? chosen_or_all(o.heads, v.dims.H) : std::vector<std::size_t>{0};
     const auto range = value_range(s, batches, heads);
@@ -246,13 +261,18 @@ void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, c
     for (std::size_t b : batches)
         for (std::size_t h : heads) panels.push_back(render(v, s, b, h, range, o, o.width > 4 ? o.width - 4 : 4));
     out << '\n';
+    if (has_heads(s) && v.dims.G && v.dims.G != v.dims.H)  // grouped-query attention: who shares keys
+        for (const auto& line : wrap(sharing_line(v.dims), o.width > 6 ? o.width - 4 : 2)) out << "  " << line << '\n';
+    if (s.id == kSinkWeight) out << "  rows: heads; columns: queries; each cell the sink's share of that row\n";
     print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
     out << legend(s, range, o.color);
 }
 
 void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
     const Stage shown_stages[] = {kScores, kMaskedScores, kWeights};
-    v.require(kPanelsNeeds, "panels");
+    // (kPanelsNeeds also keeps the mask and, when the run has one, the bias; the cells
+    // hidden are the mask rule's and a -inf bias's: text::sees.)
+    v.require(StageSet().set(kScores).set(kMaskedScores).set(kWeights), "panels");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = chosen_or_all(o.heads, v.dims.H);
     for (std::size_t b : batches)
@@ -265,7 +285,11 @@ void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
                 panels.push_back(render(v, s, b, h, ranges.back(), o, (o.width > 12 ? o.width - 12 : 12) / 3));
             }
             out << "\n== " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
-                << ": scores -> masked_scores -> weights (softmax along each row)\n\n";
+                << ": scores -> masked_scores -> weights (softmax along each row)\n";
+            if (v.dims.G && v.dims.G != v.dims.H)
+                out << "   query head " << h << " reads K/V head " << v.dims.kv_head(h) << " ("
+                    << serves(v.dims, v.dims.kv_head(h)) << ")\n";
+            out << '\n';
             print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
             for (std::size_t k = 0; k < 3; ++k) out << legend(v.stage(shown_stages[k]), ranges[k], o.color);
         }

@@ -136,6 +136,7 @@ std::string clip(const std::string& s) { return text::clip_points(s, 12, 12); }
 std::string axis_title(const std::string& axis) {
     if (axis == "Tq") return "queries (Tq)";
     if (axis == "Tk") return "keys (Tk)";
+    if (axis == "H") return "heads (H)";
     return "features (" + axis + ")";
 }
 
@@ -330,12 +331,16 @@ bool shows_mask(const StageView& s) {
     }
 }
 
-// The (Tq, Tk) "may attend" matrix of batch item b, row-major, as the run's mask rule says.
-std::vector<char> visibility(const TraceView& v, std::size_t b) {
+// The (Tq, Tk) "may attend" matrix of batch item b and head h, row-major, as the run's mask
+// rule says (and, but for the mask stage itself, a -inf bias: text::sees). Empty for a
+// stage that marks no masked cells.
+std::vector<char> visibility(const TraceView& v, const StageView& s, std::size_t b, std::size_t h) {
+    if (!shows_mask(s)) return {};
     const std::size_t Tq = v.dims.Tq, Tk = v.dims.Tk;
     std::vector<char> seen(Tq * Tk);
     for (std::size_t i = 0; i < Tq; ++i)
-        for (std::size_t j = 0; j < Tk; ++j) seen[i * Tk + j] = v.mask_rule.visible(b, i, j);
+        for (std::size_t j = 0; j < Tk; ++j)
+            seen[i * Tk + j] = s.id == kMask ? v.mask_rule.visible(b, i, j) : text::sees(v, b, h, i, j);
     return seen;
 }
 
@@ -351,7 +356,8 @@ Cell cell_of(const Matrix& m, ColorKind kind, const ColourScale& sc, const std::
              std::size_t j) {
     Cell c;
     const double x = m.at(i, j);
-    c.masked = shows_mask(*m.stage) && !seen.empty() && !seen[i * m.cols + j];
+    c.masked = (shows_mask(*m.stage) && !seen.empty() && !seen[i * m.cols + j]) ||
+               (m.stage->id == kBias && x == -std::numeric_limits<double>::infinity());  // a -inf bias hides its key
     if (kind == ColorKind::boolean) {
         c.text = x != 0 ? "✓" : "·";
         return c;
@@ -462,6 +468,12 @@ void write_header(std::ostream& out, const TraceView& v, const std::vector<std::
     row("sizes", escape(text::dims_line(d)) + (v.batched ? "" : " (2-D x: no batch axis in the results)"));
     row("scale", readable(v.scale, "%.6g") + " = " + escape(v.scale_source));
     row("masks", escape(text::masks_line(v)));
+    if (d.G && d.G != d.H) row("K/V heads", escape(text::sharing_line(d)));
+    if (v.spec.rope)
+        row("RoPE",
+            escape(std::string(v.spec.rope->style == RopeStyle::half ? "pairs (j, j + R/2)" : "pairs (2j, 2j + 1)") +
+                   " of the first R = " + std::to_string(v.spec.rope->dim.value_or(d.Dk)) + " features, base " +
+                   text::option_num(v.spec.rope->base)));
     row("dtype", escape(v.dtype));
     std::string rows;
     for (const auto& r : v.fully_masked) {
@@ -476,7 +488,16 @@ void write_header(std::ostream& out, const TraceView& v, const std::vector<std::
            "Hover over a cell for its exact value. Scores and weights use viridis (dark = low, yellow = high; "
            "weights always on 0…1); Q, K, V, context and output use blue (negative), white (0), red (positive). "
            "<span class=\"swatch masked\"></span> hatched grey: masked — the query may not see that key "
-           "(score −∞, weight exactly 0).</p>\n<nav>stages:";
+           "(score −∞, weight exactly 0).";
+    const text::Variants r = text::variants_of(v);
+    if (r.bias)
+        out << " The bias (added to the scores) uses blue (negative), white (0), red (positive); a −∞ bias hides its "
+               "key like a mask.";
+    if (r.sinks)
+        out << " sink_weight: rows are heads, columns queries; each cell is the share of that row of weights taken "
+               "by the head's sink (0…1), so the row's weights sum to 1 − sink_weight.";
+    if (r.rope) out << " Q_rot and K_rot: Q and K with their RoPE pairs turned by position.";
+    out << "</p>\n<nav>stages:";
     for (const auto& name : stages) out << " <a href=\"#stage-" << escape(name) << "\">" << escape(name) << "</a>";
     out << "</nav>\n</header>\n";
 }
@@ -600,13 +621,17 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
     out << "<div class=\"figs\">\n";
     std::size_t drawn = 0, left_out = 0;
     std::string first_left_out;
+    const bool gqa = v.dims.G && v.dims.G != v.dims.H;
     for (std::size_t b : text::chosen_or_all(batches, v.dims.B)) {
-        const std::vector<char> seen = shows_mask(s) ? visibility(v, b) : std::vector<char>();
         for (const text::MatrixRef& ref :
              text::matrices_of(v, s, {b}, text::chosen_or_all(heads, v.dims.H), 8, " · ")) {
             Matrix m = matrix_of(s, b, ref.head);
             m.offset = ref.offset;
             m.title = ref.title;
+            // Grouped-query attention: a query head's matrix says which K/V head it reads.
+            if (gqa && m.has_heads && std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end())
+                m.title += " (reads K/V head " + std::to_string(v.dims.kv_head(ref.head)) + ")";
+            const std::vector<char> seen = visibility(v, s, b, ref.head);
             const std::size_t cells =
                 text::shown(m.rows, kMaxAxis, kMaxAxis / 2).size() * text::shown(m.cols, kMaxAxis, kMaxAxis / 2).size();
             if (drawn > 0 && drawn + cells > budget) {
@@ -751,7 +776,7 @@ SvgFigure svg_figure(const TraceView& v, const StageView& s, std::size_t batch, 
     f.row_labels = svg_labels(v, f, f.ri, f.m.row_axis(), f.row_w);
     f.col_labels = svg_labels(v, f, f.ci, f.m.col_axis(), f.col_w);
     // 3) The cells, the title and the note, then where everything goes.
-    svg_cells(f, shows_mask(s) ? visibility(v, batch) : std::vector<char>());
+    svg_cells(f, visibility(v, s, batch, head));
     f.title = s.name + (matrix_title(v, f.m).empty() ? "" : " · " + matrix_title(v, f.m));
     f.note = svg_note(f);
     svg_geometry(f);

@@ -108,6 +108,50 @@ void put_tokens(std::ostream& out, const TokenLabels& t, bool batched) {
     out << ']';
 }
 
+// The config of the modern variants: kv_heads, rope {base, dim, style}, alibi, window,
+// softcap, attn_mask_means (null when not given), and what came from the bundle: attn_mask
+// ("bool", "float" or null), sinks and positions (true/false; null when the stages kept
+// cannot tell: a float attn_mask beside ALiBi, or sinks, without bias/weights/sink_weight).
+void put_variants(std::ostream& out, const TraceView& v) {
+    const Dims& d = v.dims;
+    const text::Variants r = text::variants_of(v);
+    out << ",\"kv_heads\":" << (d.G ? d.G : d.H) << ",\"rope\":";
+    if (v.spec.rope) {
+        out << "{\"base\":";
+        text::put_json_number(out, v.spec.rope->base);
+        out << ",\"dim\":" << v.spec.rope->dim.value_or(d.Dk) << ",\"style\":\""
+            << (v.spec.rope->style == RopeStyle::half ? "half" : "interleaved") << "\"}";
+    } else {
+        out << "null";
+    }
+    out << ",\"alibi\":" << (v.spec.alibi ? "true" : "false") << ",\"window\":";
+    if (v.spec.window)
+        out << *v.spec.window;
+    else
+        out << "null";
+    out << ",\"softcap\":";
+    if (v.spec.softcap)
+        text::put_json_number(out, *v.spec.softcap);
+    else
+        out << "null";
+    out << ",\"attn_mask_means\":"
+        << (v.spec.attn_mask_means == MaskMeans::allow   ? "\"allow\""
+            : v.spec.attn_mask_means == MaskMeans::block ? "\"block\""
+                                                         : "null");
+    out << ",\"attn_mask\":";
+    if (r.bool_mask)
+        out << "\"bool\"";
+    else if (r.float_mask)
+        out << "\"float\"";
+    else
+        out << (r.known_bias ? "null" : "\"unknown\"");
+    out << ",\"sinks\":"
+        << (!r.known_sinks ? "null"
+            : r.sinks      ? "true"
+                           : "false")
+        << ",\"positions\":" << (r.positions ? "true" : "false");
+}
+
 // The opening of the document: its "config", "dims" and "tokens" members.
 void put_config(std::ostream& out, const TraceView& v) {
     const Dims& d = v.dims;
@@ -121,10 +165,11 @@ void put_config(std::ostream& out, const TraceView& v) {
     out << ",\"causal\":" << (v.spec.causal ? "true" : "false") << ",\"causal_align\":\""
         << (v.spec.causal_align == CausalAlign::top_left ? "top-left" : "bottom-right") << "\""
         << ",\"key_padding_mask\":" << (v.has_padding() ? "true" : "false") << ",\"layout\":\""
-        << (v.spec.layout == Layout::math ? "math" : "torch") << "\",\"batched\":" << (v.batched ? "true" : "false")
-        << "},\n\"dims\":{\"B\":" << d.B << ",\"Tq\":" << d.Tq << ",\"Tk\":" << d.Tk << ",\"Dm\":" << d.Dm
-        << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"Dk\":" << d.Dk << ",\"Dv\":" << d.Dv
-        << ",\"Dout\":" << d.Dout << "},\n\"tokens\":{\"query\":";
+        << (v.spec.layout == Layout::math ? "math" : "torch") << "\",\"batched\":" << (v.batched ? "true" : "false");
+    put_variants(out, v);
+    out << "},\n\"dims\":{\"B\":" << d.B << ",\"Tq\":" << d.Tq << ",\"Tk\":" << d.Tk << ",\"Dm\":" << d.Dm
+        << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"G\":" << (d.G ? d.G : d.H) << ",\"Dk\":" << d.Dk
+        << ",\"Dv\":" << d.Dv << ",\"Dout\":" << d.Dout << "},\n\"tokens\":{\"query\":";
     put_tokens(out, v.query_tokens, v.batched);
     out << ",\"key\":";
     put_tokens(out, v.key_tokens, v.batched);

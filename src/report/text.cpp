@@ -74,7 +74,7 @@ void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const ch
 }
 
 // The header: what ran, on which sizes, with which scale and masks, and the rows that see no key.
-void write_run_header(std::ostream& out, const TraceView& v) {
+void write_run_header(std::ostream& out, const TraceView& v, std::size_t width) {
     const Dims& d = v.dims;
     out << "attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H
         << (d.H == 1 ? " head" : " heads") << ", " << v.dtype << ", " << escape_control(v.source) << '\n';
@@ -83,7 +83,21 @@ void write_run_header(std::ostream& out, const TraceView& v) {
     char scale[32];
     std::snprintf(scale, sizeof scale, "%.6g", v.scale);
     out << "  scale   " << scale << " = " << v.scale_source << '\n';
-    out << "  masks   " << masks_line(v) << '\n';
+    // Lines that may be long wrap under their first word's column, within the width.
+    const auto field = [&out, width](const char* name, const std::string& text) {
+        const auto lines = wrap(text, width > 30 ? width - 10 : 20);
+        for (std::size_t k = 0; k < lines.size(); ++k) out << (k ? "          " : name) << lines[k] << '\n';
+    };
+    field("  masks   ", masks_line(v));
+    if (v.dims.G && v.dims.G != v.dims.H) field("  K/V     ", sharing_line(d));
+    if (v.spec.rope) {
+        const Rope& r = *v.spec.rope;
+        const std::string where = positions_words(v);
+        field("  rope    ", std::string(r.style == RopeStyle::half ? "pairs (j, j + R/2)" : "pairs (2j, 2j + 1)") +
+                                ", R = " + std::to_string(r.dim.value_or(d.Dk)) + " of Dk = " + std::to_string(d.Dk) +
+                                ", angle pos · " + option_num(r.base) + "^(-2j/R)" +
+                                (where.empty() ? "" : "; " + where));
+    }
     if (!v.fully_masked.empty()) {
         out << "  rows with every key masked (weights all 0):";
         for (const auto& r : v.fully_masked) {
@@ -104,7 +118,7 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, cons
     if (o.explain)
         for (const auto& para : explain_stage(v, s))
             for (const auto& line : wrap(para, o.width > 23 ? o.width - 3 : 20)) out << "   " << line << '\n';
-    if (o.heatmap && stage_info(s.id).over_keys()) {
+    if (o.heatmap && drawn_as_heatmap(s)) {
         write_heatmaps(out, v, s, o);
         return;
     }
@@ -129,7 +143,7 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
     check_selection(o, v.dims);
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = chosen_or_all(o.heads, v.dims.H);
-    write_run_header(out, v);
+    write_run_header(out, v, o.width);
     for (const auto& name : o.stages) write_stage(out, v, v.stage(name), o, batches, heads);
 }
 

@@ -6,6 +6,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -197,17 +200,208 @@ inline std::vector<std::string> wrap(const std::string& text, std::size_t width)
 inline std::string dims_line(const Dims& d) {
     return "B=" + std::to_string(d.B) + " Tq=" + std::to_string(d.Tq) + " Tk=" + std::to_string(d.Tk) +
            " Dm=" + std::to_string(d.Dm) + " Dkv=" + std::to_string(d.Dkv) + " H=" + std::to_string(d.H) +
-           " Dk=" + std::to_string(d.Dk) + " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
+           (d.G && d.G != d.H ? " G=" + std::to_string(d.G) : std::string()) + " Dk=" + std::to_string(d.Dk) +
+           " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
 }
 
-// Which masks applied, in words ("none" when none did).
+// ---------------------------------------------------------------------------
+// What a run has beyond the classic pipeline
+// ---------------------------------------------------------------------------
+
+// Whether kept stage `id` exists and its formula holds `words` (view_of writes them).
+inline bool formula_says(const TraceView& v, Stage id, const char* words) {
+    const StageView* s = v.find(id);
+    return s && s->formula.find(words) != std::string::npos;
+}
+
+// The variants of attention a run used, as its view tells them: the spec, the mask rule,
+// the dims, and the formulas of the stages it kept (a float attn_mask and sinks are
+// arrays of the bundle; the view knows of them from the bias, masked_scores, weights
+// and sink_weight stages; `known_*` is false when none of those was kept).
+struct Variants {
+    bool gqa = false;         // G < H K/V heads
+    bool rope = false;        // Q_rot, K_rot
+    bool alibi = false;       // bias m_h · (k_pos - q_pos)
+    bool float_mask = false;  // a float attn_mask added to the scores
+    bool bias = false;        // alibi || float_mask
+    bool bool_mask = false;   // a boolean attn_mask in the mask rule
+    bool window = false;      // a sliding window in the mask rule
+    bool positions = false;   // q_positions / k_positions from the bundle
+    bool softcap = false;     // C · tanh(scores / C)
+    bool sinks = false;       // a sink logit per head
+    bool known_bias = true, known_sinks = true;
+};
+
+inline Variants variants_of(const TraceView& v) {
+    Variants r;
+    r.gqa = v.dims.G && v.dims.G != v.dims.H;
+    r.rope = v.spec.rope.has_value();
+    r.alibi = v.spec.alibi;
+    r.bool_mask = v.mask_rule.has_attn_mask();
+    r.window = v.mask_rule.window().has_value();
+    r.positions = v.mask_rule.explicit_positions();
+    r.softcap = v.spec.softcap.has_value();
+    if (v.find(kBias))
+        r.float_mask = formula_says(v, kBias, "attn_mask");
+    else if (v.find(kMaskedScores))
+        r.float_mask = !r.alibi && formula_says(v, kMaskedScores, "+ bias");
+    else
+        r.known_bias = r.alibi;  // with ALiBi: whether a float attn_mask is added too is not known
+    r.bias = r.alibi || r.float_mask;
+    if (v.find(kSinkWeight) || v.find(kWeights))
+        r.sinks = v.find(kSinkWeight) || formula_says(v, kWeights, "sink");
+    else
+        r.known_sinks = false;
+    return r;
+}
+
+// "K/V head 1 serves query heads 2–3" (or "query head 2" for a group of one).
+inline std::string serves(const Dims& d, std::size_t g) {
+    const std::size_t n = d.group(), first = g * n;
+    return "K/V head " + std::to_string(g) + " serves query head" +
+           (n > 1 ? "s " + std::to_string(first) + "–" + std::to_string(first + n - 1) : " " + std::to_string(first));
+}
+
+// Every K/V head's query heads: "K/V head 0 serves query heads 0–1; K/V head 1 serves ...".
+inline std::string sharing_line(const Dims& d) {
+    std::string s;
+    for (std::size_t g = 0; g < d.G; ++g) s += (g ? "; " : "") + serves(d, g);
+    return s;
+}
+
+// The element of a (B, H, Tq, Tk) stage s at (b, h, i, j).
+inline double at_bhij(const StageView& s, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+    return s.at(matrix_offset(s, b, h) + i * s.shape.back() + j);
+}
+
+// Whether query i of batch item b may see key j in head h: the mask rule, and a -inf bias
+// (analysis::key_seen: every view asks it, none recomputes the rule).
+inline bool sees(const TraceView& v, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+    return key_seen(v, b, h, i, j);
+}
+
+// ALiBi's slope m_h of head h, read back from the bias stage: bias / (k_pos - q_pos) at the
+// cell of batch item 0 farthest from the diagonal. Only for a bias that is ALiBi alone (no
+// float attn_mask added) and a kept bias stage; nullopt otherwise, or when every key sits
+// at its query's position.
+inline std::optional<double> alibi_slope(const TraceView& v, std::size_t h) {
+    const StageView* bias = v.find(kBias);
+    if (!bias || !v.spec.alibi || formula_says(v, kBias, "attn_mask")) return std::nullopt;
+    long long best = 0;
+    std::size_t bi = 0, bj = 0;
+    for (std::size_t i = 0; i < v.dims.Tq; ++i)
+        for (std::size_t j = 0; j < v.dims.Tk; ++j) {
+            const long long delta = v.mask_rule.key_position(0, j) - v.mask_rule.query_position(0, i);
+            if (std::llabs(delta) > std::llabs(best)) best = delta, bi = i, bj = j;
+        }
+    if (best == 0) return std::nullopt;
+    return at_bhij(*bias, 0, h, bi, bj) / double(best);
+}
+
+// The largest visible logit of row (b, h, i) of masked_scores (-inf when none is visible),
+// its key, and sum_j exp(m_ij - max).
+struct RowMax {
+    double max = -std::numeric_limits<double>::infinity(), sum = 0;
+    std::size_t arg = 0;
+};
+inline RowMax row_max(const StageView& masked, std::size_t b, std::size_t h, std::size_t i) {
+    RowMax r;
+    const std::size_t Tk = masked.shape.back();
+    for (std::size_t k = 0; k < Tk; ++k) {
+        const double m = at_bhij(masked, b, h, i, k);
+        if (m > r.max) r.max = m, r.arg = k;
+    }
+    if (r.max == -std::numeric_limits<double>::infinity()) return r;
+    for (std::size_t k = 0; k < Tk; ++k) r.sum += std::exp(at_bhij(masked, b, h, i, k) - r.max);
+    return r;
+}
+
+// The element of a (B, H, Tq) stage (sink_weight) at (b, h, i).
+inline double at_bhi(const StageView& s, std::size_t b, std::size_t h, std::size_t i) {
+    const bool batch = !s.axes.empty() && s.axes[0] == "B";
+    const std::size_t H = s.shape[batch ? 1 : 0], Tq = s.shape.back();
+    return s.at(((batch ? b : 0) * H + h) * Tq + i);
+}
+
+// The sink logit s_h of head h, read back from the stages (the view holds no sinks array):
+// sink_weight / sum_j w_ij = exp(s_h - row max) / sum_j exp(m_ij - row max), at the row
+// where the sink's share is nearest 1/2 (the best conditioned). nullopt without the
+// stages, or when no row shares between keys and sink.
+inline std::optional<double> sink_logit(const TraceView& v, std::size_t h) {
+    const StageView *sw = v.find(kSinkWeight), *w = v.find(kWeights), *m = v.find(kMaskedScores);
+    if (!sw || !w || !m) return std::nullopt;
+    std::optional<double> best;
+    double best_gap = 1;
+    for (std::size_t b = 0; b < v.dims.B; ++b)
+        for (std::size_t i = 0; i < v.dims.Tq; ++i) {
+            const double share = at_bhi(*sw, b, h, i);
+            double keys = 0;
+            for (std::size_t j = 0; j < v.dims.Tk; ++j) keys += at_bhij(*w, b, h, i, j);
+            if (!(share > 0 && keys > 0) || std::fabs(share - 0.5) >= best_gap) continue;
+            const RowMax r = row_max(*m, b, h, i);
+            if (!std::isfinite(r.max)) continue;
+            best_gap = std::fabs(share - 0.5);
+            best = r.max + std::log(r.sum) + std::log(share) - std::log(keys);
+            // Rounding leaves ~1e-16 where the logit is 0: say 0 (a sum of terms of size ~|max|).
+            if (std::fabs(*best) < 1e-12 * (1 + std::fabs(r.max))) best = 0.0;
+        }
+    return best;
+}
+
+// A number for narration: 4 significant digits ("0.003906", "-1.5", "inf").
+inline std::string short_num(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4g", x);
+    return buf;
+}
+
+// A number as written in an option: "10000", "0.5" (up to 10 significant digits).
+inline std::string option_num(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.10g", x);
+    return buf;
+}
+
+// How the query positions are set, in words: "q_pos(i) = i", "i + Tk - Tq = i + 3", "from q_positions".
+inline std::string positions_words(const TraceView& v) {
+    if (v.mask_rule.explicit_positions()) return "positions from the bundle (q_positions / k_positions)";
+    if (v.spec.causal_align == CausalAlign::top_left || v.dims.Tk == v.dims.Tq) return "";
+    return "queries at positions i + Tk - Tq = i + " + std::to_string((long long)v.dims.Tk - (long long)v.dims.Tq) +
+           " (bottom-right)";
+}
+
+// Which masks and additive terms applied, in words ("none" when none did): key padding,
+// causal with its alignment, a window, a boolean attn_mask, explicit positions, ALiBi or
+// a float attn_mask, softcap and sinks, as the run has them.
 inline std::string masks_line(const TraceView& v) {
+    const Variants r = variants_of(v);
+    const MaskRule& rule = v.mask_rule;
     std::string masks;
-    if (v.has_padding()) masks += "key padding (key_padding_mask, 1 = PAD)";
-    if (v.spec.causal)
-        masks += std::string(masks.empty() ? "" : " + ") + "causal, " +
-                 (v.spec.causal_align == CausalAlign::top_left ? "top-left (query i sees keys j <= i)"
-                                                               : "bottom-right (query i sees keys j <= i + Tk - Tq)");
+    const auto add = [&masks](const std::string& part) { masks += (masks.empty() ? "" : " + ") + part; };
+    if (v.has_padding()) add("key padding (key_padding_mask, 1 = PAD)");
+    if (rule.causal()) {
+        if (r.positions)
+            add("causal (query i sees keys with k_pos(j) <= q_pos(i))");
+        else
+            add(std::string("causal, ") + (rule.align() == CausalAlign::top_left
+                                               ? "top-left (query i sees keys j <= i)"
+                                               : "bottom-right (query i sees keys j <= i + Tk - Tq)"));
+    }
+    if (r.window) {
+        const std::string W = std::to_string(*rule.window());
+        add("window " + W +
+            (rule.causal() ? " (the " + W + " latest keys: q_pos - " + W + " < k_pos <= q_pos)"
+                           : " (|q_pos - k_pos| < " + W + ")"));
+    }
+    if (r.bool_mask)
+        add(std::string("boolean attn_mask (") +
+            (v.spec.attn_mask_means == MaskMeans::block ? "true = blocked" : "true = may attend") + ")");
+    if (r.positions) add("explicit positions (q_positions / k_positions)");
+    if (r.alibi) add("ALiBi bias m_h · (k_pos - q_pos)");
+    if (r.float_mask) add("float attn_mask added to the scores (-inf hides a key)");
+    if (r.softcap)
+        add("softcap " + short_num(*v.spec.softcap) + " · tanh(scores / " + short_num(*v.spec.softcap) + ")");
+    if (r.sinks) add("a sink logit per head (each row sums to 1 - sink_weight)");
     return masks.empty() ? "none" : masks;
 }
 

@@ -5,7 +5,9 @@
 // and nearly one-hot rows (badly scaled scores do both), the spread of the visible
 // scores before and after scaling, fully masked rows, the row-sum check, and each
 // key's value-weighted contribution ||w_ij · v_j|| beside its weight w_ij (a large
-// weight on a tiny value contributes little).
+// weight on a tiny value contributes little). Grouped K/V heads, RoPE (the spread of
+// q_rot · k_rot), -inf biases (hidden keys) and sinks (rows summing to 1 - sink_weight)
+// are taken as the run has them.
 #pragma once
 
 #include <cstddef>
@@ -28,14 +30,27 @@ struct RowDiagnostics {
     std::vector<double> contribution;  // ||w_ij · v_j|| per key j
     std::size_t max_contribution_key = 0;
     bool fully_masked = false, nearly_uniform = false, nearly_one_hot = false;
+    // With sinks: the sink's share of the row (sink_weight); the weights sum to 1 - it, and
+    // entropy, effective_keys and the flags describe the keys' share, w_ij / (1 - sink_weight).
+    bool has_sink = false;
+    double sink_weight = 0;
 };
 
 // Thresholds: nearly uniform when the effective number of keys is at least 90% of the
 // visible keys; nearly one-hot when one weight is at least 0.9 (rows with 2+ keys).
 inline constexpr double kUniformFraction = 0.9, kOneHotWeight = 0.9;
 
-// Needs these stages in the view.
-inline const StageSet kDiagnoseNeeds = StageSet().set(kQ).set(kK).set(kV).set(kScores).set(kMask).set(kWeights);
+// Needs these stages in the view (those the run has: Q_rot and K_rot with RoPE, for the
+// spread of q · k before scaling; bias, whose -inf hides a key; sink_weight with sinks).
+// clang-format off
+inline const StageSet kDiagnoseNeeds = StageSet().set(kQ).set(kK).set(kV).set(kQRot).set(kKRot).set(kScores)
+    .set(kBias).set(kMask).set(kWeights).set(kSinkWeight);
+// clang-format on
 std::vector<RowDiagnostics> diagnose(const TraceView& view);
+
+// Whether query i of batch item b may see key j in head h: the run's mask rule says so
+// (MaskRule::visible) and no -inf bias hides the key (asked of the bias stage when kept,
+// else of masked_scores when the run adds a bias). Every view asks this; none recomputes it.
+bool key_seen(const TraceView& view, std::size_t b, std::size_t h, std::size_t i, std::size_t j);
 
 }  // namespace attnscope

@@ -38,21 +38,33 @@ struct TextOptions {
 // masked cells drawn apart from small values. Viridis colours (colour-blind safe);
 // without colour, a character ramp.
 void write_heatmaps(std::ostream& out, const TraceView& view, const StageView& stage, const TextOptions& options);
+// The stages write_heatmaps draws: (query, key) matrices, and sink_weight as an (H, Tq)
+// matrix per batch item on the probability scale.
+bool drawn_as_heatmap(const StageView& stage);
 
 // What each view needs kept, besides the stages it shows. A front end adds these to
 // Compute::keep; a view missing one refuses with UsageError.
-inline const StageSet kHeatmapNeeds = StageSet().set(kMask);  // masked cells are marked
-inline const StageSet kPanelsNeeds = StageSet().set(kScores).set(kMaskedScores).set(kWeights).set(kMask);
-inline const StageSet kCellNeeds =
-    StageSet().set(kQ).set(kK).set(kV).set(kScores).set(kMask).set(kMaskedScores).set(kWeights).set(kContext);
+// (A stage the run does not have is ignored by Compute::keep: Q_rot and K_rot come with
+// RoPE, bias with ALiBi or a float attn_mask, sink_weight with sinks. A -inf bias hides
+// its key as the mask rule does, so the heatmaps keep the bias to mark those cells.)
+inline const StageSet kHeatmapNeeds = StageSet().set(kMask).set(kBias);  // masked cells are marked
+inline const StageSet kPanelsNeeds = StageSet().set(kScores).set(kMaskedScores).set(kWeights).set(kMask).set(kBias);
+// clang-format off
+inline const StageSet kCellNeeds = StageSet().set(kQ).set(kK).set(kV).set(kQRot).set(kKRot).set(kScores)
+    .set(kBias).set(kMask).set(kMaskedScores).set(kWeights).set(kSinkWeight).set(kContext);
+// clang-format on
 
 // For each chosen batch item and head: scores | masked_scores | weights side by side.
 void write_panels(std::ostream& out, const TraceView& view, const TextOptions& options);
 
 // One cell's arithmetic, for (batch, head, query i, key j): q_i · k_j term by term, the
 // sum, times the scale, the mask, the row max, exp, the row sum, the weight, and then
-// key j's value vector's share w_ij · v_j of context row i. Needs every stage from Q to
-// context in the view. UsageError for a cell that does not exist.
+// key j's value vector's share w_ij · v_j of context row i. With the variants the run has:
+// the K/V head the query head reads, each RoPE pair turned (Q -> Q_rot, K -> K_rot), the
+// softcap, the bias (ALiBi's slope times k_pos - q_pos, a float attn_mask), each part of
+// the mask rule with its numbers (the verdict is MaskRule::visible's), the sink's logit and
+// share. Needs every stage from Q to context in the view that the run has (kCellNeeds).
+// UsageError for a cell that does not exist.
 struct CellRef {
     std::size_t batch = 0, head = 0, query = 0, key = 0;
 };

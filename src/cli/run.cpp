@@ -538,7 +538,7 @@ Spec spec_of(const RunOptions& o) {
 Bundle load_inputs(const RunOptions& o, std::size_t limit) {
     Bundle bundle;
     if (!o.bundle.empty())
-        bundle = load_bundle(o.bundle, limit);
+        bundle = load_bundle(o.bundle, limit, check_array_name);  // an unknown array is never read
     else
         bundle.source = "<options>";
     for (const auto& [name, file] : o.array_files) {

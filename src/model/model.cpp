@@ -10,6 +10,7 @@
 #include <set>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
 
 namespace attnscope {
 
@@ -46,6 +47,17 @@ const std::vector<std::string>& known_array_names() {
                                                    "in_proj_weight", "in_proj_bias", "q_proj_weight", "k_proj_weight",
                                                    "v_proj_weight", "out_proj.weight", "out_proj.bias"};
     return names;
+}
+
+namespace {
+std::string join(const std::vector<std::string>& v);
+}  // namespace
+
+void check_array_name(const std::string& source, const std::string& name) {
+    const auto& known = known_array_names();
+    if (std::find(known.begin(), known.end(), name) == known.end())
+        throw InputError(source + ": unknown array '" + escape_control(clip_fragment(name)) +
+                         "' (a bundle may hold: " + join(known) + ")");
 }
 
 namespace {
@@ -136,10 +148,8 @@ class Builder {
     }
 
     void check_names() const {
-        const auto& known = known_array_names();
         for (const auto& [name, arr] : b_.arrays) {
-            if (std::find(known.begin(), known.end(), name) == known.end())
-                throw InputError(b_.source + ": unknown array '" + name + "' (a bundle may hold: " + join(known) + ")");
+            check_array_name(b_.source, name);
             if (kTorchNames.count(name) && spec_.layout != Layout::torch)
                 throw InputError(b_.source + ": " + name +
                                  " is a PyTorch nn.MultiheadAttention parameter (weights stored (out, in)); pass "

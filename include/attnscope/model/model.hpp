@@ -153,6 +153,9 @@ struct Problem {
 
 // The array names a bundle may hold (math layout, and PyTorch's names for --layout torch).
 const std::vector<std::string>& known_array_names();
+// InputError "SOURCE: unknown array 'NAME' (a bundle may hold: ...)" for a name that is
+// not one of them: as io's NameCheck, it refuses such an array before it is read.
+void check_array_name(const std::string& source, const std::string& name);
 
 template <typename T>
 Problem<T> make_problem(const Bundle& bundle, const Spec& spec);

@@ -97,7 +97,9 @@ namespace {
 
 // Existing outputs are kept unless --force: checked before any work is done.
 void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) {
-    if (!o.svg.empty() && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end())
+    // (With every stage, whether the run has the --svg-stage is known once the bundle is read.)
+    const bool all = o.stages.empty() || o.stages == "all";
+    if (!o.svg.empty() && !all && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end())
         throw UsageError("--svg-stage " + o.svg_stage + ": not among the chosen --stages");
     // Every output path, before any work: a run never computes for minutes and then fails
     // on a missing directory, nor leaves some outputs behind for another one that failed.
@@ -275,6 +277,9 @@ template <typename T>
 int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit, Clock::time_point t0) {
     Problem<T> problem = make_problem<T>(bundle, spec);
     const auto stages = stages_of_run(o, stages_of(problem));
+    if (!o.svg.empty() && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end())
+        throw UsageError("{svg_stage} " + o.svg_stage + ": this run has no stage " + o.svg_stage + "; it exists with " +
+                         std::string(stage_info(*find_stage(o.svg_stage)).exists_with));
     const TextOptions text = text_options(o, stages);
     check_selection(text, problem.dims);  // before anything is written
     const CellRef cell = parse_cell(o, problem.batched, problem.dims);

@@ -24,8 +24,9 @@ const std::array<StageInfo, kStageCount> kTable = {{
      V::number, C::diverging, set_of({kK}), "{rope}"},
     {kScores, "scores", {"B", "H", "Tq", "Tk"}, 4, "Q · Kᵀ · scale", V::number, C::sequential,
      set_of({kQ, kK, kQRot, kKRot}), ""},
+    // (bias is computed beside the scores, tile by tile: it needs what they need.)
     {kBias, "bias", {"B", "H", "Tq", "Tk"}, 4, "ALiBi slope · (k_pos − q_pos) and/or the float attn_mask",
-     V::number, C::diverging, {}, "{alibi} or a float attn_mask"},
+     V::number, C::diverging, set_of({kScores}), "{alibi} or a float attn_mask"},
     {kMask, "mask", {"B", "Tq", "Tk"}, 3, "true where query i may see key j", V::boolean, C::boolean, {}, ""},
     {kMaskedScores, "masked_scores", {"B", "H", "Tq", "Tk"}, 4, "scores, -inf where mask is false", V::number,
      C::sequential, set_of({kScores, kBias, kMask}), ""},

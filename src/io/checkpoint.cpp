@@ -1,0 +1,135 @@
+// Opening a checkpoint by path: which container it is, and the config.json beside it.
+#include "attnscope/io/checkpoint.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
+#include "bytes.hpp"
+
+namespace attnscope {
+namespace {
+
+using io_detail::ends_with;
+using io_detail::shown;
+using io_detail::shown_path;
+
+// The largest config.json read: real ones are a few KiB.
+constexpr std::size_t kMaxConfigBytes = 16u << 20;
+
+bool is_dir(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_file(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string dir_of(const std::string& path) {
+    const auto slash = path.find_last_of('/');
+    if (slash == std::string::npos) return ".";
+    return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+    return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+// The first bytes of a file (fewer when it is shorter), for telling containers apart.
+std::string head_of(const std::string& path, std::size_t n) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw InputError(shown_path(path) + ": cannot open file: " + std::strerror(errno));
+    std::string out(n, '\0');
+    std::size_t got = 0;
+    while (got < n) {
+        const ssize_t r = ::read(fd, out.data() + got, n - got);
+        if (r <= 0) break;
+        got += std::size_t(r);
+    }
+    ::close(fd);
+    out.resize(got);
+    return out;
+}
+
+// The file of a checkpoint directory: the sharded index first, then the single files.
+std::string pick_in_directory(const std::string& dir) {
+    for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin"})
+        if (is_file(join(dir, name))) return join(dir, name);
+    std::string lone;
+    int count = 0;
+    if (DIR* d = ::opendir(dir.c_str())) {
+        while (const dirent* e = ::readdir(d)) {
+            const std::string name = e->d_name;
+            if (ends_with(name, ".safetensors") && is_file(join(dir, name))) {
+                ++count;
+                lone = join(dir, name);
+            }
+        }
+        ::closedir(d);
+    }
+    if (count == 1) return lone;
+    if (count > 1)
+        throw InputError(shown_path(dir) +
+                         ": holds several .safetensors files and no model.safetensors.index.json; name the file");
+    throw InputError(shown_path(dir) +
+                     ": no checkpoint here (expected model.safetensors.index.json, model.safetensors, "
+                     "pytorch_model.bin or one .safetensors file)");
+}
+
+std::map<std::string, std::string> read_config(const std::string& path) {
+    const std::string text = read_file(path, kMaxConfigBytes);
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(shown_path(path) + ": not valid JSON: " + shown(e.what(), 160));
+    }
+    if (!j.is_object()) throw InputError(shown_path(path) + ": expected a JSON object, found " + j.type_name());
+    std::map<std::string, std::string> out;
+    for (const auto& [key, value] : j.items()) out[key] = value.dump();
+    return out;
+}
+
+}  // namespace
+
+Checkpoint open_checkpoint(const std::string& path, std::size_t max_bytes) {
+    Checkpoint c;
+    c.path = path;
+    const std::string file = is_dir(path) ? pick_in_directory(path) : path;
+    if (ends_with(file, ".json")) {
+        c.format = "sharded safetensors";
+        c.source = open_safetensors_index(file, max_bytes);
+    } else {
+        const std::string head = head_of(file, 8);
+        if (head.size() >= 4 && head.compare(0, 4, "PK\x03\x04") == 0) {
+            c.format = "torch zip";
+            c.source = open_torch_zip(file, max_bytes);
+        } else if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x80 &&
+                   static_cast<unsigned char>(head[1]) <= 5) {
+            throw InputError(shown_path(file) +
+                             ": a PyTorch file in the legacy (pre-1.6) format; re-save it with torch.save "
+                             "(the zip format) or as .safetensors");
+        } else {
+            c.format = "safetensors";
+            c.source = open_safetensors(file, max_bytes);
+        }
+    }
+    const std::string config = join(dir_of(file), "config.json");
+    if (is_file(config)) {
+        c.config = read_config(config);
+        c.config_path = config;
+    }
+    return c;
+}
+
+}  // namespace attnscope

@@ -68,7 +68,7 @@ CheckOptions check_options(const CheckArgs& a) {
 }
 
 int run_check(const CheckArgs& a) {
-    const Spec spec = spec_of(a.run);
+    Spec spec = spec_of(a.run);
     if (a.run.dtype != "float64")
         throw UsageError("--dtype " + a.run.dtype +
                          ": check computes its reference in float64; the tolerance follows the dtype of THEIRS");
@@ -76,7 +76,7 @@ int run_check(const CheckArgs& a) {
     if (a.theirs == "-" && a.run.bundle == "-")
         throw UsageError("check: standard input can hold THEIRS or the --against bundle, not both");
     const std::size_t limit = memory_limit(a.run);
-    const Bundle bundle = load_inputs(a.run, limit);
+    const Bundle bundle = load_inputs(a.run, limit, spec);
     const Bundle theirs = load_theirs(a.theirs, limit);
 
     Problem<double> problem = make_problem<double>(bundle, spec);

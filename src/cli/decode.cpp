@@ -73,11 +73,11 @@ int run_decode(DecodeArgs& a) {
         check_output_target(a.dump, a.force, "--dump " + a.dump);
     }
     a.run.causal = true;  // implied
-    const Spec spec = spec_of(a.run);
+    Spec spec = spec_of(a.run);
     DecodeBug bug = DecodeBug::none;
     if (!a.bug.empty()) bug = *find_bug(a.bug);  // CLI11 checked the name
     const std::size_t limit = memory_limit(a.run);
-    const Bundle bundle = load_inputs(a.run, limit);
+    const Bundle bundle = load_inputs(a.run, limit, spec);
     if (a.run.dtype == "float32") return run_typed<float>(a, bundle, spec, bug, limit);
     return run_typed<double>(a, bundle, spec, bug, limit);
 }

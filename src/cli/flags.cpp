@@ -56,7 +56,11 @@ std::string flag_of(std::string_view field) {
                                                  "softcap",
                                                  "axes",
                                                  "prefill",
-                                                 "bug"};
+                                                 "bug",
+                                                 "checkpoint",
+                                                 "layer",
+                                                 "preset",
+                                                 "prefix"};
     for (std::string_view f : kSame)
         if (f == field) return "--" + std::string(field);
     return "{" + std::string(field) + "}";

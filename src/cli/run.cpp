@@ -28,6 +28,7 @@
 #include "attnscope/core/view.hpp"
 #include "attnscope/io/read.hpp"
 #include "attnscope/io/write.hpp"
+#include "attnscope/model/checkpoint.hpp"
 #include "attnscope/model/model.hpp"
 #include "attnscope/report/report.hpp"
 #include "subcommand.hpp"
@@ -353,6 +354,23 @@ void add_input_options(CLI::App* run, RunOptions& o) {
         arrays->add_option_function<std::string>(
             std::string("--") + name, [&o, name](const std::string& f) { o.array_files[name] = f; },
             std::string("File holding ") + name);
+    auto* ckpt = run->add_option_group("Checkpoint (README: .safetensors, sharded, torch.save state dicts)");
+    ckpt->add_option("--checkpoint", o.checkpoint,
+                     "Weights from a model checkpoint: .safetensors, model.safetensors.index.json, a torch.save "
+                     "file (.pt, .pth, .bin) or a directory holding one (x comes from the bundle or --x)");
+    ckpt->add_option_function<std::size_t>(
+        "--layer", [&o](std::size_t n) { o.layer = n; }, "The checkpoint's layer N (default: its only layer)");
+    ckpt->add_option("--preset", o.preset,
+                     "How the checkpoint names its layers: auto (config.json's model_type), gpt2, bert, llama, "
+                     "mistral, qwen2, mha, tl")
+        ->capture_default_str();
+    ckpt->add_option("--prefix", o.prefix,
+                     "The layer's tensors begin with this (e.g. encoder.layers.2.self_attn.), instead of --layer");
+    // Which options were given, so a checkpoint's config fills in only the others.
+    run->parse_complete_callback([run, &o] {
+        for (const CLI::Option* opt : run->get_options())
+            if (opt->count() > 0) o.given.insert(opt->get_name());
+    });
 }
 
 // Options of the model and the masks.
@@ -407,9 +425,9 @@ void add_model_options(CLI::App* run, RunOptions& o) {
                      "nn.MultiheadAttention's add_zero_attn: one zero key/value position appended (always visible)");
     run->add_option("--layout", o.layout,
                     "Weight layout: math (in, out), Q = x · W_Q; torch (out, in) as nn.Linear and "
-                    "nn.MultiheadAttention store them")
+                    "nn.MultiheadAttention store them; tl: TransformerLens's W_Q (H, Dm, Dk), W_O (H, Dv, Dm)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"math", "torch"}));
+        ->check(CLI::IsMember({"math", "torch", "tl"}));
 }
 
 namespace {
@@ -540,7 +558,7 @@ Spec spec_of(const RunOptions& o) {
     return spec;
 }
 
-Bundle load_inputs(const RunOptions& o, std::size_t limit) {
+Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec) {
     Bundle bundle;
     if (!o.bundle.empty())
         bundle = load_bundle(o.bundle, limit, check_array_name);  // an unknown array is never read
@@ -553,6 +571,15 @@ Bundle load_inputs(const RunOptions& o, std::size_t limit) {
         bundle.arrays[name] = load_array(file, name, limit);
     }
     if (o.ignore_padding) bundle.arrays.erase("key_padding_mask");
+    if (!o.checkpoint.empty()) {
+        add_checkpoint_layer(o, limit, bundle, spec);
+    } else if (o.layout == "tl") {
+        const std::size_t h = convert_tl_layout(bundle);
+        if (o.given.count("--heads") && o.heads != h)
+            throw UsageError("--heads " + std::to_string(o.heads) + ": W_Q holds " + std::to_string(h) +
+                             " heads ({layout} tl: its first axis)");
+        spec.heads = h;
+    }
     return bundle;
 }
 
@@ -576,8 +603,8 @@ Held compute_all(const Bundle& bundle, const Spec& spec, std::size_t threads, st
 }
 
 Held compute_all(const RunOptions& o, std::size_t limit) {
-    const Spec spec = spec_of(o);
-    const Bundle bundle = load_inputs(o, limit);
+    Spec spec = spec_of(o);
+    const Bundle bundle = load_inputs(o, limit, spec);
     return o.dtype == "float32" ? compute_all<float>(bundle, spec, o.threads, limit)
                                 : compute_all<double>(bundle, spec, o.threads, limit);
 }
@@ -692,11 +719,11 @@ Subcommand setup_run_command(CLI::App& parent) {
 
 int run_run(const RunOptions& o) {
     const auto t0 = Clock::now();
-    const Spec spec = spec_of(o);
+    Spec spec = spec_of(o);
     if (!o.compare.empty()) return run_compare(o);
     check_outputs(o, parse_stage_list(o.stages));
     const std::size_t limit = memory_limit(o);
-    const Bundle bundle = load_inputs(o, limit);
+    const Bundle bundle = load_inputs(o, limit, spec);
     return o.dtype == "float32" ? run_typed<float>(o, bundle, spec, limit, t0)
                                 : run_typed<double>(o, bundle, spec, limit, t0);
 }

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,12 @@ struct RunOptions {
     std::optional<std::size_t> zero_key;
     bool ignore_padding = false;
     std::string compare;  // options of a second run to compare with
+    // A checkpoint's layer as the weights (README "Real checkpoints")
+    std::string checkpoint;
+    std::optional<std::size_t> layer;
+    std::string preset = "auto";
+    std::string prefix;
+    std::set<std::string> given;  // the options given on the command line ("--heads", "--causal", …)
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);
@@ -65,7 +72,11 @@ int run_run(const RunOptions& opts);
 void add_input_options(CLI::App* cmd, RunOptions& o);
 void add_model_options(CLI::App* cmd, RunOptions& o);
 Spec spec_of(const RunOptions& o);  // UsageError for options that contradict each other
-Bundle load_inputs(const RunOptions& o, std::size_t limit);
+// The bundle, with a checkpoint's layer as its weights when {checkpoint} is given (and
+// `spec` completed from what the checkpoint's config fixes, where no option said otherwise).
+Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec);
+// {checkpoint}'s layer into `bundle` (which must hold no weights), `spec` completed (checkpoint.cpp).
+void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec);
 std::size_t memory_limit(const RunOptions& o);
 
 }  // namespace attnscope::cli

@@ -1,0 +1,246 @@
+// Checkpoints on the command line: `run --checkpoint PATH [--layer N] [--preset P]
+// [--prefix P]` takes one layer's weights from a model file, and `attnscope inspect PATH`
+// lists what a checkpoint holds.
+#include "attnscope/io/checkpoint.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "attnscope/model/checkpoint.hpp"
+#include "run.hpp"
+#include "subcommand.hpp"
+
+namespace attnscope::cli {
+namespace {
+
+// The bundle names that are weights: a checkpoint gives them, never together with a bundle's.
+const char* const kWeightNames[] = {"W_Q",
+                                    "W_K",
+                                    "W_V",
+                                    "W_O",
+                                    "b_Q",
+                                    "b_K",
+                                    "b_V",
+                                    "b_O",
+                                    "in_proj_weight",
+                                    "in_proj_bias",
+                                    "q_proj_weight",
+                                    "k_proj_weight",
+                                    "v_proj_weight",
+                                    "out_proj.weight",
+                                    "out_proj.bias",
+                                    "bias_k",
+                                    "bias_v",
+                                    "sinks"};
+
+const char* layout_name(Layout l) { return l == Layout::torch ? "torch" : "math"; }
+
+std::string join_facts(const std::vector<std::string>& facts) {
+    std::string s;
+    for (const auto& f : facts) s += (s.empty() ? "" : "; ") + f;
+    return s;
+}
+
+// The number of output features of the query projection, as the layer holds it.
+std::optional<std::size_t> query_width(const CheckpointLayer& l) {
+    const auto it = l.arrays.find("W_Q");
+    if (it == l.arrays.end() || it->second.ndim() != 2) return std::nullopt;
+    return l.layout == Layout::torch ? it->second.shape[0] : it->second.shape[1];
+}
+
+}  // namespace
+
+void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec) {
+    for (const char* name : kWeightNames)
+        if (bundle.arrays.count(name))
+            throw UsageError("--checkpoint: " + escape_control(bundle.source) + " already holds " + name +
+                             "; the weights come from the bundle or from the checkpoint, not both");
+    const Checkpoint c = open_checkpoint(o.checkpoint, limit);
+    LayerRequest request;
+    request.layer = o.layer;
+    request.preset = o.preset;
+    request.prefix = o.prefix;
+    CheckpointLayer layer = choose_layer(c, request, limit);
+    const LayerConfig& cfg = layer.config;
+    const auto given = [&o](const char* flag) { return o.given.count(flag) > 0; };
+
+    // The layout: the preset's, or --layout's for names chosen by --prefix alone.
+    if (layer.layout_fixed) {
+        const std::string fixed = layer.preset == "tl" ? "tl" : layout_name(layer.layout);
+        if (given("--layout") && o.layout != fixed)
+            throw UsageError("--layout " + o.layout + ": the " + layer.preset + " preset's weights are in the " +
+                             fixed + " layout");
+        spec.layout = layer.layout;
+    } else if (o.layout == "tl") {
+        Bundle weights;
+        weights.source = o.checkpoint;
+        weights.arrays = std::move(layer.arrays);
+        layer.config.heads = convert_tl_layout(weights);
+        layer.arrays = std::move(weights.arrays);
+    }
+    for (auto& [name, array] : layer.arrays) bundle.arrays[name] = std::move(array);
+
+    // Heads: the config's (or the weights'), or --heads; never a silent single head.
+    if (cfg.heads) {
+        if (given("--heads") && o.heads != *cfg.heads)
+            throw UsageError("--heads " + std::to_string(o.heads) + ": the checkpoint says " +
+                             std::to_string(*cfg.heads) + " (" + join_facts(cfg.facts) + ")");
+        spec.heads = *cfg.heads;
+    } else if (!given("--heads")) {
+        throw UsageError("--heads: " + escape_control(o.checkpoint) +
+                         (c.config_path.empty() ? " has no config.json" : "'s config.json does not say") +
+                         ", and a state dict does not record the number of heads; give --heads");
+    }
+    if (cfg.kv_heads) {
+        if (given("--kv-heads") && o.kv_heads != cfg.kv_heads)
+            throw UsageError("--kv-heads " + std::to_string(*o.kv_heads) + ": the checkpoint says " +
+                             std::to_string(*cfg.kv_heads));
+        spec.kv_heads = cfg.kv_heads;
+    }
+    if (cfg.head_dim)
+        if (const auto width = query_width(layer); width && *width != spec.heads * *cfg.head_dim)
+            throw InputError(escape_control(o.checkpoint) + ": " + layer.prefix + " query projection has " +
+                             std::to_string(*width) + " outputs, expected heads " + std::to_string(spec.heads) +
+                             " × head width " + std::to_string(*cfg.head_dim));
+    // What the model does and no option said otherwise: masks, positions, scale.
+    if (cfg.causal && !given("--causal")) spec.causal = *cfg.causal;
+    if (cfg.rope) {
+        Rope rope = *cfg.rope;
+        if (o.rope_base) rope.base = *o.rope_base;
+        if (o.rope_dim) rope.dim = o.rope_dim;
+        if (!o.rope_style.empty())
+            rope.style = o.rope_style == "interleaved" ? RopeStyle::interleaved : RopeStyle::half;
+        spec.rope = rope;
+    }
+    if (cfg.window && !given("--window")) spec.window = cfg.window;
+    if (cfg.scale && !given("--scale") && !given("--temperature")) {
+        spec.scale = *cfg.scale;
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.17g", *cfg.scale);
+        spec.scale_text = *cfg.scale == 1.0 ? "none" : buf;
+    }
+    std::string where = escape_control(o.checkpoint) + " " + layer.prefix + " (" + layer.preset + ")";
+    bundle.source = (o.bundle.empty() ? std::string() : bundle.source + " with ") + where;
+}
+
+namespace {
+
+struct InspectArgs {
+    std::string path;
+    std::string preset = "auto";
+    bool json = false;
+};
+
+std::string shape_text(const std::vector<std::size_t>& s) { return shape_str(s); }
+
+void print_text(const Checkpoint& c, const CheckpointOverview& ov) {
+    std::size_t total = 0, bytes = 0;
+    for (const auto& g : ov.groups) total += g.tensors.size();
+    for (const auto& g : ov.groups)
+        for (const auto& t : g.tensors) bytes += t.bytes;
+    std::cout << escape_control(c.path) << ": " << c.format << ", " << total << " tensors, " << format_bytes(bytes)
+              << '\n';
+    std::cout << "config: " << (c.config_path.empty() ? "none" : escape_control(c.config_path)) << '\n';
+    std::cout << "preset: " << (ov.preset.empty() ? "none" : ov.preset) << " (" << escape_control(ov.preset_note)
+              << ")\n";
+    for (const auto& g : ov.groups) {
+        std::cout << '\n' << (g.group.empty() ? "(not in a numbered layer)" : escape_control(g.group)) << '\n';
+        if (g.attention) {
+            const auto& a = *g.attention;
+            std::cout << "  attention: " << a.prefix << "  layout "
+                      << (a.preset == "tl" ? "tl" : layout_name(a.layout));
+            if (a.config.heads) std::cout << ", heads " << *a.config.heads;
+            if (a.config.kv_heads) std::cout << ", K/V heads " << *a.config.kv_heads;
+            if (a.config.head_dim) std::cout << ", head width " << *a.config.head_dim;
+            if (a.config.rope) {
+                std::cout << ", RoPE base " << a.config.rope->base;
+                if (a.config.rope->dim) std::cout << " on " << *a.config.rope->dim << " features";
+            }
+            if (a.config.window) std::cout << ", window " << *a.config.window;
+            if (a.config.causal) std::cout << (*a.config.causal ? ", causal" : ", not causal");
+            std::cout << '\n';
+            if (!a.config.facts.empty()) std::cout << "  from: " << escape_control(join_facts(a.config.facts)) << '\n';
+        }
+        for (const auto& t : g.tensors)
+            std::cout << "  " << escape_control(t.name) << "  " << t.dtype << " " << shape_text(t.shape) << "  "
+                      << format_bytes(t.bytes) << '\n';
+    }
+}
+
+void print_json(const Checkpoint& c, const CheckpointOverview& ov) {
+    nlohmann::json j;
+    j["path"] = c.path;
+    j["format"] = c.format;
+    j["config"] = c.config_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.config_path);
+    j["preset"] = ov.preset.empty() ? nlohmann::json(nullptr) : nlohmann::json(ov.preset);
+    j["preset_note"] = ov.preset_note;
+    nlohmann::json tensors = nlohmann::json::array(), layers = nlohmann::json::array();
+    for (const auto& g : ov.groups) {
+        for (const auto& t : g.tensors)
+            tensors.push_back({{"name", t.name},
+                               {"dtype", t.dtype},
+                               {"shape", t.shape},
+                               {"bytes", t.bytes},
+                               {"group", g.group},
+                               {"file", t.file}});
+        if (!g.attention) continue;
+        const auto& a = *g.attention;
+        nlohmann::json l = {{"layer", *a.layer}, {"prefix", a.prefix}, {"preset", a.preset}};
+        l["layout"] = a.preset == "tl" ? "tl" : layout_name(a.layout);
+        const auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+        l["heads"] = opt(a.config.heads);
+        l["kv_heads"] = opt(a.config.kv_heads ? a.config.kv_heads : a.config.heads);
+        l["head_dim"] = opt(a.config.head_dim);
+        l["causal"] = opt(a.config.causal);
+        l["window"] = opt(a.config.window);
+        if (a.config.rope)
+            l["rope"] = {{"base", a.config.rope->base},
+                         {"dim", opt(a.config.rope->dim)},
+                         {"style", a.config.rope->style == RopeStyle::half ? "half" : "interleaved"}};
+        else
+            l["rope"] = nullptr;
+        l["facts"] = a.config.facts;
+        layers.push_back(l);
+    }
+    j["tensors"] = tensors;
+    j["layers"] = layers;
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+}
+
+int run_inspect(const InspectArgs& a) {
+    const Checkpoint c = open_checkpoint(a.path);
+    const CheckpointOverview ov = describe_checkpoint(c, a.preset);
+    if (a.json)
+        print_json(c, ov);
+    else
+        print_text(c, ov);
+    std::cout.flush();
+    if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the listing");
+    return 0;
+}
+
+}  // namespace
+
+Subcommand setup_inspect_command(CLI::App& parent) {
+    auto a = std::make_shared<InspectArgs>();
+    CLI::App* cmd = parent.add_subcommand(
+        "inspect",
+        "List what a checkpoint holds: tensors by layer (name, dtype, shape, bytes), the preset, and each layer's "
+        "attention configuration");
+    cmd->add_option("path", a->path,
+                    "A .safetensors file, model.safetensors.index.json, a torch.save file, or a directory")
+        ->required();
+    cmd->add_option("--preset", a->preset,
+                    "auto (config.json's model_type), gpt2, bert, llama, mistral, qwen2, mha, tl")
+        ->capture_default_str();
+    cmd->add_flag("--json", a->json, "Print one JSON document");
+    return {cmd, [a] { return run_inspect(*a); }};
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,586 @@
+// One attention layer out of a checkpoint: the presets' names, config.json's fields, and
+// TransformerLens's layout.
+#include "attnscope/model/checkpoint.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+
+namespace attnscope {
+namespace {
+
+std::string shown(const std::string& s) { return escape_control(clip_fragment(s)); }
+
+// 10000, 1e+06, 0.5: a config number as %g spells it.
+std::string format_number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+// ---- config.json -------------------------------------------------------------------------
+
+class Config {
+   public:
+    explicit Config(const Checkpoint& c) : c_(c) {}
+    bool has() const { return !c_.config_path.empty(); }
+    const std::string& path() const { return c_.config_path; }
+
+    // The member's value; a JSON null counts as absent.
+    std::optional<nlohmann::json> get(const std::string& key) const {
+        const auto it = c_.config.find(key);
+        if (it == c_.config.end()) return std::nullopt;
+        auto j = nlohmann::json::parse(it->second, nullptr, false);
+        if (j.is_discarded() || j.is_null()) return std::nullopt;
+        return j;
+    }
+    std::optional<std::size_t> count(const std::string& key) const {
+        const auto j = get(key);
+        if (!j) return std::nullopt;
+        if (!j->is_number_unsigned() || j->get<std::uint64_t>() == 0 || j->get<std::uint64_t>() > (1u << 30))
+            fail(key, "expected a positive integer, found " + shown(j->dump()));
+        return std::size_t(j->get<std::uint64_t>());
+    }
+    std::optional<double> number(const std::string& key) const {
+        const auto j = get(key);
+        if (!j) return std::nullopt;
+        if (!j->is_number()) fail(key, "expected a number, found " + shown(j->dump()));
+        return j->get<double>();
+    }
+    std::optional<bool> flag(const std::string& key) const {
+        const auto j = get(key);
+        if (!j) return std::nullopt;
+        if (!j->is_boolean()) fail(key, "expected true or false, found " + shown(j->dump()));
+        return j->get<bool>();
+    }
+    std::optional<std::string> text(const std::string& key) const {
+        const auto j = get(key);
+        if (!j) return std::nullopt;
+        if (!j->is_string()) fail(key, "expected a string, found " + shown(j->dump()));
+        return j->get<std::string>();
+    }
+    [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+        throw InputError(escape_control(c_.config_path) + ": " + key + ": " + what);
+    }
+
+   private:
+    const Checkpoint& c_;
+};
+
+// ---- presets -----------------------------------------------------------------------------
+
+// How a preset finds a layer: names ROOT N AFTER PROBE, ROOT one of `roots` ("" matches
+// any root ending in `any_root_suffix`, for modules nested under a user's own names).
+struct Preset {
+    std::string name;
+    std::vector<std::string> roots;
+    std::string any_root_suffix;      // mha: any root ending "layers."
+    std::string after;                // ".attn."
+    std::vector<std::string> probes;  // one of these is every layer's
+    Layout layout;
+    // suffix (after the layer prefix) -> bundle name; gpt2's c_attn is split by hand.
+    std::vector<std::pair<std::string, std::string>> names;
+    std::vector<std::string> required;  // suffixes every layer must have
+};
+
+const std::vector<Preset>& presets() {
+    static const std::vector<Preset> p = [] {
+        std::vector<Preset> v;
+        v.push_back({"gpt2",
+                     {"transformer.h.", "h."},
+                     "",
+                     ".attn.",
+                     {"c_attn.weight"},
+                     Layout::math,
+                     {{"c_proj.weight", "W_O"}, {"c_proj.bias", "b_O"}},
+                     {"c_attn.weight", "c_proj.weight"}});
+        v.push_back({"bert",
+                     {"bert.encoder.layer.", "roberta.encoder.layer.", "encoder.layer."},
+                     "",
+                     ".attention.",
+                     {"self.query.weight"},
+                     Layout::torch,
+                     {{"self.query.weight", "W_Q"},
+                      {"self.key.weight", "W_K"},
+                      {"self.value.weight", "W_V"},
+                      {"output.dense.weight", "W_O"},
+                      {"self.query.bias", "b_Q"},
+                      {"self.key.bias", "b_K"},
+                      {"self.value.bias", "b_V"},
+                      {"output.dense.bias", "b_O"}},
+                     {"self.query.weight", "self.key.weight", "self.value.weight"}});
+        const std::vector<std::pair<std::string, std::string>> llama_names = {
+            {"q_proj.weight", "W_Q"}, {"k_proj.weight", "W_K"}, {"v_proj.weight", "W_V"},
+            {"o_proj.weight", "W_O"}, {"q_proj.bias", "b_Q"},   {"k_proj.bias", "b_K"},
+            {"v_proj.bias", "b_V"},   {"o_proj.bias", "b_O"},   {"sinks", "sinks"}};
+        for (const char* name : {"llama", "mistral", "qwen2"})
+            v.push_back({name,
+                         {"model.layers.", "layers."},
+                         "",
+                         ".self_attn.",
+                         {"q_proj.weight"},
+                         Layout::torch,
+                         llama_names,
+                         {"q_proj.weight", "k_proj.weight", "v_proj.weight"}});
+        v.push_back({"mha",
+                     {},
+                     "layers.",
+                     ".self_attn.",
+                     {"in_proj_weight", "q_proj_weight"},
+                     Layout::torch,
+                     {{"in_proj_weight", "in_proj_weight"},
+                      {"in_proj_bias", "in_proj_bias"},
+                      {"q_proj_weight", "q_proj_weight"},
+                      {"k_proj_weight", "k_proj_weight"},
+                      {"v_proj_weight", "v_proj_weight"},
+                      {"out_proj.weight", "out_proj.weight"},
+                      {"out_proj.bias", "out_proj.bias"},
+                      {"bias_k", "bias_k"},
+                      {"bias_v", "bias_v"}},
+                     {}});
+        v.push_back({"tl",
+                     {"blocks."},
+                     "",
+                     ".attn.",
+                     {"W_Q"},
+                     Layout::math,
+                     {{"W_Q", "W_Q"},
+                      {"W_K", "W_K"},
+                      {"W_V", "W_V"},
+                      {"W_O", "W_O"},
+                      {"b_Q", "b_Q"},
+                      {"b_K", "b_K"},
+                      {"b_V", "b_V"},
+                      {"b_O", "b_O"}},
+                     {"W_Q", "W_K", "W_V", "W_O"}});
+        return v;
+    }();
+    return p;
+}
+
+std::string preset_list() {
+    std::string s;
+    for (const auto& p : checkpoint_presets()) s += (s.empty() ? "" : ", ") + p;
+    return s;
+}
+
+const Preset* find_preset(const std::string& name) {
+    for (const auto& p : presets())
+        if (p.name == name) return &p;
+    return nullptr;
+}
+
+// The layers a preset finds: root -> layer numbers.
+std::map<std::string, std::set<std::size_t>> find_layers(const Preset& p, const std::vector<TensorInfo>& tensors) {
+    std::map<std::string, std::set<std::size_t>> found;
+    for (const auto& t : tensors) {
+        for (const auto& probe : p.probes) {
+            const std::string tail = p.after + probe;
+            if (!ends_with(t.name, tail)) continue;
+            const std::string head = t.name.substr(0, t.name.size() - tail.size());  // ROOT N
+            std::size_t k = head.size();
+            while (k > 0 && head[k - 1] >= '0' && head[k - 1] <= '9') --k;
+            if (k == head.size() || head.size() - k > 9) continue;
+            const std::string root = head.substr(0, k);
+            const bool ok = p.roots.empty() ? ends_with(root, p.any_root_suffix)
+                                            : std::find(p.roots.begin(), p.roots.end(), root) != p.roots.end();
+            if (ok) found[root].insert(std::stoul(head.substr(k)));
+        }
+    }
+    return found;
+}
+
+std::string layer_range(const std::set<std::size_t>& layers) {
+    if (layers.empty()) return "none";
+    const std::size_t lo = *layers.begin(), hi = *layers.rbegin();
+    return std::to_string(layers.size()) + (layers.size() == 1 ? " layer (" : " layers (") + std::to_string(lo) +
+           (hi != lo ? "–" + std::to_string(hi) : "") + ")";
+}
+
+// config.json's view of a layer's attention, for preset `p` at layer `layer`.
+LayerConfig config_of(const Preset& p, const Config& cfg, std::optional<std::size_t> layer) {
+    LayerConfig lc;
+    auto note = [&](const std::string& fact, const std::string& key) {
+        lc.facts.push_back(fact + (cfg.has() && !key.empty() ? " (config.json " + key + ")" : ""));
+    };
+    if (p.name == "gpt2") {
+        lc.causal = true;
+        note("causal (GPT-2 is a decoder)", "");
+        if (auto h = cfg.count("n_head")) lc.heads = h, note("heads " + std::to_string(*h), "n_head");
+        if (cfg.flag("scale_attn_weights") == false) lc.scale = 1.0, note("scale none", "scale_attn_weights false");
+        if (cfg.flag("scale_attn_by_inverse_layer_idx") == true) {
+            const auto n_embd = cfg.count("n_embd");
+            if (!lc.heads || !n_embd || !layer)
+                cfg.fail("scale_attn_by_inverse_layer_idx", "needs n_head, n_embd and a layer number");
+            const double dk = double(*n_embd / *lc.heads);
+            lc.scale = (lc.scale ? 1.0 : 1.0 / std::sqrt(dk)) / double(*layer + 1);
+            note("scale divided by layer + 1 = " + std::to_string(*layer + 1), "scale_attn_by_inverse_layer_idx");
+        }
+    } else if (p.name == "bert") {
+        lc.causal = false;
+        note("not causal (an encoder)", "");
+        if (auto h = cfg.count("num_attention_heads"))
+            lc.heads = h, note("heads " + std::to_string(*h), "num_attention_heads");
+        if (auto pe = cfg.text("position_embedding_type"); pe && *pe != "absolute")
+            cfg.fail("position_embedding_type", "'" + shown(*pe) +
+                                                    "' adds a learned position term to the scores, which attnscope "
+                                                    "does not model (only 'absolute' positions)");
+    } else if (p.name == "llama" || p.name == "mistral" || p.name == "qwen2") {
+        lc.causal = true;
+        note("causal (a decoder)", "");
+        if (auto h = cfg.count("num_attention_heads"))
+            lc.heads = h, note("heads " + std::to_string(*h), "num_attention_heads");
+        if (auto g = cfg.count("num_key_value_heads"))
+            lc.kv_heads = g, note("K/V heads " + std::to_string(*g), "num_key_value_heads");
+        if (auto d = cfg.count("head_dim")) {
+            lc.head_dim = d, note("head width " + std::to_string(*d), "head_dim");
+        } else if (auto hidden = cfg.count("hidden_size"); hidden && lc.heads) {
+            lc.head_dim = *hidden / *lc.heads;
+            note("head width " + std::to_string(*lc.head_dim), "hidden_size / num_attention_heads");
+        }
+        if (auto scaling = cfg.get("rope_scaling")) {
+            std::string type = "?";
+            if (scaling->is_object())
+                for (const char* k : {"rope_type", "type"})
+                    if (scaling->contains(k) && (*scaling)[k].is_string()) type = (*scaling)[k].get<std::string>();
+            if (type != "default")
+                cfg.fail("rope_scaling", "'" + shown(type) +
+                                             "' changes RoPE's frequencies, which attnscope does not model (only "
+                                             "plain RoPE: rope_scaling null)");
+        }
+        Rope rope;
+        rope.base = cfg.number("rope_theta").value_or(10000.0);
+        note("RoPE base " + format_number(rope.base), cfg.get("rope_theta") ? "rope_theta" : "");
+        if (auto f = cfg.number("partial_rotary_factor"); f && *f != 1.0) {
+            if (!lc.head_dim) cfg.fail("partial_rotary_factor", "needs head_dim (or hidden_size) to size the rotation");
+            const double r = double(*lc.head_dim) * *f;
+            if (!(r > 0) || r != std::floor(r) || std::fmod(r, 2.0) != 0 || r > double(*lc.head_dim))
+                cfg.fail("partial_rotary_factor", format_number(*f) + " × head_dim " + std::to_string(*lc.head_dim) +
+                                                      " is not an even number of features");
+            rope.dim = std::size_t(r);
+            note("RoPE on " + std::to_string(*rope.dim) + " features", "partial_rotary_factor");
+        }
+        lc.rope = rope;
+        // Sliding windows: a per-layer list (newer configs), else each family's rule.
+        std::optional<std::size_t> window;
+        if (auto types = cfg.get("layer_types"); types && types->is_array() && layer) {
+            if (*layer < types->size() && (*types)[*layer] == "sliding_attention") window = cfg.count("sliding_window");
+        } else if (p.name == "mistral") {
+            window = cfg.count("sliding_window");
+        } else if (p.name == "qwen2") {
+            // Qwen2 slides only where use_sliding_window is true, in layers from max_window_layers on.
+            if (cfg.flag("use_sliding_window") == true && layer && *layer >= cfg.count("max_window_layers").value_or(0))
+                window = cfg.count("sliding_window");
+        }
+        if (window) lc.window = window, note("sliding window " + std::to_string(*window), "sliding_window");
+    }
+    return lc;
+}
+
+// A tensor of the layer, read; its bytes counted against `budget`.
+Array read_tensor(const Checkpoint& c, const std::string& name, std::size_t& budget) {
+    Array a = c.source->read(name, budget);
+    const std::size_t held = a.count() * sizeof(double);
+    budget = held >= budget ? 0 : budget - held;
+    return a;
+}
+
+const TensorInfo* find_tensor(const std::vector<TensorInfo>& tensors, const std::string& name) {
+    for (const auto& t : tensors)
+        if (t.name == name) return &t;
+    return nullptr;
+}
+
+// GPT-2's c_attn (Dm, 3·Dm) and its bias (3·Dm): Q, K and V side by side.
+void split_c_attn(const Array& w, const Array* b, std::map<std::string, Array>& out) {
+    if (w.ndim() != 2 || w.shape[1] != 3 * w.shape[0])
+        throw InputError(w.origin + ": expected shape (Dm, 3·Dm) (Conv1D: Q, K, V side by side), found " +
+                         shape_str(w.shape));
+    const std::size_t dm = w.shape[0];
+    const char* names[3] = {"W_Q", "W_K", "W_V"};
+    for (std::size_t part = 0; part < 3; ++part) {
+        Array a;
+        a.shape = {dm, dm};
+        a.dtype = w.dtype;
+        a.origin = w.origin + " (" + names[part] + ")";
+        a.values.resize(dm * dm);
+        for (std::size_t r = 0; r < dm; ++r)
+            for (std::size_t col = 0; col < dm; ++col) a.values[r * dm + col] = w.value(r * 3 * dm + part * dm + col);
+        out[names[part]] = std::move(a);
+    }
+    if (!b) return;
+    if (b->ndim() != 1 || b->shape[0] != 3 * dm)
+        throw InputError(b->origin + ": expected shape (" + std::to_string(3 * dm) + ",), found " +
+                         shape_str(b->shape));
+    const char* bias_names[3] = {"b_Q", "b_K", "b_V"};
+    for (std::size_t part = 0; part < 3; ++part) {
+        Array a;
+        a.shape = {dm};
+        a.dtype = b->dtype;
+        a.origin = b->origin + " (" + bias_names[part] + ")";
+        a.values.resize(dm);
+        for (std::size_t col = 0; col < dm; ++col) a.values[col] = b->value(part * dm + col);
+        out[bias_names[part]] = std::move(a);
+    }
+}
+
+// The preset to use: the one asked for, or config.json's.
+const Preset* preset_for(const Checkpoint& c, const std::string& asked) {
+    if (asked != "auto") {
+        const Preset* p = find_preset(asked);
+        if (!p) throw UsageError("{preset} " + shown(asked) + ": unknown (presets: auto, " + preset_list() + ")");
+        return p;
+    }
+    const std::string from_config = preset_of_config(c);
+    return from_config.empty() ? nullptr : find_preset(from_config);
+}
+
+}  // namespace
+
+const std::vector<std::string>& checkpoint_presets() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> v;
+        for (const auto& p : presets()) v.push_back(p.name);
+        return v;
+    }();
+    return names;
+}
+
+std::string preset_of_config(const Checkpoint& c) {
+    const Config cfg(c);
+    if (!cfg.has()) return "";
+    const auto type = cfg.text("model_type");
+    if (!type) return "";
+    static const std::map<std::string, std::string> kByType = {
+        {"gpt2", "gpt2"},   {"bert", "bert"},       {"roberta", "bert"},
+        {"llama", "llama"}, {"mistral", "mistral"}, {"qwen2", "qwen2"},
+    };
+    const auto it = kByType.find(*type);
+    if (it == kByType.end())
+        throw InputError(escape_control(c.config_path) + ": model_type '" + shown(*type) +
+                         "' has no preset (presets: " + preset_list() + "); name the layer's weights with {prefix}");
+    return it->second;
+}
+
+CheckpointLayer choose_layer(const Checkpoint& c, const LayerRequest& r, std::size_t max_bytes) {
+    const auto& tensors = c.source->tensors();
+    const std::string path = escape_control(c.path);
+    const Config cfg(c);
+    CheckpointLayer out;
+    const Preset* p = preset_for(c, r.preset);
+    if (!p && r.prefix.empty())
+        throw InputError(path + ": " +
+                         (cfg.has() ? std::string("config.json has no model_type") : "no config.json beside it") +
+                         " to choose a preset; give {preset} (" + preset_list() + ") or {prefix}");
+    if (!r.prefix.empty() && r.layer)
+        throw UsageError("{layer}: {prefix} already names the layer's weights; give one of them");
+
+    // The layer's prefix.
+    if (!r.prefix.empty()) {
+        out.prefix = r.prefix;
+        bool any = false;
+        for (const auto& t : tensors) any = any || starts_with(t.name, r.prefix);
+        if (!any) throw InputError(path + ": no tensor's name begins with '" + shown(r.prefix) + "'");
+    } else {
+        const auto found = find_layers(*p, tensors);
+        if (found.empty())
+            throw InputError(path + ": no " + p->name + " attention layer here (no name like '" +
+                             (p->roots.empty() ? "…" + p->any_root_suffix : p->roots[0]) + "N" + p->after +
+                             p->probes[0] + "'); see `attnscope inspect " + path + "`");
+        if (found.size() > 1) {
+            std::string roots;
+            for (const auto& [root, layers] : found) roots += (roots.empty() ? "" : ", ") + shown(root) + "N";
+            throw InputError(path + ": several stacks of layers (" + roots +
+                             "); name one layer's weights with {prefix}, e.g. {prefix} " + shown(found.begin()->first) +
+                             std::to_string(*found.begin()->second.begin()) + p->after);
+        }
+        const auto& [root, layers] = *found.begin();
+        out.layers = layers.size();
+        if (!r.layer && layers.size() > 1)
+            throw UsageError(path + ": holds " + layer_range(layers) + "; choose one with {layer}");
+        const std::size_t n = r.layer ? *r.layer : *layers.begin();
+        if (!layers.count(n))
+            throw InputError(path + ": no layer " + std::to_string(n) + " (it holds " + layer_range(layers) + ")");
+        out.layer = n;
+        out.prefix = root + std::to_string(n) + p->after;
+    }
+    out.preset = p ? p->name : "prefix";
+
+    // The layer's tensors.
+    std::size_t budget = max_bytes;
+    auto name_of = [&](const std::string& suffix) { return out.prefix + suffix; };
+    if (p) {
+        out.layout = p->layout;
+        out.layout_fixed = true;
+        for (const auto& req : p->required)
+            if (!find_tensor(tensors, name_of(req))) throw InputError(path + ": layer has no " + shown(name_of(req)));
+        if (p->name == "gpt2") {
+            const Array w = read_tensor(c, name_of("c_attn.weight"), budget);
+            std::optional<Array> b;
+            if (find_tensor(tensors, name_of("c_attn.bias"))) b = read_tensor(c, name_of("c_attn.bias"), budget);
+            split_c_attn(w, b ? &*b : nullptr, out.arrays);
+        }
+        for (const auto& [suffix, bundle_name] : p->names)
+            if (find_tensor(tensors, name_of(suffix)))
+                out.arrays[bundle_name] = read_tensor(c, name_of(suffix), budget);
+        if (p->name == "mha" && !out.arrays.count("in_proj_weight") && !out.arrays.count("q_proj_weight"))
+            throw InputError(path + ": layer has no " + shown(name_of("in_proj_weight")) + " nor " +
+                             shown(name_of("q_proj_weight")));
+        out.config = config_of(*p, cfg, out.layer);
+        if (p->name == "tl") {
+            Bundle b;
+            b.source = c.path;
+            b.arrays = std::move(out.arrays);
+            const std::size_t h = convert_tl_layout(b);
+            out.arrays = std::move(b.arrays);
+            out.config.heads = h;
+            out.config.facts.push_back("heads " + std::to_string(h) + " (W_Q's first axis)");
+        }
+    } else {
+        // Names chosen by the prefix alone: PREFIX + a bundle name (W_Q, in_proj_weight, …).
+        const auto& known = known_array_names();
+        for (const auto& t : tensors) {
+            if (!starts_with(t.name, out.prefix)) continue;
+            const std::string rest = t.name.substr(out.prefix.size());
+            if (std::find(known.begin(), known.end(), rest) != known.end() && rest != "x" && rest != "memory")
+                out.arrays[rest] = read_tensor(c, t.name, budget);
+        }
+        if (out.arrays.empty())
+            throw InputError(path + ": no tensor named '" + shown(out.prefix) +
+                             "' + a weight's name (W_Q, in_proj_weight, …)");
+    }
+    return out;
+}
+
+CheckpointOverview describe_checkpoint(const Checkpoint& c, const std::string& preset) {
+    CheckpointOverview ov;
+    const Preset* p = nullptr;
+    try {
+        p = preset_for(c, preset);
+        ov.preset_note = p ? (preset == "auto" ? "config.json model_type" : "as asked") : "";
+    } catch (const InputError& e) {
+        ov.preset_note = e.what();
+    }
+    if (!p && ov.preset_note.empty())
+        ov.preset_note = c.config_path.empty() ? "no config.json beside the weights" : "config.json has no model_type";
+    ov.preset = p ? p->name : "";
+    std::map<std::string, std::size_t> index;  // group name -> position in ov.groups
+    std::map<std::string, std::set<std::size_t>> layers;
+    if (p) layers = find_layers(*p, c.source->tensors());
+    for (const auto& t : c.source->tensors()) {
+        // The group: the name up to and including its first all-digit component.
+        std::string group;
+        std::optional<std::size_t> number;
+        std::size_t start = 0;
+        while (start <= t.name.size()) {
+            std::size_t dot = t.name.find('.', start);
+            if (dot == std::string::npos) dot = t.name.size();
+            const std::string part = t.name.substr(start, dot - start);
+            if (!part.empty() && part.size() <= 9 &&
+                std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+                group = t.name.substr(0, dot);
+                number = std::stoul(part);
+                break;
+            }
+            if (dot == t.name.size()) break;
+            start = dot + 1;
+        }
+        auto it = index.find(group);
+        if (it == index.end()) {
+            it = index.emplace(group, ov.groups.size()).first;
+            LayerOverview lo;
+            lo.group = group;
+            lo.index = number;
+            ov.groups.push_back(std::move(lo));
+        }
+        ov.groups[it->second].tensors.push_back(t);
+    }
+    // Each layer the preset finds: its attention as choose_layer() would see it, without data.
+    if (p && layers.size() == 1) {
+        const Config cfg(c);
+        const auto& [root, numbers] = *layers.begin();
+        for (auto& g : ov.groups) {
+            if (!g.index || !numbers.count(*g.index) || g.group != root + std::to_string(*g.index)) continue;
+            CheckpointLayer cl;
+            cl.preset = p->name;
+            cl.layer = g.index;
+            cl.layers = numbers.size();
+            cl.prefix = root + std::to_string(*g.index) + p->after;
+            cl.layout = p->layout;
+            cl.layout_fixed = true;
+            try {
+                cl.config = config_of(*p, cfg, g.index);
+            } catch (const InputError& e) {
+                cl.config.facts.push_back(std::string("cannot run: ") + e.what());
+            }
+            if (p->name == "tl")
+                if (const TensorInfo* w = find_tensor(c.source->tensors(), cl.prefix + "W_Q");
+                    w && w->shape.size() == 3)
+                    cl.config.heads = w->shape[0];
+            g.attention = std::move(cl);
+        }
+    }
+    return ov;
+}
+
+std::size_t convert_tl_layout(Bundle& bundle) {
+    auto find = [&](const char* n) -> Array* {
+        auto it = bundle.arrays.find(n);
+        return it == bundle.arrays.end() ? nullptr : &it->second;
+    };
+    Array* wq = find("W_Q");
+    if (!wq) throw InputError(bundle.source + ": {layout} tl: no array 'W_Q' (TransformerLens: (H, Dm, Dk))");
+    if (wq->ndim() != 3)
+        throw InputError(wq->origin + ": {layout} tl: expected (H, Dm, Dk) (TransformerLens), found " +
+                         shape_str(wq->shape));
+    const std::size_t H = wq->shape[0];
+    // W_Q/W_K/W_V (H, Din, D) -> (Din, H·D): element [h, i, d] goes to [i, h·D + d].
+    for (const char* n : {"W_Q", "W_K", "W_V"}) {
+        Array* w = find(n);
+        if (!w) throw InputError(bundle.source + ": {layout} tl: no array '" + std::string(n) + "'");
+        if (w->ndim() != 3 || w->shape[0] != H)
+            throw InputError(w->origin + ": {layout} tl: expected (" + std::to_string(H) +
+                             ", Din, D) (H from W_Q), found " + shape_str(w->shape));
+        const std::size_t din = w->shape[1], d = w->shape[2];
+        Array m;
+        m.shape = {din, H * d};
+        m.dtype = w->dtype;
+        m.origin = w->origin;
+        m.values.resize(din * H * d);
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t i = 0; i < din; ++i)
+                for (std::size_t k = 0; k < d; ++k) m.values[i * H * d + h * d + k] = w->value((h * din + i) * d + k);
+        *w = std::move(m);
+    }
+    // W_O (H, Dv, Dout) -> (H·Dv, Dout): already in that order.
+    if (Array* w = find("W_O")) {
+        if (w->ndim() != 3 || w->shape[0] != H)
+            throw InputError(w->origin + ": {layout} tl: expected (" + std::to_string(H) + ", Dv, Dout), found " +
+                             shape_str(w->shape));
+        w->shape = {H * w->shape[1], w->shape[2]};
+    }
+    // b_Q/b_K/b_V (H, D) -> (H·D).
+    for (const char* n : {"b_Q", "b_K", "b_V"}) {
+        Array* b = find(n);
+        if (!b) continue;
+        if (b->ndim() != 2 || b->shape[0] != H)
+            throw InputError(b->origin + ": {layout} tl: expected (" + std::to_string(H) + ", D), found " +
+                             shape_str(b->shape));
+        b->shape = {H * b->shape[1]};
+    }
+    return H;
+}
+
+}  // namespace attnscope

@@ -33,28 +33,6 @@ struct CheckArgs {
     std::vector<std::string> axes;  // NAME=ORDER
 };
 
-// THEIRS: an .npz, a JSON object, or a directory of NAME.npy files.
-Bundle load_theirs(const std::string& path, std::size_t limit) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(path, ec)) {
-        if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0)
-            throw InputError(path +
-                             ": one .npy holds one array; give a directory of NAME.npy files, an .npz or a "
-                             "JSON object of your stages");
-        return load_bundle(path, limit);
-    }
-    std::vector<std::filesystem::path> files;
-    for (const auto& e : std::filesystem::directory_iterator(path, ec))
-        if (e.path().extension() == ".npy") files.push_back(e.path());
-    if (ec) throw InputError(path + ": cannot list the directory (" + ec.message() + ")");
-    if (files.empty()) throw InputError(path + ": a directory without .npy files (expected NAME.npy per stage)");
-    std::sort(files.begin(), files.end());
-    Bundle b;
-    b.source = path;
-    for (const auto& f : files) b.arrays[f.stem().string()] = load_array(f.string(), f.stem().string(), limit);
-    return b;
-}
-
 CheckOptions check_options(const CheckArgs& a) {
     CheckOptions o;
     o.rtol = a.rtol, o.atol = a.atol;
@@ -77,7 +55,7 @@ int run_check(const CheckArgs& a) {
         throw UsageError("check: standard input can hold THEIRS or the --against bundle, not both");
     const std::size_t limit = memory_limit(a.run);
     const Bundle bundle = load_inputs(a.run, limit, spec);
-    const Bundle theirs = load_theirs(a.theirs, limit);
+    const Bundle theirs = load_named_arrays(a.theirs, limit);
 
     Problem<double> problem = make_problem<double>(bundle, spec);
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';

@@ -60,7 +60,8 @@ std::string flag_of(std::string_view field) {
                                                  "checkpoint",
                                                  "layer",
                                                  "preset",
-                                                 "prefix"};
+                                                 "prefix",
+                                                 "qkv"};
     for (std::string_view f : kSame)
         if (f == field) return "--" + std::string(field);
     return "{" + std::string(field) + "}";

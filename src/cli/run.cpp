@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -30,6 +31,7 @@
 #include "attnscope/io/write.hpp"
 #include "attnscope/model/checkpoint.hpp"
 #include "attnscope/model/model.hpp"
+#include "attnscope/model/qkv.hpp"
 #include "attnscope/report/report.hpp"
 #include "subcommand.hpp"
 
@@ -274,9 +276,25 @@ std::vector<std::string> stages_of_run(const RunOptions& o, StageSet has) {
     return out;
 }
 
+// The run's problem: from the bundle's x and weights, or from {qkv}'s own Q, K and V.
+template <typename T>
+Problem<T> problem_of(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit) {
+    if (o.qkv.empty()) return make_problem<T>(bundle, spec);
+    std::map<std::string, std::string> axes;
+    for (const auto& item : o.axes) {
+        const auto eq = item.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+            throw UsageError("--axes " + item + ": expected NAME=ORDER, e.g. q=bthd or k=bt(hd)");
+        axes[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    const GivenQKV qkv =
+        read_qkv(load_named_arrays(o.qkv, limit), spec.heads, spec.kv_heads.value_or(spec.heads), axes);
+    return make_problem_qkv<T>(bundle, qkv, spec);
+}
+
 template <typename T>
 int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit, Clock::time_point t0) {
-    Problem<T> problem = make_problem<T>(bundle, spec);
+    Problem<T> problem = problem_of<T>(o, bundle, spec, limit);
     const auto stages = stages_of_run(o, stages_of(problem));
     if (!o.svg.empty() && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end())
         throw UsageError("{svg_stage} " + o.svg_stage + ": this run has no stage " + o.svg_stage + "; it exists with " +
@@ -502,6 +520,14 @@ void add_view_options(CLI::App* run, RunOptions& o) {
 CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     auto* run = app.add_subcommand("run", "Compute attention on a bundle of arrays and show every stage");
     add_input_options(run, o);
+    auto* own = run->add_option_group("Your own Q, K, V (README: fused kernels never return weights)");
+    own->add_option("--qkv", o.qkv,
+                    "Start at the scores from your q, k and v (an .npz, JSON object or directory of NAME.npy; "
+                    "names q/query, k/key, v/value); the bundle, if given, adds masks, positions and tokens");
+    own->add_option("--axes", o.axes,
+                    "NAME=ORDER: the axis order of one --qkv array in the letters b, h, t, d with (..) around merged "
+                    "axes, e.g. q=bthd or k=bt(hd); repeat for more")
+        ->allow_extra_args(false);
     add_model_options(run, o);
     add_output_options(run, o);
     add_experiment_options(run, o);
@@ -553,9 +579,35 @@ Spec spec_of(const RunOptions& o) {
     // else that reads positions (RoPE, ALiBi, a window).
     if (o.causal_align != "top-left" && !o.causal && !o.rope && !o.alibi && !o.window)
         throw UsageError("--causal-align: has no effect without --causal (or --rope, --alibi, --window)");
-    if (o.bundle.empty() && o.array_files.empty())
+    if (!o.qkv.empty() && !o.checkpoint.empty())
+        throw UsageError("--qkv: starts the run at Q, K and V; --checkpoint's weights would not be used");
+    if (!o.axes.empty() && o.qkv.empty())
+        throw UsageError("--axes: says how --qkv's arrays are laid out; give --qkv FILE");
+    if (o.bundle.empty() && o.array_files.empty() && o.qkv.empty())
         throw UsageError("run: expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ...");
     return spec;
+}
+
+// Someone's own arrays: an .npz, a JSON object, or a directory of NAME.npy files.
+Bundle load_named_arrays(const std::string& path, std::size_t limit) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path, ec)) {
+        if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0)
+            throw InputError(path +
+                             ": one .npy holds one array; give a directory of NAME.npy files, an .npz or a "
+                             "JSON object of your stages");
+        return load_bundle(path, limit);
+    }
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec))
+        if (e.path().extension() == ".npy") files.push_back(e.path());
+    if (ec) throw InputError(path + ": cannot list the directory (" + ec.message() + ")");
+    if (files.empty()) throw InputError(path + ": a directory without .npy files (expected NAME.npy per stage)");
+    std::sort(files.begin(), files.end());
+    Bundle b;
+    b.source = path;
+    for (const auto& f : files) b.arrays[f.stem().string()] = load_array(f.string(), f.stem().string(), limit);
+    return b;
 }
 
 Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec) {
@@ -592,9 +644,9 @@ struct Held {
 };
 
 template <typename T>
-Held compute_all(const Bundle& bundle, const Spec& spec, std::size_t threads, std::size_t limit) {
+Held compute_all(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t threads, std::size_t limit) {
     auto state = std::make_shared<std::pair<Problem<T>, Trace<T>>>();
-    state->first = make_problem<T>(bundle, spec);
+    state->first = problem_of<T>(o, bundle, spec, limit);
     Compute how;
     how.threads = threads;
     check_memory_limit(bundle, state->first, how, limit);
@@ -605,8 +657,8 @@ Held compute_all(const Bundle& bundle, const Spec& spec, std::size_t threads, st
 Held compute_all(const RunOptions& o, std::size_t limit) {
     Spec spec = spec_of(o);
     const Bundle bundle = load_inputs(o, limit, spec);
-    return o.dtype == "float32" ? compute_all<float>(bundle, spec, o.threads, limit)
-                                : compute_all<double>(bundle, spec, o.threads, limit);
+    return o.dtype == "float32" ? compute_all<float>(o, bundle, spec, o.threads, limit)
+                                : compute_all<double>(o, bundle, spec, o.threads, limit);
 }
 
 std::vector<std::string> split_words(const std::string& s) {

@@ -61,7 +61,10 @@ struct RunOptions {
     std::optional<std::size_t> layer;
     std::string preset = "auto";
     std::string prefix;
-    std::set<std::string> given;  // the options given on the command line ("--heads", "--causal", …)
+    std::set<std::string> given;
+    // Bring your own Q, K, V: the run starts at the scores (model/qkv.hpp)
+    std::string qkv;
+    std::vector<std::string> axes;  // NAME=ORDER  // the options given on the command line ("--heads", "--causal", …)
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);
@@ -75,6 +78,9 @@ Spec spec_of(const RunOptions& o);  // UsageError for options that contradict ea
 // The bundle, with a checkpoint's layer as its weights when {checkpoint} is given (and
 // `spec` completed from what the checkpoint's config fixes, where no option said otherwise).
 Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec);
+// Someone's own arrays (check's THEIRS, run's {qkv}): an .npz, a JSON object, or a directory
+// of NAME.npy files.
+Bundle load_named_arrays(const std::string& path, std::size_t limit);
 // {checkpoint}'s layer into `bundle` (which must hold no weights), `spec` completed (checkpoint.cpp).
 void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec);
 std::size_t memory_limit(const RunOptions& o);

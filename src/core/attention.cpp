@@ -344,12 +344,29 @@ class Attention {
         const Dims& d = d_;
         const Tensor<T, 3>& src = p_.src();
         blas_threads(1);  // every product below runs on our threads, one BLAS call each
+        auto given = [](const Tensor<T, 3>& t, Buffer<T>& out) {  // run --qkv: no projection
+            out.resize(t.size());
+            std::copy(t.begin(), t.end(), out.data());
+        };
         if (need_[kQ]) {
             qf_.resize(d.B * d.Tq * d.H * d.Dk);
-            project(p_.x.data(), d.B * d.Tq, d.Dm, p_.W_Q, p_.b_Q, qf_.data(), threads_);
+            if (p_.given_q)
+                given(*p_.given_q, qf_);
+            else
+                project(p_.x.data(), d.B * d.Tq, d.Dm, p_.W_Q, p_.b_Q, qf_.data(), threads_);
         }
-        if (need_[kK]) project_keys(src, p_.W_K, p_.b_K, p_.bias_k, d.Dk, kf_);
-        if (need_[kV]) project_keys(src, p_.W_V, p_.b_V, p_.bias_v, d.Dv, vf_);
+        if (need_[kK]) {
+            if (p_.given_k)
+                given(*p_.given_k, kf_);
+            else
+                project_keys(src, p_.W_K, p_.b_K, p_.bias_k, d.Dk, kf_);
+        }
+        if (need_[kV]) {
+            if (p_.given_v)
+                given(*p_.given_v, vf_);
+            else
+                project_keys(src, p_.W_V, p_.b_V, p_.bias_v, d.Dv, vf_);
+        }
         if (p_.spec.zero_key && need_[kK])  // experiment: key vector j := 0, so its score column is 0
             for (std::size_t b = 0; b < d.B; ++b)
                 std::fill_n(kf_.data() + (b * d.Tk + *p_.spec.zero_key) * d.G * d.Dk, d.G * d.Dk, T(0));

@@ -121,12 +121,17 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     const std::string kv_split = gqa ? ", split into " + std::to_string(d.G) + " K/V head" + (d.G > 1 ? "s" : "") +
                                            ", each serving " + std::to_string(d.group()) + " query heads"
                                      : ", split into heads";
-    add(kQ, "x · W_Q" + plus(p.b_Q, "b_Q") + ", split into heads", tr.Q);
+    v.given_from = p.given_from;
+    const bool given = p.given_q.has_value();  // run --qkv: Q, K, V read, not projected
+    add(kQ,
+        given ? "given (" + p.given_from + "), split into heads"
+              : "x · W_Q" + plus(p.b_Q, "b_Q") + ", split into heads",
+        tr.Q);
     add(kK,
-        src + " · W_K" + plus(p.b_K, "b_K") + kv_split +
+        (given ? std::string("given") : src + " · W_K" + plus(p.b_K, "b_K")) + kv_split +
             (p.spec.zero_key ? " (key " + std::to_string(*p.spec.zero_key) + " set to 0: --zero-key)" : ""),
         tr.K);
-    add(kV, src + " · W_V" + plus(p.b_V, "b_V") + kv_split, tr.V);
+    add(kV, (given ? std::string("given") : src + " · W_V" + plus(p.b_V, "b_V")) + kv_split, tr.V);
     std::string rope_words;
     if (p.rope_dim) {
         char base[32];

@@ -11,6 +11,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
+#include "attnscope/model/qkv.hpp"
 
 namespace attnscope {
 
@@ -865,5 +866,60 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
 
 template Problem<float> make_problem<float>(const Bundle&, const Spec&);
 template Problem<double> make_problem<double>(const Bundle&, const Spec&);
+
+template <typename T>
+Problem<T> make_problem_qkv(const Bundle& bundle, const GivenQKV& qkv, const Spec& spec) {
+    Builder bld(bundle, spec);
+    NonFiniteLog nonfinite;
+    Problem<T> p;
+    p.spec = spec;
+    Dims& d = p.dims;
+    check_spec(spec);
+    bld.check_names();
+    for (const char* n :
+         {"x", "memory", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "in_proj_weight", "in_proj_bias",
+          "q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj.weight", "out_proj.bias", "bias_k", "bias_v"})
+        if (bld.find(n))
+            throw UsageError(bundle.source + ": holds " + n +
+                             "; with {qkv} the run starts from the given Q, K and V (no x, memory or weights)");
+    if (spec.add_zero_attn)
+        throw UsageError("{add_zero_attn}: appends a key to projected keys; with {qkv} append it to your k and v");
+    p.batched = qkv.batched;
+    p.cross = qkv.Tq != qkv.Tk;
+    d.B = qkv.B, d.Tq = qkv.Tq, d.Tk = qkv.Tk, d.H = qkv.H, d.G = qkv.G, d.Dk = qkv.Dk, d.Dv = qkv.Dv;
+    d.Dm = d.Dkv = 0;
+    d.Dout = d.H * d.Dv;
+    p.x = Tensor<T, 3>::from_shape({d.B, d.Tq, 0});
+    p.W_Q = Tensor<T, 2>::from_shape({0, d.H * d.Dk});
+    p.W_K = Tensor<T, 2>::from_shape({0, d.G * d.Dk});
+    p.W_V = Tensor<T, 2>::from_shape({0, d.G * d.Dv});
+    auto given = [&](const std::vector<double>& v, std::size_t T_, std::size_t width, const std::string& name) {
+        Tensor<T, 3> t = Tensor<T, 3>::from_shape({d.B, T_, width});
+        std::size_t bad = 0;
+        for (std::size_t k = 0; k < v.size(); ++k) {
+            t.data()[k] = static_cast<T>(v[k]);
+            bad += !std::isfinite(t.data()[k]);
+        }
+        if (bad)
+            p.warnings.push_back(qkv.source + ": " + name + ": " + std::to_string(bad) +
+                                 " values are NaN or infinite (in the run's precision)");
+        return t;
+    };
+    p.given_q = given(qkv.q, d.Tq, d.H * d.Dk, qkv.q_name);
+    p.given_k = given(qkv.k, d.Tk, d.G * d.Dk, qkv.k_name);
+    p.given_v = given(qkv.v, d.Tk, d.G * d.Dv, qkv.v_name);
+    p.given_from = qkv.source + ": " + qkv.q_name + " as " + qkv.q_order + ", " + qkv.k_name + " as " + qkv.k_order +
+                   ", " + qkv.v_name + " as " + qkv.v_order;
+    read_mask(bld, spec, p);                 // 5. the mask rule
+    read_variants(bld, spec, p, nonfinite);  // 6. RoPE, ALiBi, attn_mask, sinks
+    p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
+    p.key_tokens = tokens(bld, "key_tokens", d.B, d.Tk, p.batched, "Tk");
+    if (p.key_tokens.empty() && !p.cross) p.key_tokens = p.query_tokens;
+    choose_scale(spec, p);  // 7. scale
+    return p;
+}
+
+template Problem<float> make_problem_qkv<float>(const Bundle&, const GivenQKV&, const Spec&);
+template Problem<double> make_problem_qkv<double>(const Bundle&, const GivenQKV&, const Spec&);
 
 }  // namespace attnscope

@@ -47,11 +47,18 @@ std::vector<std::string> explain_projection(const TraceView& v, const StageView&
     const bool grouped = !q && variants_of(v).gqa;
     const std::size_t heads = grouped ? d.G : d.H;
     std::vector<std::string> L;
-    L.push_back(s.name + " = " + (q ? "x" : src) + " · W_" + s.name + ": " + shape(v, {T, in}) + " @ " +
-                tuple({in, heads * D}) + " -> " + shape(v, {T, heads * D}) + ", then split into " +
-                (grouped ? "G = " + std::to_string(d.G) + " K/V heads" : "H = " + std::to_string(d.H) + " heads") +
-                " of " + (is_v ? "Dv" : "Dk") + " = " + std::to_string(D) + " columns (feature h*" + std::to_string(D) +
-                " + j belongs to head h) -> " + shape(v, {heads, T, D}) + ".");
+    if (!v.given_from.empty())  // run --qkv
+        L.push_back(s.name + " is given, not computed: " + v.given_from +
+                    ". The run starts here (no x, no weights); laid out as " + shape(v, {T, heads * D}) +
+                    " (feature h*" + std::to_string(D) + " + j of head h), then split into " +
+                    (grouped ? "G = " + std::to_string(d.G) + " K/V heads" : "H = " + std::to_string(d.H) + " heads") +
+                    " -> " + shape(v, {heads, T, D}) + ".");
+    else
+        L.push_back(s.name + " = " + (q ? "x" : src) + " · W_" + s.name + ": " + shape(v, {T, in}) + " @ " +
+                    tuple({in, heads * D}) + " -> " + shape(v, {T, heads * D}) + ", then split into " +
+                    (grouped ? "G = " + std::to_string(d.G) + " K/V heads" : "H = " + std::to_string(d.H) + " heads") +
+                    " of " + (is_v ? "Dv" : "Dk") + " = " + std::to_string(D) + " columns (feature h*" +
+                    std::to_string(D) + " + j belongs to head h) -> " + shape(v, {heads, T, D}) + ".");
     if (grouped)
         L.push_back("Grouped-query attention: the " + std::to_string(d.H) + " query heads share " +
                     std::to_string(d.G) + " K/V head" + (d.G > 1 ? "s" : "") +

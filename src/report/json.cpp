@@ -167,6 +167,11 @@ void put_config(std::ostream& out, const TraceView& v) {
         << ",\"key_padding_mask\":" << (v.has_padding() ? "true" : "false") << ",\"layout\":\""
         << (v.spec.layout == Layout::math ? "math" : "torch") << "\",\"batched\":" << (v.batched ? "true" : "false");
     put_variants(out, v);
+    out << ",\"qkv\":";
+    if (v.given_from.empty())
+        out << "null";
+    else
+        put_string(out, v.given_from);
     out << "},\n\"dims\":{\"B\":" << d.B << ",\"Tq\":" << d.Tq << ",\"Tk\":" << d.Tk << ",\"Dm\":" << d.Dm
         << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"G\":" << (d.G ? d.G : d.H) << ",\"Dk\":" << d.Dk
         << ",\"Dv\":" << d.Dv << ",\"Dout\":" << d.Dout << "},\n\"tokens\":{\"query\":";

@@ -88,6 +88,8 @@ void write_run_header(std::ostream& out, const TraceView& v, std::size_t width) 
         const auto lines = wrap(text, width > 30 ? width - 10 : 20);
         for (std::size_t k = 0; k < lines.size(); ++k) out << (k ? "          " : name) << lines[k] << '\n';
     };
+    if (!v.given_from.empty())
+        field("  given   ", escape_control(v.given_from) + " (the run starts at Q, K and V: no x, no weights)");
     field("  masks   ", masks_line(v));
     if (v.dims.G && v.dims.G != v.dims.H) field("  K/V     ", sharing_line(d));
     if (v.spec.rope) {

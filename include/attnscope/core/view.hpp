@@ -45,6 +45,7 @@ struct TraceView {
     std::vector<MaskedRow> fully_masked;
     std::vector<std::string> warnings;
     std::vector<StageView> stages;  // pipeline order
+    std::string given_from;         // run --qkv: where Q, K and V came from and in which orders ("" otherwise)
 
     bool has_padding() const { return mask_rule.has_padding(); }
     const StageView* find(Stage id) const;   // nullptr when absent

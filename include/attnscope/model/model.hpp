@@ -124,6 +124,11 @@ struct Problem {
     // projections, (G*Dk) and (G*Dv); add_zero_attn (spec) appends a zero one after it.
     std::optional<Tensor<T, 1>> bias_k, bias_v;
 
+    // Q, K and V given rather than projected (run --qkv; model/qkv.hpp): (B, Tq, H*Dk),
+    // (B, Tk, G*Dk), (B, Tk, G*Dv); x, memory and the weights are then empty (Dm = Dkv = 0).
+    std::optional<Tensor<T, 3>> given_q, given_k, given_v;
+    std::string given_from;  // "q.npz: q as bt(hd), k as bt(hd), v as bt(hd)", for reports
+
     TokenLabels query_tokens, key_tokens;  // (B, Tq) and (B, Tk), empty when not given
     std::vector<std::string> warnings;     // e.g. non-finite input values
 

@@ -122,6 +122,9 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
                                            ", each serving " + std::to_string(d.group()) + " query heads"
                                      : ", split into heads";
     v.given_from = p.given_from;
+    if (p.alibi_slopes) v.alibi_slopes.assign(p.alibi_slopes->begin(), p.alibi_slopes->end());
+    if (p.sinks) v.sinks.assign(p.sinks->begin(), p.sinks->end());
+    v.float_mask = p.attn_bias.has_value();
     const bool given = p.given_q.has_value();  // run --qkv: Q, K, V read, not projected
     add(kQ,
         given ? "given (" + p.given_from + "), split into heads"

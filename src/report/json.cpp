@@ -109,9 +109,9 @@ void put_tokens(std::ostream& out, const TokenLabels& t, bool batched) {
 }
 
 // The config of the modern variants: kv_heads, rope {base, dim, style}, alibi, window,
-// softcap, attn_mask_means (null when not given), and what came from the bundle: attn_mask
-// ("bool", "float" or null), sinks and positions (true/false; null when the stages kept
-// cannot tell: a float attn_mask beside ALiBi, or sinks, without bias/weights/sink_weight).
+// softcap, attn_mask_means (null when not given), and what came from the bundle or was
+// derived: attn_mask ("bool", "float" or null), alibi_slopes and sinks (one number per
+// head, or null), positions (true when q/k_positions were given).
 void put_variants(std::ostream& out, const TraceView& v) {
     const Dims& d = v.dims;
     const text::Variants r = text::variants_of(v);
@@ -138,18 +138,24 @@ void put_variants(std::ostream& out, const TraceView& v) {
         << (v.spec.attn_mask_means == MaskMeans::allow   ? "\"allow\""
             : v.spec.attn_mask_means == MaskMeans::block ? "\"block\""
                                                          : "null");
-    out << ",\"attn_mask\":";
-    if (r.bool_mask)
-        out << "\"bool\"";
-    else if (r.float_mask)
-        out << "\"float\"";
-    else
-        out << (r.known_bias ? "null" : "\"unknown\"");
-    out << ",\"sinks\":"
-        << (!r.known_sinks ? "null"
-            : r.sinks      ? "true"
-                           : "false")
-        << ",\"positions\":" << (r.positions ? "true" : "false");
+    out << ",\"attn_mask\":" << (r.bool_mask ? "\"bool\"" : r.float_mask ? "\"float\"" : "null");
+    const auto numbers = [&out](const std::vector<double>& xs) {
+        if (xs.empty()) {
+            out << "null";
+            return;
+        }
+        out << '[';
+        for (std::size_t k = 0; k < xs.size(); ++k) {
+            if (k) out << ',';
+            text::put_json_number(out, xs[k]);
+        }
+        out << ']';
+    };
+    out << ",\"alibi_slopes\":";
+    numbers(v.alibi_slopes);
+    out << ",\"sinks\":";
+    numbers(v.sinks);
+    out << ",\"positions\":" << (r.positions ? "true" : "false");
 }
 
 // The opening of the document: its "config", "dims" and "tokens" members.

@@ -215,9 +215,7 @@ inline bool formula_says(const TraceView& v, Stage id, const char* words) {
 }
 
 // The variants of attention a run used, as its view tells them: the spec, the mask rule,
-// the dims, and the formulas of the stages it kept (a float attn_mask and sinks are
-// arrays of the bundle; the view knows of them from the bias, masked_scores, weights
-// and sink_weight stages; `known_*` is false when none of those was kept).
+// the dims, and what the bundle added (a float attn_mask, sinks), whichever stages were kept.
 struct Variants {
     bool gqa = false;         // G < H K/V heads
     bool rope = false;        // Q_rot, K_rot
@@ -229,7 +227,6 @@ struct Variants {
     bool positions = false;   // q_positions / k_positions from the bundle
     bool softcap = false;     // C · tanh(scores / C)
     bool sinks = false;       // a sink logit per head
-    bool known_bias = true, known_sinks = true;
 };
 
 inline Variants variants_of(const TraceView& v) {
@@ -241,17 +238,9 @@ inline Variants variants_of(const TraceView& v) {
     r.window = v.mask_rule.window().has_value();
     r.positions = v.mask_rule.explicit_positions();
     r.softcap = v.spec.softcap.has_value();
-    if (v.find(kBias))
-        r.float_mask = formula_says(v, kBias, "attn_mask");
-    else if (v.find(kMaskedScores))
-        r.float_mask = !r.alibi && formula_says(v, kMaskedScores, "+ bias");
-    else
-        r.known_bias = r.alibi;  // with ALiBi: whether a float attn_mask is added too is not known
+    r.float_mask = v.float_mask;
     r.bias = r.alibi || r.float_mask;
-    if (v.find(kSinkWeight) || v.find(kWeights))
-        r.sinks = v.find(kSinkWeight) || formula_says(v, kWeights, "sink");
-    else
-        r.known_sinks = false;
+    r.sinks = !v.sinks.empty();
     return r;
 }
 

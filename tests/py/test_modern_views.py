@@ -358,7 +358,8 @@ class Json(ModernViews):
         self.assertEqual(c["kv_heads"], 2)
         self.assertEqual(c["rope"], {"base": 500, "dim": 2, "style": "interleaved"})
         self.assertEqual((c["alibi"], c["window"], c["softcap"], c["attn_mask_means"]), (True, 4, 5, None))
-        self.assertEqual((c["attn_mask"], c["sinks"], c["positions"]), (None, True, True))
+        self.assertEqual((c["attn_mask"], c["sinks"], c["positions"]), (None, [0, 0, 0, 0], True))
+        np.testing.assert_allclose(c["alibi_slopes"], mref.alibi_slopes(4), rtol=1e-15)
         self.assertEqual(doc["dims"]["G"], 2)
         want = mref.attention(b, 4, kv_heads=2, rope=True, rope_dim=2, rope_style="interleaved", rope_base=500.0,
                               causal=True, window=4, softcap=5.0, alibi=True)
@@ -374,10 +375,16 @@ class Json(ModernViews):
         b = bundle(12, attn_mask=np.ones((6, 6), dtype=bool))
         c = json.loads(self.run_ok(b, "--heads", "4", "--kv-heads", "2", "--attn-mask-means", "block",
                                    "--json", "--stages", "weights").out)["config"]
-        self.assertEqual((c["attn_mask"], c["attn_mask_means"], c["sinks"]), ("bool", "block", False))
+        self.assertEqual((c["attn_mask"], c["attn_mask_means"], c["sinks"]), ("bool", "block", None))
         b = bundle(12, attn_mask=np.zeros((6, 6)))
         c = json.loads(self.run_ok(b, "--heads", "4", "--kv-heads", "2", "--json").out)["config"]
         self.assertEqual(c["attn_mask"], "float")
+        # Whichever stages are kept: a float mask beside ALiBi, and sinks, are told from the run itself.
+        b = bundle(12, attn_mask=np.zeros((6, 6)), sinks=np.array([1.0, 2.0, 3.0, 4.0]))
+        c = json.loads(self.run_ok(b, "--heads", "4", "--kv-heads", "2", "--alibi", "--json", "--stages",
+                                   "output").out)["config"]
+        self.assertEqual((c["attn_mask"], c["sinks"], c["alibi"]), ("float", [1, 2, 3, 4], True))
+        self.assertEqual(len(c["alibi_slopes"]), 4)
 
 
 class Diagnose(ModernViews):

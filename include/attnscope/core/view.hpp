@@ -46,6 +46,10 @@ struct TraceView {
     std::vector<std::string> warnings;
     std::vector<StageView> stages;  // pipeline order
     std::string given_from;         // run --qkv: where Q, K and V came from and in which orders ("" otherwise)
+    // What the bundle added, whichever stages were kept: ALiBi's slopes (H; empty without
+    // ALiBi), a float attn_mask added to the scores, and the sink logits (H; empty without).
+    std::vector<double> alibi_slopes, sinks;
+    bool float_mask = false;
 
     bool has_padding() const { return mask_rule.has_padding(); }
     const StageView* find(Stage id) const;   // nullptr when absent

@@ -506,8 +506,8 @@ class Attention {
             }
             T* M = keep_[kMaskedScores] && !tr_.masked_is_scores ? &tr_.masked_scores(b, h, i, 0) : nullptr;
             if (p_.sinks)
-                sink_softmax_row(L, masking ? visible : nullptr, M, W + r * Tk, Tk, (*p_.sinks)(h),
-                                 keep_[kSinkWeight] ? &tr_.sink_weight(b, h, i) : nullptr);
+                kernels::sink_softmax_row(L, masking ? visible : nullptr, M, W + r * Tk, Tk, (*p_.sinks)(h),
+                                          keep_[kSinkWeight] ? &tr_.sink_weight(b, h, i) : nullptr);
             else
                 kernels::masked_softmax_row(L, masking ? visible : nullptr, M, W + r * Tk, Tk);
         }
@@ -518,30 +518,6 @@ class Attention {
         if (keep_[kContext])
             for (std::size_t r = 0; r < n; ++r)
                 std::copy(C + r * H * Dv, C + r * H * Dv + Dv, &tr_.context(b, h, i0 + r, 0));
-    }
-
-    // Softmax with a sink (gpt-oss): the head's sink logit s joins the denominator only.
-    // w_j = exp(m_j - M) / (sum_k exp(m_k - M) + exp(s - M)), M = max(max_k m_k, s); the
-    // sink's share is the rest. A row with no visible key gives all of it to the sink.
-    static void sink_softmax_row(const T* logits, const bool* visible, T* masked, T* w, std::size_t n, T sink,
-                                 T* sink_share) {
-        const T neg_inf = -std::numeric_limits<T>::infinity();
-        T mx = neg_inf;
-        for (std::size_t j = 0; j < n; ++j) {
-            const T v = !visible || visible[j] ? logits[j] : neg_inf;
-            if (masked) masked[j] = v;
-            w[j] = v;
-            mx = v > mx ? v : mx;
-        }
-        const T M = mx > sink ? mx : sink;
-        T sum = 0;
-        for (std::size_t j = 0; j < n; ++j) {
-            w[j] = std::exp(w[j] - M);
-            sum += w[j];
-        }
-        const T c = std::exp(sink - M), total = sum + c;
-        for (std::size_t j = 0; j < n; ++j) w[j] /= total;
-        if (sink_share) *sink_share = c / total;
     }
 
     // Rows i0.. of a kept (B, H, Tq, Tk) stage, or this worker's scratch when it is not kept.

@@ -225,32 +225,6 @@ Problem<T> prefix_problem(const Problem<T>& p, std::size_t P) {
     return q;
 }
 
-// Softmax with a sink logit s in the denominator only (as attend() computes it):
-// w_j = exp(m_j - M) / (sum_k exp(m_k - M) + exp(s - M)), M = max(max_k m_k, s).
-// Returns whether any key was visible; *share = the sink's part.
-template <typename T>
-bool sink_softmax_row(const T* logits, const bool* visible, T* w, std::size_t n, T sink, T* share) {
-    const T neg_inf = -std::numeric_limits<T>::infinity();
-    T mx = neg_inf;
-    bool any = false;
-    for (std::size_t j = 0; j < n; ++j) {
-        const T v = visible[j] ? logits[j] : neg_inf;
-        any |= visible[j];
-        w[j] = v;
-        mx = v > mx ? v : mx;
-    }
-    const T M = mx > sink ? mx : sink;
-    T sum = 0;
-    for (std::size_t j = 0; j < n; ++j) {
-        w[j] = std::exp(w[j] - M);
-        sum += w[j];
-    }
-    const T c = std::exp(sink - M), total = sum + c;
-    for (std::size_t j = 0; j < n; ++j) w[j] /= total;
-    *share = c / total;
-    return any;
-}
-
 }  // namespace
 
 template <typename T>
@@ -369,8 +343,9 @@ void Decoder<T>::attend_row(DecodeStep<T>& s, std::size_t b, std::size_t h, cons
             S[j] = v;
         }
     }
-    const bool any = p_.sinks ? sink_softmax_row(S, visible, W, keys, (*p_.sinks)(h), share)
-                              : kernels::masked_softmax_row(S, visible, nullptr, W, keys);
+    const bool any =
+        p_.sinks ? kernels::sink_softmax_row(S, visible, static_cast<T*>(nullptr), W, keys, (*p_.sinks)(h), share)
+                 : kernels::masked_softmax_row(S, visible, nullptr, W, keys);
     if (!any && h == 0) s.fully_masked.push_back(b);
     gemm<T>(false, false, 1, Dv, keys, T(1), W, keys, cache_.values(b, g), Dv, T(0), C, Dv);
     std::copy_n(C, Dv, &s.context(b, h, 0, 0));

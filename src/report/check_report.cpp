@@ -130,31 +130,6 @@ void write_diagnosis_text(std::ostream& out, const CheckResult& r) {
     for (const Finding& f : r.where) out << "  - " << wrap(escape_control(spell_fields(f.detail, flag)), 4) << '\n';
 }
 
-// A JSON string: quotes, backslashes and control characters escaped; a byte that is not
-// part of well-formed UTF-8 becomes U+FFFD (as the other JSON writers of the report do).
-void put_string(std::ostream& out, const std::string& s) {
-    out << '"';
-    for (std::size_t k = 0; k < s.size();) {
-        const unsigned char c = static_cast<unsigned char>(s[k]);
-        const std::size_t n = utf8_sequence_length(s, k);
-        if (n > 1) {
-            out.write(s.data() + k, std::streamsize(n));
-        } else if (n == 0) {
-            out << "\xef\xbf\xbd";
-        } else if (c == '"' || c == '\\') {
-            out << '\\' << char(c);
-        } else if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out << buf;
-        } else {
-            out << char(c);
-        }
-        k += n ? n : 1;
-    }
-    out << '"';
-}
-
 void put_index(std::ostream& out, const std::vector<std::size_t>& v) {
     out << '[';
     for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
@@ -165,13 +140,13 @@ void put_strings(std::ostream& out, const std::vector<std::string>& v) {
     out << '[';
     for (std::size_t k = 0; k < v.size(); ++k) {
         if (k) out << ',';
-        put_string(out, v[k]);
+        text::put_json_string(out, v[k]);
     }
     out << ']';
 }
 
 void put_stage_json(std::ostream& out, const StageCheck& s) {
-    put_string(out, s.name);
+    text::put_json_string(out, s.name);
     out << ":{\"given\":" << (s.given ? "true" : "false");
     if (!s.given) {
         out << ",\"match\":null,\"max_abs_diff\":null,\"at\":null,\"axes\":null}";
@@ -185,11 +160,11 @@ void put_stage_json(std::ostream& out, const StageCheck& s) {
     else
         put_index(out, s.at);
     out << ",\"axes\":";
-    put_string(out, s.axes);
+    text::put_json_string(out, s.axes);
     out << ",\"name\":";
-    put_string(out, s.their_name);
+    text::put_json_string(out, s.their_name);
     out << ",\"dtype\":";
-    put_string(out, s.dtype);
+    text::put_json_string(out, s.dtype);
     out << ",\"shape\":";
     put_index(out, s.their_shape);
     out << ",\"at_reference\":";
@@ -208,19 +183,19 @@ void put_stage_json(std::ostream& out, const StageCheck& s) {
 
 void put_diagnosis_json(std::ostream& out, const Diagnosis& d) {
     out << "{\"id\":";
-    put_string(out, d.id);
+    text::put_json_string(out, d.id);
     out << ",\"stage\":";
-    put_string(out, stage_name(d.stage));
+    text::put_json_string(out, stage_name(d.stage));
     out << ",\"max_abs_diff\":";
     text::put_json_number(out, d.max_abs_diff);
     out << ",\"variant\":";
-    put_string(out, d.variant);
+    text::put_json_string(out, d.variant);
     out << ",\"title\":";
-    put_string(out, d.title);
+    text::put_json_string(out, d.title);
     out << ",\"explanation\":";
-    put_string(out, d.explanation);
+    text::put_json_string(out, d.explanation);
     out << ",\"fix\":";
-    put_string(out, d.fix);
+    text::put_json_string(out, d.fix);
     out << ",\"also_reproduces\":";
     put_strings(out, d.also);
     out << ",\"does_not_reproduce\":";
@@ -258,9 +233,9 @@ void write_check_text(std::ostream& out, const CheckResult& r, const TraceView& 
 
 void write_check_json(std::ostream& out, const CheckResult& r, const TraceView& ref, const std::string& theirs) {
     out << "{\"verdict\":" << (r.matches() ? "\"match\"" : "\"mismatch\"") << ",\"theirs\":";
-    put_string(out, theirs);
+    text::put_json_string(out, theirs);
     out << ",\"against\":";
-    put_string(out, ref.source);
+    text::put_json_string(out, ref.source);
     out << ",\"inputs_checked\":";
     put_strings(out, r.inputs);
     out << ",\"stages\":{";
@@ -270,7 +245,7 @@ void write_check_json(std::ostream& out, const CheckResult& r, const TraceView& 
     }
     out << "},\"first_divergent_stage\":";
     if (r.first_divergent)
-        put_string(out, stage_name(*r.first_divergent));
+        text::put_json_string(out, stage_name(*r.first_divergent));
     else
         out << "null";
     out << ",\"diagnosis\":[";
@@ -281,13 +256,14 @@ void write_check_json(std::ostream& out, const CheckResult& r, const TraceView& 
     out << "],\"where\":[";
     for (std::size_t k = 0; k < r.where.size(); ++k) {
         out << (k ? "," : "") << "{\"kind\":";
-        put_string(out, r.where[k].kind);
+        text::put_json_string(out, r.where[k].kind);
         out << ",\"detail\":";
-        put_string(out, spell_fields(r.where[k].detail, [](std::string_view f) { return "--" + std::string(f); }));
+        text::put_json_string(
+            out, spell_fields(r.where[k].detail, [](std::string_view f) { return "--" + std::string(f); }));
         out << '}';
     }
     out << "],\"note\":";
-    put_string(out, r.no_diagnosis);
+    text::put_json_string(out, r.no_diagnosis);
     out << "}\n";
 }
 

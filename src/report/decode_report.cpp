@@ -201,31 +201,6 @@ void write_summary(std::ostream& out, const DecodeRun<T>& run, std::size_t width
 
 // ---- JSON ---------------------------------------------------------------------------------
 
-// A JSON string: quotes, backslashes and control characters escaped; a byte that is not
-// part of well-formed UTF-8 becomes U+FFFD (as the other JSON writers of the report do).
-void put_string(std::ostream& out, const std::string& s) {
-    out << '"';
-    for (std::size_t k = 0; k < s.size();) {
-        const unsigned char c = static_cast<unsigned char>(s[k]);
-        const std::size_t n = utf8_sequence_length(s, k);
-        if (n > 1) {
-            out.write(s.data() + k, std::streamsize(n));
-        } else if (n == 0) {
-            out << "\xef\xbf\xbd";
-        } else if (c == '"' || c == '\\') {
-            out << '\\' << char(c);
-        } else if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out << buf;
-        } else {
-            out << char(c);
-        }
-        k += n ? n : 1;
-    }
-    out << '"';
-}
-
 void put_shape(std::ostream& out, const std::vector<std::size_t>& v) {
     out << '[';
     for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
@@ -291,7 +266,7 @@ void put_json_config(std::ostream& out, const Problem<T>& p) {
         << ",\"batched\":" << (p.batched ? "true" : "false") << ",\"causal\":true,\"scale\":";
     put_json_number(out, p.scale);
     out << ",\"scale_source\":";
-    put_string(out, p.scale_source);
+    text::put_json_string(out, p.scale_source);
     out << ",\"rope\":";
     if (p.rope_dim) {
         out << "{\"dim\":" << p.rope_dim << ",\"base\":";
@@ -321,12 +296,12 @@ void put_json_step(std::ostream& out, const Problem<T>& p, const DecodeStep<T>& 
     if (p.query_tokens.empty()) {
         out << "null";
     } else if (!p.batched) {
-        put_string(out, p.query_tokens[0][s.t]);
+        text::put_json_string(out, p.query_tokens[0][s.t]);
     } else {
         out << '[';
         for (std::size_t b = 0; b < p.dims.B; ++b) {
             out << (b ? "," : "");
-            put_string(out, p.query_tokens[b][s.t]);
+            text::put_json_string(out, p.query_tokens[b][s.t]);
         }
         out << ']';
     }
@@ -367,7 +342,7 @@ void write_decode_text(std::ostream& out, const Problem<T>& p, const DecodeRun<T
 template <typename T>
 void write_decode_json(std::ostream& out, const Problem<T>& p, const DecodeRun<T>& run, const std::string& source) {
     out << "{\"source\":";
-    put_string(out, source);
+    text::put_json_string(out, source);
     out << ",\"dtype\":\"" << (sizeof(T) == 4 ? "float32" : "float64") << "\",";
     put_json_config(out, p);
     out << ",\"bug\":";

@@ -14,34 +14,6 @@
 namespace attnscope {
 namespace {
 
-// A JSON string: quotes, backslashes and control characters escaped; a byte that is not
-// part of well-formed UTF-8 (a file name may hold any bytes) becomes U+FFFD, so the
-// document stays valid JSON.
-void put_string(std::ostream& out, const std::string& s) {
-    out << '"';
-    for (std::size_t k = 0; k < s.size();) {
-        const unsigned char c = static_cast<unsigned char>(s[k]);
-        const std::size_t n = utf8_sequence_length(s, k);
-        if (n > 1) {
-            out.write(s.data() + k, std::streamsize(n));
-        } else if (n == 0) {
-            out << "\xef\xbf\xbd";
-        } else if (c == '"' || c == '\\') {
-            out << '\\' << char(c);
-        } else if (c == '\n' || c == '\t' || c == '\r') {
-            out << (c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r");
-        } else if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out << buf;
-        } else {
-            out << char(c);
-        }
-        k += n ? n : 1;
-    }
-    out << '"';
-}
-
 void put_index(std::ostream& out, const std::vector<std::size_t>& v) {
     out << '[';
     for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
@@ -92,7 +64,7 @@ void put_tokens(std::ostream& out, const TokenLabels& t, bool batched) {
         out << '[';
         for (std::size_t i = 0; i < row.size(); ++i) {
             if (i) out << ',';
-            put_string(out, row[i]);
+            text::put_json_string(out, row[i]);
         }
         out << ']';
     };
@@ -162,12 +134,12 @@ void put_variants(std::ostream& out, const TraceView& v) {
 void put_config(std::ostream& out, const TraceView& v) {
     const Dims& d = v.dims;
     out << "{\"config\":{\"source\":";
-    put_string(out, v.source);
+    text::put_json_string(out, v.source);
     out << ",\"mode\":\"" << (v.cross ? "cross" : "self") << "\",\"dtype\":\"" << v.dtype << "\",\"heads\":" << d.H
         << ",\"scale\":";
     text::put_json_number(out, v.scale);
     out << ",\"scale_source\":";
-    put_string(out, v.scale_source);
+    text::put_json_string(out, v.scale_source);
     out << ",\"causal\":" << (v.spec.causal ? "true" : "false") << ",\"causal_align\":\""
         << (v.spec.causal_align == CausalAlign::top_left ? "top-left" : "bottom-right") << "\""
         << ",\"key_padding_mask\":" << (v.has_padding() ? "true" : "false") << ",\"layout\":\""
@@ -177,7 +149,7 @@ void put_config(std::ostream& out, const TraceView& v) {
     if (v.given_from.empty())
         out << "null";
     else
-        put_string(out, v.given_from);
+        text::put_json_string(out, v.given_from);
     out << "},\n\"dims\":{\"B\":" << d.B << ",\"Tq\":" << d.Tq << ",\"Tk\":" << d.Tk << ",\"Dm\":" << d.Dm
         << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"G\":" << (d.G ? d.G : d.H) << ",\"Dk\":" << d.Dk
         << ",\"Dv\":" << d.Dv << ",\"Dout\":" << d.Dout << "},\n\"tokens\":{\"query\":";
@@ -189,9 +161,9 @@ void put_config(std::ostream& out, const TraceView& v) {
 
 // One stage's member: "NAME":{formula, axes, shape, dtype, data}.
 void put_stage(std::ostream& out, const TraceView& v, const StageView& s) {
-    put_string(out, s.name);
+    text::put_json_string(out, s.name);
     out << ":{\"formula\":";
-    put_string(out, s.formula);
+    text::put_json_string(out, s.formula);
     out << ",\"axes\":[";
     for (std::size_t k = 0; k < s.axes.size(); ++k) out << (k ? "," : "") << '"' << s.axes[k] << '"';
     out << "],\"shape\":[";
@@ -215,7 +187,7 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
     out << "],\n\"warnings\":[";
     for (std::size_t k = 0; k < v.warnings.size(); ++k) {
         if (k) out << ',';
-        put_string(out, v.warnings[k]);
+        text::put_json_string(out, v.warnings[k]);
     }
     out << "],\n";
     if (diagnostics) {
@@ -239,7 +211,7 @@ void write_compare_json(std::ostream& out, const std::vector<std::string>& b_add
     out << "{\"compare\":{\"b_adds\":[";
     for (std::size_t k = 0; k < b_adds.size(); ++k) {
         if (k) out << ',';
-        put_string(out, b_adds[k]);
+        text::put_json_string(out, b_adds[k]);
     }
     out << "],\"scale\":{\"a\":";
     text::put_json_number(out, scale_a);

@@ -622,12 +622,20 @@ std::optional<xt::xtensor<long long, 2>> read_positions(const Builder& bld, cons
     return pos;
 }
 
+// Whether an attn_mask of this shape differs by head: (H, Tq, Tk) with H != B, or
+// (B or 1, H, Tq, Tk) with H > 1.
+bool mask_has_heads(const std::vector<std::size_t>& sh, const Dims& d) {
+    const std::size_t Tk = d.source_keys();
+    if (sh.size() == 3) return sh[0] == d.H && d.H != d.B && sh[1] == d.Tq && sh[2] == Tk;
+    return sh.size() == 4 && sh[1] == d.H && d.H > 1 && (sh[0] == d.B || sh[0] == 1) && sh[2] == d.Tq && sh[3] == Tk;
+}
+
 // 5c. A boolean attn_mask ((Tq, Tk), (B, Tq, Tk), or 4-D with a head axis of 1), in the
-// polarity {attn_mask_means} names, as "may attend". A mask that differs by head is a
-// float mask's job (0 / -inf).
+// polarity {attn_mask_means} names, as "may attend". A mask that differs by head cannot
+// be the mask stage (B, Tq, Tk): read_float_attn_mask() makes it an additive 0/-inf bias.
 std::optional<xt::xtensor<bool, 3>> read_bool_attn_mask(const Builder& bld, const Spec& spec, const Dims& d) {
     const Array* a = bld.find("attn_mask");
-    if (!a || spec.attn_mask_means == MaskMeans::unset) return std::nullopt;
+    if (!a || spec.attn_mask_means == MaskMeans::unset || mask_has_heads(a->shape, d)) return std::nullopt;
     const auto& sh = a->shape;
     const std::size_t Tk = d.source_keys();  // the appended keys are always visible
     const std::string tqk = std::to_string(d.Tq) + ", " + std::to_string(Tk);
@@ -638,12 +646,8 @@ std::optional<xt::xtensor<bool, 3>> read_bool_attn_mask(const Builder& bld, cons
     if (sh.size() == 3 && sh[0] == d.B && d.B == d.H && d.B > 1 && sh[1] == d.Tq && sh[2] == Tk)
         bld.fail(*a, "shape " + shape_str(sh) + " is ambiguous: B = H = " + std::to_string(d.B) +
                          ", so its first axis could be the batch or the heads; give it 4-D, (B, 1, Tq, Tk)");
-    if (sh.size() == 3 && sh[0] == d.H && d.H != d.B && sh[1] == d.Tq && sh[2] == Tk)
-        bld.fail(*a, "a boolean mask with a head axis, shape " + shape_str(sh) +
-                         ": give a mask that differs by head as a float attn_mask (0 = keep, -inf = hide)");
     if (sh.size() == 4 && sh[1] != 1 && sh[2] == d.Tq && sh[3] == Tk)
-        bld.fail(*a, "a boolean mask with a head axis, shape " + shape_str(sh) +
-                         ": give a mask that differs by head as a float attn_mask (0 = keep, -inf = hide)");
+        bld.fail(*a, "expected a head axis of 1 or H = " + std::to_string(d.H) + ", found shape " + shape_str(sh));
     if (rows == 0)
         bld.fail(*a, "expected a boolean mask of shape (Tq, Tk) = (" + tqk + "), (B, Tq, Tk) = (" +
                          std::to_string(d.B) + ", " + tqk + ") or (B, 1, Tq, Tk), found " + shape_str(sh));
@@ -664,14 +668,19 @@ std::optional<xt::xtensor<bool, 3>> read_bool_attn_mask(const Builder& bld, cons
 }
 
 // 5d. A float attn_mask, added to the scores: (Tq, Tk), (B, Tq, Tk), (H, Tq, Tk) or
-// (B, H, Tq, Tk); a 3-D mask is told apart by its first size.
+// (B, H, Tq, Tk); a 3-D mask is told apart by its first size. A boolean mask that differs
+// by head comes here too, as 0 where it lets a key be seen and -inf where it hides it.
 template <typename T>
 std::optional<Tensor<T, 4>> read_float_attn_mask(const Builder& bld, const Spec& spec, const Dims& d,
                                                  NonFiniteLog& nonfinite) {
     const Array* a = bld.find("attn_mask");
-    if (!a || spec.attn_mask_means != MaskMeans::unset) return std::nullopt;
+    const bool by_head_bool = a && spec.attn_mask_means != MaskMeans::unset && mask_has_heads(a->shape, d);
+    if (!a || (spec.attn_mask_means != MaskMeans::unset && !by_head_bool)) return std::nullopt;
     bld.numeric(*a);
-    if (a->dtype == "bool" || a->dtype.rfind("int", 0) == 0 || a->dtype.rfind("uint", 0) == 0)
+    if (by_head_bool && a->dtype.rfind("float", 0) == 0)
+        bld.fail(*a, "a float mask (" + a->dtype +
+                         ") is added to the scores as it is; {attn_mask_means} is for a bool or integer mask");
+    if (!by_head_bool && (a->dtype == "bool" || a->dtype.rfind("int", 0) == 0 || a->dtype.rfind("uint", 0) == 0))
         bld.fail(*a, "a " + a->dtype +
                          " mask: say which convention it follows, {attn_mask_means} allow (true = may attend, as "
                          "PyTorch's scaled_dot_product_attention) or {attn_mask_means} block (true = blocked, as "
@@ -702,6 +711,15 @@ std::optional<Tensor<T, 4>> read_float_attn_mask(const Builder& bld, const Spec&
                          std::to_string(d.B) + ", H = " + std::to_string(d.H) + ", found " + shape_str(sh));
     Buffer<T> given(a->count());
     copy_numbers<T>(*a, given.data());
+    if (by_head_bool) {  // may attend -> 0, hidden -> -inf
+        const bool allow = spec.attn_mask_means == MaskMeans::allow;
+        for (std::size_t k = 0; k < given.size(); ++k) {
+            if (a->dtype == "json" && given[k] != 0 && given[k] != 1)
+                bld.fail(*a, "expected true/false or 0/1 (read as a boolean mask: {attn_mask_means} is given), found " +
+                                 std::to_string(double(given[k])) + " at element " + std::to_string(k));
+            given[k] = (given[k] != 0) == allow ? T(0) : -std::numeric_limits<T>::infinity();
+        }
+    }
     for (std::size_t k = 0; k < given.size(); ++k)
         if (std::isnan(given[k]) || given[k] == std::numeric_limits<T>::infinity())
             bld.fail(*a, std::string("expected finite numbers or -inf (which hides a key), found ") +

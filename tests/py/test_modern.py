@@ -52,7 +52,7 @@ def bundle(seed, B=2, T=7, Dm=12, H=4, G=None, Dk=3, Dv=2, Dout=5, batched=True,
 class Against(CliTestCase):
     """Every stage of a run equals the reference's (float64: 1e-12; float32: 1e-5)."""
 
-    def check(self, b, heads, stages=None, dtype="float64", reference=None, **options):
+    def check(self, b, heads, stages=None, dtype="float64", reference=None, reference_options=None, **options):
         src = self.save_npz("b.npz", **b)
         out = self.path("out.npz")
         argv = ["run", src, *argv_of(heads, options), "--dtype", dtype, "--dump", out, "-q", "--force"]
@@ -61,7 +61,8 @@ class Against(CliTestCase):
         r = run_text(*argv)
         self.assertEqual(r.code, 0, r)
         self.assertTrue(all(line.startswith(common.WARNING_PREFIX) for line in r.err.splitlines()), r)
-        want = mref.attention(dict(np.load(src)) if reference is None else reference, heads, **options)
+        want = mref.attention(dict(np.load(src)) if reference is None else reference, heads,
+                              **(options if reference_options is None else reference_options))
         with np.load(out) as got:
             names = stages.split(",") if stages else [n for n in want if n != "head_output"]
             self.assertEqual(sorted(got.files), sorted(names))
@@ -170,6 +171,18 @@ class Against(CliTestCase):
         w3 = self.check(bundle(9, T=6, attn_mask=allow.astype(np.int64)), 4, attn_mask_means="allow")
         for w in (w2, w3):
             np.testing.assert_array_equal(w["weights"], w1["weights"])
+
+    def test_boolean_attn_mask_that_differs_by_head(self):
+        # The mask stage has no head axis: a per-head boolean mask is applied as the additive
+        # 0/-inf bias it equals, so every stage equals the reference's run on that float mask.
+        rng = np.random.default_rng(19)
+        for shape in ((4, 6, 6), (2, 4, 6, 6), (1, 4, 6, 6)):
+            with self.subTest(shape=shape):
+                allow = rng.random(shape) > 0.4
+                as_float = np.broadcast_to(np.where(allow, 0.0, -np.inf), (2, 4, 6, 6)).copy()
+                for means, m in (("allow", allow), ("block", ~allow)):
+                    self.check(bundle(20, T=6, attn_mask=m), 4, attn_mask_means=means, causal=True,
+                               reference=bundle(20, T=6, attn_mask=as_float), reference_options={"causal": True})
 
     def test_sinks(self):
         pad = np.zeros((2, 7), dtype=bool)
@@ -294,9 +307,12 @@ class Refusals(CliTestCase):
                           "attn_mask", "ambiguous", "give it 4-D")
         self.assert_error(self.run_bad(bundle(1, attn_mask=np.ones((7, 7), dtype=bool)), "--heads", "4"),
                           "attn_mask", "--attn-mask-means allow", "--attn-mask-means block")
-        self.assert_error(self.run_bad(bundle(1, attn_mask=np.ones((4, 7, 7), dtype=bool)), "--heads", "4",
+        self.assert_error(self.run_bad(bundle(1, attn_mask=np.ones((2, 3, 7, 7), dtype=bool)), "--heads", "4",
                                        "--attn-mask-means", "allow"),
-                          "attn_mask", "head axis", "float attn_mask")
+                          "attn_mask", "expected a head axis of 1 or H = 4, found shape (2, 3, 7, 7)")
+        self.assert_error(self.run_bad(bundle(1, attn_mask=np.zeros((4, 7, 7))), "--heads", "4",
+                                       "--attn-mask-means", "allow"),
+                          "attn_mask", "a float mask (float64) is added to the scores as it is")
         self.assert_error(self.run_bad(bundle(1, attn_mask=np.ones((3, 7))), "--heads", "4"),
                           "attn_mask", "expected (Tq, Tk) = (7, 7)")
 

@@ -45,7 +45,6 @@ import argparse
 import functools
 import inspect
 import json
-import os
 import re
 import runpy
 import shlex
@@ -98,6 +97,11 @@ def _causal_pattern(tq, tk):
     return np.triu(np.ones((tq, tk), dtype=bool), k=1)
 
 
+def _check_01(m, what):
+    if m.dtype.kind not in "biuf" or (m.dtype.kind != "b" and not np.isin(m, (0, 1)).all()):
+        raise CaptureError(f"{what}: expected bool or 0/1 ({m.dtype}), found other values")
+
+
 class _Masks:
     """The masks of one call, gathered before they are written:
     pad (B, Tk) bool, true = PAD; block (Bm, Hm, Tq, Tk) bool, true = hidden;
@@ -121,22 +125,23 @@ class _Masks:
             return m[None, None]
         if m.ndim == 3 and m.shape[0] == B * H:  # nn.MultiheadAttention's (B*H, Tq, Tk)
             return m.reshape(B, H, Tq, Tk)
-        if m.ndim == 3 and m.shape[0] == B and H == 1:
+        if m.ndim == 3 and m.shape[0] == B:  # (B, Tq, Tk): the same for every head
             return m[:, None]
         if m.ndim == 4 and m.shape[0] in (1, B) and m.shape[1] in (1, H):
             return m
         raise CaptureError(f"{what}: shape {m.shape} is none of (Tq, Tk), (B*H, Tq, Tk), (B, H, Tq, Tk) "
                            f"with B = {B}, H = {H}, Tq = {Tq}, Tk = {Tk}")
 
-    def set_pad(self, m, means="pad", what="key_padding_mask"):
-        """A key padding mask (B, Tk) or (Tk,): bool/int in the polarity `means`
-        ("pad": true = PAD; "keep": true = a real token), or float additive."""
+    def set_pad(self, m, means=None, what="key_padding_mask"):
+        """A key padding mask (B, Tk) or (Tk,), as `means` says: "pad" (1/true = PAD) or
+        "keep" (1/true = a real token), values 0/1 of any dtype; None: as
+        nn.MultiheadAttention reads it, bool true = PAD and a float mask additive."""
         B, Tk = self.B, self.Tk
         m = np.asarray(m)
         if m.shape not in ((B, Tk), (Tk,)):
             raise CaptureError(f"{what}: expected (B, Tk) = ({B}, {Tk}) or (Tk,), found shape {m.shape}")
         m = np.broadcast_to(m, (B, Tk))
-        if m.dtype.kind == "f":
+        if m.dtype.kind == "f" and means is None:
             if np.isnan(m).any() or np.isposinf(m).any():
                 raise CaptureError(f"{what}: a float mask holds NaN or +inf, which attnscope does not add")
             if np.all((m == 0) | np.isneginf(m)):
@@ -145,13 +150,12 @@ class _Masks:
                 self.notes.append(f"the float {what} is added to the scores (a float attn_mask)")
                 self.add_float(np.broadcast_to(m[:, None, None, :], (B, 1, self.Tq, Tk)).copy(), what)
             return
-        if m.dtype.kind not in "biu" or (m.dtype.kind != "b" and not np.isin(m, (0, 1)).all()):
-            raise CaptureError(f"{what}: expected bool or 0/1, found {m.dtype}")
+        if means not in (None, "pad", "keep"):
+            raise CaptureError(f"{what}: a key padding mask means 'pad' or 'keep', not {means!r}")
+        _check_01(m, what)
         m = m.astype(bool)
         if means == "keep":
             m = ~m
-        elif means != "pad":
-            raise CaptureError(f"{what}: a key padding mask means 'pad' or 'keep', not {means!r}")
         self.pad = m if self.pad is None else (self.pad | m)
 
     def add_float(self, m, what="attn_mask"):
@@ -160,17 +164,25 @@ class _Masks:
             raise CaptureError(f"{what}: a float mask holds NaN or +inf, which attnscope does not add")
         self.add = m if self.add is None else self.add + m
 
-    def set_attn_mask(self, m, means="block", what="attn_mask"):
-        """An attention mask: float = additive; bool/int in the polarity `means`
-        ("block": true = hidden, nn.MultiheadAttention; "allow": true = may attend)."""
+    def set_attn_mask(self, m, means=None, bool_means=None, what="attn_mask"):
+        """An attention mask, as `means` says: "additive" (a float mask added to the
+        scores), "block" (1/true = hidden) or "allow" (1/true = may attend), values 0/1
+        of any dtype; None: a float mask is additive and a bool one means `bool_means`
+        (nn.MultiheadAttention: "block")."""
         m = np.asarray(m)
-        if m.dtype.kind == "f" and means in ("block", "allow", "additive"):
+        if means is None:
+            means = "additive" if m.dtype.kind == "f" else bool_means
+            if means is None:
+                raise CaptureError(f"{what}: a boolean mask needs its meaning: ('ARG', 'block') for true = hidden "
+                                   "or ('ARG', 'allow') for true = may attend")
+        if means == "additive":
+            if m.dtype.kind != "f":
+                raise CaptureError(f"{what}: an additive mask holds floats, found {m.dtype}")
             self.add_float(m, what)
             return
         if means not in ("block", "allow"):
-            raise CaptureError(f"{what}: a boolean mask means 'block' or 'allow', not {means!r}")
-        if m.dtype.kind not in "biu" or (m.dtype.kind != "b" and not np.isin(m, (0, 1)).all()):
-            raise CaptureError(f"{what}: expected bool or 0/1, found {m.dtype}")
+            raise CaptureError(f"{what}: a mask means 'additive', 'block' or 'allow', not {means!r}")
+        _check_01(m, what)
         b = self._four(m.astype(bool), what)
         if means == "allow":
             b = ~b
@@ -179,7 +191,6 @@ class _Masks:
     def finish(self, batched):
         """(arrays, options) for attnscope."""
         arrays, options = {}, []
-        B, H, Tq, Tk = self.B, self.H, self.Tq, self.Tk
         block, add = self.block, self.add
         # A boolean mask that differs by head, or beside a float mask, becomes -inf.
         if block is not None and (add is not None or (block.shape[1] > 1 and not (block == block[:, :1]).all())):
@@ -188,7 +199,7 @@ class _Masks:
             block = None
         if block is not None:
             block = block[:, :1]
-        causal = _causal_pattern(Tq, Tk)
+        causal = _causal_pattern(self.Tq, self.Tk)
         if not self.causal and block is not None and block.shape[0] == 1 and (block[0, 0] == causal).all():
             self.causal, block = True, None
         if (not self.causal and add is not None and add.shape[:2] == (1, 1)
@@ -302,11 +313,11 @@ def _read_mha(mha, args, kwargs, result, forward):
                 and not bool(((kpm == 0) | torch.isneginf(kpm)).all())):
             raise CaptureError("a float key_padding_mask with values other than 0 and -inf beside an attn_mask: "
                                f"PyTorch {torch.__version__} combines them by a rule attnscope cannot express")
-        masks.set_pad(_np(kpm))
+        masks.set_pad(_np(kpm))  # bool true = PAD; float additive
     if attn_mask is not None:
         if attn_mask.dtype == torch.uint8:
             attn_mask = attn_mask.bool()
-        masks.set_attn_mask(_np(attn_mask), "block")
+        masks.set_attn_mask(_np(attn_mask), bool_means="block")
     if a.get("is_causal"):
         if attn_mask is None:
             masks.causal = True
@@ -361,7 +372,8 @@ def _read_mapped(module, args, kwargs, result, forward, mapping):
     """The bundle of one call of any module, read through a name mapping."""
     unknown = set(mapping) - _MAP_KEYS
     if unknown:
-        raise CaptureError(f"mapping: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_MAP_KEYS))})")
+        raise CaptureError(f"mapping: unknown key(s) {', '.join(sorted(unknown))} "
+                           f"(known: {', '.join(sorted(_MAP_KEYS))})")
     if "x" not in mapping or "heads" not in mapping:
         raise CaptureError("mapping: 'x' (the forward argument holding the queries' input) and 'heads' are required")
     bound = _bind(forward, args, kwargs)
@@ -422,12 +434,9 @@ def _read_mapped(module, args, kwargs, result, forward, mapping):
             continue
         m = _np(m)
         if name == "key_padding_mask":
-            masks.set_pad(m, means or "pad")
+            masks.set_pad(m, means, what="mapping 'key_padding_mask'")
         else:
-            if m.dtype.kind != "f" and means is None:
-                raise CaptureError("mapping 'attn_mask': a boolean mask needs its meaning: "
-                                   "('ARG', 'block') for true = hidden or ('ARG', 'allow') for true = may attend")
-            masks.set_attn_mask(m, means or "additive")
+            masks.set_attn_mask(m, means, what="mapping 'attn_mask'")
     if "is_causal" in mapping:
         v = mapping["is_causal"]
         masks.causal = bool(v) if isinstance(v, bool) else bool(_argument(bound, v, "is_causal"))
@@ -510,8 +519,9 @@ def _no_fastpath(root):
 class Capture:
     """The calls recorded by capture(): `calls` (Call objects, written), `commands`."""
 
-    def __init__(self, out_dir, max_calls, strict):
+    def __init__(self, out_dir, max_calls, strict, warn=True):
         self.out_dir = Path(out_dir)
+        self.warn = warn
         self.max_calls = max_calls
         self.strict = strict
         self.calls = []
@@ -537,7 +547,8 @@ class Capture:
             if self.strict:
                 raise CaptureError(f"{name or type(module).__name__} call {index}: {e}") from None
             self.skipped.append((name, index, str(e)))
-            warnings.warn(f"capture_bundle: {name} call {index} not written: {e}")
+            if self.warn:
+                warnings.warn(f"capture_bundle: {name} call {index} not written: {e}")
             return
         call = Call(name, index, *parts)
         if np.isnan(call.expected["output"]).any():
@@ -575,10 +586,12 @@ def capture(root, out_dir, *, modules=None, mapping=None, max_calls=None, strict
                  "x"                forward argument (name or position) holding the queries' input
                  "memory"           forward argument holding the keys' and values' input
                                     (cross-attention; absent or None: self-attention)
-                 "key_padding_mask" argument, or (argument, "pad"|"keep"): true = PAD (default)
-                                    or true = a real token (a Hugging Face attention_mask)
-                 "attn_mask"        argument, or (argument, "additive"|"block"|"allow");
-                                    float masks are additive, a bool mask needs its meaning
+                 "key_padding_mask" argument, or (argument, "pad"|"keep"): 1/true = PAD, or
+                                    1/true = a real token (a Hugging Face attention_mask);
+                                    without a meaning, bool true = PAD and a float mask is additive
+                 "attn_mask"        argument, or (argument, "additive"|"block"|"allow"): added to
+                                    the scores, 1/true = hidden, 1/true = may attend; without a
+                                    meaning, a float mask is additive and a bool one is refused
                  "is_causal"        True, or an argument holding it
                  "Q", "K", "V", "O" attribute path of an nn.Linear-like submodule (weight
                                     (out, in), optional bias), e.g. "q_proj"
@@ -631,7 +644,7 @@ def capture(root, out_dir, *, modules=None, mapping=None, max_calls=None, strict
 def _capture_everywhere(out_dir, max_calls, strict):
     """Capture every nn.MultiheadAttention any code calls, by wrapping the classes'
     forward methods; returns (Capture, undo)."""
-    cap = Capture(out_dir, max_calls, strict)
+    cap = Capture(out_dir, max_calls, strict, warn=False)  # main() lists what was skipped
     names = {}
     mha_forward = nn.MultiheadAttention.forward
 
@@ -680,6 +693,9 @@ def main(argv=None):
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     o = p.parse_args(argv)
+    if not Path(o.script).is_file():
+        print(f"capture_bundle: no such script: {o.script}", file=sys.stderr)
+        return 2
     cap, undo = _capture_everywhere(o.out, o.max_calls, not o.keep_going)
     sys.argv = [o.script] + o.args
     try:

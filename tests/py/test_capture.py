@@ -229,6 +229,35 @@ class Decoder(RoundTrip):
         self.check_decoder(self.decoder(True, 12, bool_mask=True))
 
 
+class WholeTransformer(RoundTrip):
+    """nn.Transformer, captured as the README shows: every attention of the encoder and
+    the decoder, each call round-tripped."""
+
+    run_together = True
+
+    def test_readme_use(self):
+        torch.manual_seed(40)
+        model = nn.Transformer(8, 2, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=16, dropout=0.0,
+                               batch_first=True, dtype=torch.float64).eval()
+        src, tgt = torch.randn(2, 6, 8, dtype=torch.float64), torch.randn(2, 4, 8, dtype=torch.float64)
+        causal = model.generate_square_subsequent_mask(4).double()
+        src_pad, tgt_pad = padding([6, 3], 6), padding([4, 2], 4)
+        with torch.no_grad(), cb.capture(model, self.tmp / "captured") as cap:
+            model(src, tgt, tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
+                  memory_key_padding_mask=src_pad)
+        self.assertEqual([c.name for c in cap.calls],
+                         ["encoder.layers.0.self_attn", "encoder.layers.1.self_attn",
+                          "decoder.layers.0.self_attn", "decoder.layers.0.multihead_attn",
+                          "decoder.layers.1.self_attn", "decoder.layers.1.multihead_attn"])
+        self.assertEqual(cap.calls[2].command,
+                         f"attnscope run {self.tmp}/captured/decoder.layers.0.self_attn/call0.npz --heads 2 "
+                         "--layout torch --causal")
+        for call in cap.calls:
+            self.check_call(call, F64_TOL)
+        # The model runs as before once the capture is closed.
+        self.assertEqual([m for m in model.modules() if "forward" in m.__dict__], [])
+
+
 class MultiheadAttention(RoundTrip):
     """nn.MultiheadAttention on its own: mask forms, weights returned, parity options."""
 
@@ -290,7 +319,8 @@ class MultiheadAttention(RoundTrip):
         m = self.mha(24)
         x, y = torch.randn(3, 1, 8, dtype=torch.float64), torch.randn(3, 1, 8, dtype=torch.float64)
         with cb.capture(m, self.tmp / "cap"):
-            with self.assertRaisesRegex(cb.CaptureError, r"^MultiheadAttention call 0: key and value are different tensors"):
+            with self.assertRaisesRegex(cb.CaptureError,
+                                        r"^MultiheadAttention call 0: key and value are different tensors"):
                 m(x, y, x)
         drop = nn.MultiheadAttention(8, 2, dropout=0.5, dtype=torch.float64).train()
         with cb.capture(drop, self.tmp / "cap2") as cap:
@@ -360,7 +390,7 @@ class Mapped(RoundTrip):
         mem = torch.randn(2, 6, 10, dtype=torch.float64)
         with cb.capture(model, self.tmp / "cap", modules=["own", "cross"], mapping=self.MAPPING) as cap:
             model["own"](x, attention_mask=(~padding([4, 3], 4)).long(), causal=True)  # self, causal, padded
-            model["cross"](x, mem, attention_mask=(~padding([6, 2], 6)).long())  # cross, memory padded
+            model["cross"](x, mem, attention_mask=(~padding([6, 2], 6)).double())  # cross; a float 1/0 mask
         att = model["own"]
         own, cross = cap.calls
         self.assertEqual(own.options, ["--heads", 3, "--causal"])
@@ -400,6 +430,41 @@ class Mapped(RoundTrip):
         call = cap.calls[0]
         self.assertEqual(call.options, ["--heads", 2, "--scale", "0.3"])
         self.assertEqual(np.load(call.bundle)["x"].shape, (2, 5, 8))
+        self.check_call(call, F64_TOL)
+
+    def test_grouped_kv_heads_and_additive_mask(self):
+        """A Llama-style module: 4 query heads share 2 K/V heads (repeat_kv), no biases,
+        a Hugging Face 4-D additive attention mask (B, 1, Tq, Tk): --kv-heads 2."""
+
+        class Grouped(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.num_heads, self.num_key_value_heads, self.head_dim = 4, 2, 3
+                self.q_proj = nn.Linear(10, 12, bias=False, dtype=torch.float64)
+                self.k_proj = nn.Linear(10, 6, bias=False, dtype=torch.float64)
+                self.v_proj = nn.Linear(10, 6, bias=False, dtype=torch.float64)
+                self.o_proj = nn.Linear(12, 10, bias=False, dtype=torch.float64)
+
+            def forward(self, hidden_states, attention_mask):
+                B, T, _ = hidden_states.shape
+                q = self.q_proj(hidden_states).view(B, T, 4, 3).transpose(1, 2)
+                k = self.k_proj(hidden_states).view(B, T, 2, 3).transpose(1, 2).repeat_interleave(2, dim=1)
+                v = self.v_proj(hidden_states).view(B, T, 2, 3).transpose(1, 2).repeat_interleave(2, dim=1)
+                w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(3) + attention_mask, dim=-1)
+                return self.o_proj((w @ v).transpose(1, 2).reshape(B, T, 12)), None
+
+        torch.manual_seed(32)
+        mod = Grouped()
+        x = torch.randn(2, 5, 10, dtype=torch.float64)
+        hide = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1) | padding([5, 4], 5)[:, None, None, :]
+        mask = torch.zeros(2, 1, 5, 5, dtype=torch.float64).masked_fill(hide, torch.finfo(torch.float64).min)
+        mapping = {"x": "hidden_states", "attn_mask": "attention_mask", "Q": "q_proj", "K": "k_proj",
+                   "V": "v_proj", "O": "o_proj", "heads": "num_heads", "kv_heads": "num_key_value_heads"}
+        with cb.capture(mod, self.tmp / "cap", mapping=mapping) as cap:
+            mod(x, mask)
+        call = cap.calls[0]
+        self.assertEqual(call.options, ["--heads", 4, "--kv-heads", 2])
+        self.assertEqual(np.load(call.bundle)["attn_mask"].shape, (2, 1, 5, 5))
         self.check_call(call, F64_TOL)
 
     def test_mapping_errors(self):
@@ -448,6 +513,32 @@ class CommandLine(RoundTrip):
             self.assertEqual((r.returncode, r.stderr), (0, ""))
             common.assert_close(np.load(dump)["output"], np.load(out / f"mha{i}" / "call0.expected.npz")["output"],
                                 F64_TOL, line, category="output float64")
+
+    def capture_script(self, body, *options):
+        script = self.path("model.py")
+        script.write_text("import torch\nfrom torch import nn\ntorch.manual_seed(0)\n"
+                          "m = nn.MultiheadAttention(4, 2, dtype=torch.float64).eval()\n"
+                          "a = torch.randn(3, 1, 4, dtype=torch.float64)\n"
+                          "b = torch.randn(3, 1, 4, dtype=torch.float64)\n"
+                          + body, encoding="utf-8")
+        return subprocess.run(["/usr/bin/python3", str(ROOT / "scripts" / "capture_bundle.py"), "--out",
+                               str(self.tmp / "o"), *options, str(script)], capture_output=True, text=True)
+
+    def test_refusal_and_options(self):
+        body = "m(a, b, a)\nm(a, a, a)\nm(b, b, b)\n"  # keys and values differ in the first call
+        p = self.capture_script(body)
+        self.assertEqual((p.returncode, p.stdout), (2, ""))
+        self.assertEqual(p.stderr, "capture_bundle: mha0 call 0: key and value are different tensors: attnscope "
+                                   "projects keys and values from one source (x for self-attention, memory for "
+                                   "cross-attention)\n")
+        p = self.capture_script(body, "--keep-going", "--max-calls", "2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, f"attnscope run {self.tmp}/o/mha0/call1.npz --heads 2 --layout torch\n")
+        self.assertEqual(p.stderr, "capture_bundle: mha0 call 0 not written: key and value are different tensors: "
+                                   "attnscope projects keys and values from one source (x for self-attention, "
+                                   "memory for cross-attention)\n")
+        self.assertEqual(sorted(f.name for f in (self.tmp / "o" / "mha0").iterdir()),
+                         ["call1.cmd", "call1.expected.npz", "call1.json", "call1.npz"])
 
     def test_no_attention(self):
         script = self.path("nothing.py")

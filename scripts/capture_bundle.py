@@ -31,18 +31,21 @@ a name mapping (see `capture`). Masks, as attnscope reads them:
     (-inf = PAD); otherwise it joins a float attn_mask.
   - attn_mask bool (nn.MultiheadAttention: true = blocked): `--attn-mask-means block`;
     float: added to the scores, written as a float attn_mask; (B*H, Tq, Tk) becomes
-    (B, H, Tq, Tk). A mask equal to the top-left causal mask (true or -inf above the
-    diagonal, nothing else) becomes `--causal`, as does is_causal=True with no mask.
-A module cannot run faster paths that skip its forward while it is captured:
-nn.TransformerEncoderLayer's fused path is turned off during the capture (pad rows of
-that layer's output are then computed rather than zero; the attention itself is the same).
-Anything attnscope cannot express (keys and values from different tensors, dropout in
-training mode, a +inf or NaN in a mask) is refused with CaptureError, never written
-approximately.
+    (B, H, Tq, Tk); a bool mask that differs by head is written as a float one (0 / -inf).
+    A mask equal to the top-left causal mask (true or -inf above the diagonal, nothing
+    else) becomes `--causal`, as does is_causal=True with no mask.
+A fused path that skips MultiheadAttention.forward cannot be seen, so the fast paths of
+nn.TransformerEncoderLayer / nn.TransformerEncoder are turned off during the capture (pad
+rows of the encoder's output are then computed rather than zero; the attention is the
+same). Anything attnscope cannot express (keys and values from different tensors, dropout
+in training mode, a +inf or NaN in a mask, and in PyTorch 1.x a float key_padding_mask
+beside a float attn_mask, which 1.13 silently ignores) is refused with CaptureError,
+never written approximately.
 """
 
 import argparse
 import functools
+import importlib
 import inspect
 import json
 import re
@@ -502,16 +505,18 @@ def _no_fastpath(root):
         if isinstance(m, nn.TransformerEncoderLayer) and getattr(m, "activation_relu_or_gelu", 0):
             saved.append((m, m.activation_relu_or_gelu))
             m.activation_relu_or_gelu = 0
-    backend = getattr(getattr(torch.backends, "mha", None), "get_fastpath_enabled", None)
-    was = backend() if backend else None
-    if backend:
-        torch.backends.mha.set_fastpath_enabled(False)
+    try:  # PyTorch >= 2.2: one switch for MultiheadAttention and the encoder
+        mha = importlib.import_module("torch.backends.mha")
+        was = mha.get_fastpath_enabled()
+        mha.set_fastpath_enabled(False)
+    except (ImportError, AttributeError):
+        mha = None
 
     def undo():
         for m, v in saved:
             m.activation_relu_or_gelu = v
-        if backend:
-            torch.backends.mha.set_fastpath_enabled(was)
+        if mha is not None:
+            mha.set_fastpath_enabled(was)
 
     return undo
 

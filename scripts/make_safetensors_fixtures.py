@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write the .safetensors test fixtures under tests/fixtures/checkpoints/.
+"""Write the .safetensors test fixtures under tests/fixtures/checkpoints/safetensors/.
 
 The files are written here with plain Python (struct + json) from the format's
 description, not by attnscope and not by the safetensors package:
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "tests", "fixtures", "checkpoints")
+OUT = os.path.join(ROOT, "tests", "fixtures", "checkpoints", "safetensors")
 
 NUMPY_OF = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
             "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32, "U16": np.uint16,
@@ -255,7 +255,8 @@ def bad_sharded(directory):
 
 
 def main():
-    shutil.rmtree(OUT, ignore_errors=True)
+    for d in ("good", "sharded", "bad", "bad_sharded"):  # README.md stays
+        shutil.rmtree(os.path.join(OUT, d), ignore_errors=True)
     good = os.path.join(OUT, "good")
     write_good(good, "dtypes", every_dtype())
     t, order = multi()

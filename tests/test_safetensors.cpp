@@ -23,7 +23,7 @@ using namespace testutil;
 
 namespace {
 
-const std::string kCk = kFixtures + "checkpoints/";
+const std::string kCk = kFixtures + "checkpoints/safetensors/";
 
 // Reads every tensor of `src` and compares it with DIR/NAME.npy, exactly.
 void check_against_npy(const TensorSource& src, const std::string& dir) {

@@ -10,7 +10,7 @@ bad alike:
     * data/*.json, data/*.npz          the example bundles
     * tests/golden/*.npz, cases.json   the golden cases (their spec drives fuzz_load)
     * tests/fixtures/{good,bad}/*      the io-layer fixtures
-    * tests/fixtures/checkpoints/*/*.safetensors   the .safetensors fixtures
+    * tests/fixtures/checkpoints/safetensors/*/*.safetensors   the .safetensors fixtures
 
 plus every .npy member of every .npz (as fuzz_npy seeds) and a few small hand-made
 files that reach corners the project's files do not (dtypes, header versions, zip64,
@@ -298,7 +298,7 @@ def main():
     for name, data in stream_seeds(json_seeds, npz_seeds).items():
         stream_c.add(name, data)
     st_c = Corpus(out, "fuzz_safetensors")
-    for p in files("tests/fixtures/checkpoints/*/*.safetensors"):
+    for p in files("tests/fixtures/checkpoints/safetensors/*/*.safetensors"):
         st_c.add(rel(p), read(p))
     for c in (npy_c, npz_c, json_c, load_c, stream_c, st_c):
         print(f"{os.path.basename(c.dir)}: {len(c.names)} seeds")

@@ -8,6 +8,16 @@
 //
 // Opening maps the file without reading it and parses only the header: every entry is
 // checked before anything is used. A tensor's pages are touched only when it is read.
+//
+// tensors() lists a file's tensors in data order (the order of their bytes in the file,
+// which the checks establish anyway), and a sharded checkpoint's in its index's
+// weight_map order.
+//
+// Where we are stricter than the reference implementation (huggingface/safetensors,
+// tensor.rs), on purpose: a key repeated in the header (its JSON reader keeps the last
+// tensor of a name; a struct field named twice it refuses, as we do) and a key other than
+// dtype, shape and data_offsets in an entry (it ignores them) are refused, and
+// "__metadata__": null is refused (it reads it as absent).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

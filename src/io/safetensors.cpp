@@ -17,7 +17,7 @@
 // tensor.rs), on purpose: a key repeated in the header (its JSON reader keeps the last
 // tensor of a name; a struct field named twice it refuses, as we do) and a key other than
 // dtype, shape and data_offsets in an entry (it ignores them) are refused, and
-// "__metadata__": null is refused (it reads it as absent).
+// "__metadata__" must be an object (null too is refused).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

@@ -476,9 +476,10 @@ void add_view_options(CLI::App* run, RunOptions& o) {
     views->add_flag("--heatmap", o.heatmap, "Draw scores, mask, masked_scores and weights as heatmaps");
     views->add_flag("--panels", o.panels, "Per head: scores | masked_scores | weights side by side, as heatmaps");
     views->add_flag("--explain", o.explain, "Narrate each stage: formula, shapes with numbers, what the masks hide");
-    views->add_option("--color", o.color,
-                      "Colour in heatmaps: auto (a terminal, unless NO_COLOR is set), always (even with NO_COLOR: "
-                      "the option wins), never")
+    views
+        ->add_option("--color", o.color,
+                     "Colour in heatmaps: auto (a terminal, unless NO_COLOR is set), always (even with NO_COLOR: "
+                     "the option wins), never")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "always", "never"}));
     views

@@ -53,7 +53,6 @@ std::string cell(double t, std::size_t w, ColorMode mode, colour::Palette p = co
     return background(rgb(p, t), mode) + std::string(w, ' ') + kReset;
 }
 
-
 std::string masked_cell(std::size_t w, ColorMode mode) {
     std::string m = w == 2 ? kMasked : "×";
     return mode == ColorMode::none ? m : "\033[2m" + m + kReset;
@@ -125,7 +124,8 @@ void add_key_labels(Panel& p, const TraceView& v, const std::string& col_axis, s
     std::vector<std::vector<std::string>> col_labels(l.keys.size());
     std::size_t label_lines = 0;
     for (std::size_t k = 0; k < l.keys.size(); ++k) {
-        col_labels[k] = l.keys[k] == kGap ? std::vector<std::string>{"…"} : glyphs(axis_label(v, col_axis, b, l.keys[k]));
+        col_labels[k] =
+            l.keys[k] == kGap ? std::vector<std::string>{"…"} : glyphs(axis_label(v, col_axis, b, l.keys[k]));
         if (col_labels[k].size() > 6) col_labels[k].resize(6);
         label_lines = std::max(label_lines, col_labels[k].size());
     }
@@ -207,7 +207,8 @@ void write_legends(std::ostream& out, const std::vector<const StageView*>& stage
     for (std::size_t k = 0; k < stages.size(); ++k) {
         const scale::Scale& sc = scales[k];
         const auto [lo, hi] = scale::end_words(sc);
-        std::string line = std::string(k == 0 ? "  legend  " : "          ") + pad_right(stages[k]->name, name_w) + "  ";
+        std::string line =
+            std::string(k == 0 ? "  legend  " : "          ") + pad_right(stages[k]->name, name_w) + "  ";
         if (sc.kind == ColorKind::boolean) {
             line += pad_left("", lo_w) + " " + cell(1, 2, mode) + " may attend" +
                     std::string(20 + 1 + hi_w > 13 ? 20 + 1 + hi_w - 13 : 1, ' ');
@@ -288,8 +289,7 @@ ColourRange parse_range(const std::string& text, bool log) {
         return end != begin && *end == '\0' && std::isfinite(x);
     };
     if (comma != std::string::npos && number(text.substr(0, comma), r.lo) && number(text.substr(comma + 1), r.hi)) {
-        if (!(r.lo < r.hi))
-            throw UsageError("{range}: expected LO < HI, found " + escape_control(text));
+        if (!(r.lo < r.hi)) throw UsageError("{range}: expected LO < HI, found " + escape_control(text));
         if (log && !(r.lo > 0))
             throw UsageError("{range}: with {log_scale} LO must be above 0, found " + escape_control(text));
         r.mode = ColourRange::given;
@@ -332,8 +332,7 @@ void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
         for (std::size_t h : heads) {
             std::vector<Panel> panels;
             for (std::size_t k = 0; k < stages.size(); ++k)
-                panels.push_back(
-                    render(v, *stages[k], b, h, scales[k], o, (o.width > 12 ? o.width - 12 : 12) / 3));
+                panels.push_back(render(v, *stages[k], b, h, scales[k], o, (o.width > 12 ? o.width - 12 : 12) / 3));
             out << "\n== " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
                 << ": scores -> masked_scores -> weights (softmax along each row)\n";
             if (v.dims.G && v.dims.G != v.dims.H)

@@ -348,8 +348,9 @@ Cell cell_of(const Matrix& m, ColorKind kind, const ColourScale& sc, const std::
         return c;
     }
     c.nan = std::isnan(x);
-    c.position = sc.rule.per_row ? scale::for_values(sc.rule, m.cols, [&](std::size_t k) { return m.at(i, k); }).position(x)
-                                 : sc.position(x);
+    c.position = sc.rule.per_row
+                     ? scale::for_values(sc.rule, m.cols, [&](std::size_t k) { return m.at(i, k); }).position(x)
+                     : sc.position(x);
     c.text = cell_text(x);  // a masked cell: "−∞" in masked_scores, "0" in weights
     return c;
 }
@@ -367,8 +368,8 @@ std::string matrix_title(const TraceView& v, const Matrix& m) {
 // A matrix of at most kTableRows x kTableCols is a table with its numbers in the cells
 // (readable, and its values are in the page without a script); a bigger one a canvas.
 constexpr std::size_t kTableRows = 64, kTableCols = 16;
-constexpr int kLevels = 64;             // colour classes per palette (tables)
-constexpr int kCanvasLevels = 252;      // palette levels of a canvas cell (0..251)
+constexpr int kLevels = 64;                // colour classes per palette (tables)
+constexpr int kCanvasLevels = 252;         // palette levels of a canvas cell (0..251)
 constexpr std::size_t kHeadViewMax = 160;  // the head view draws inputs of up to this many tokens
 
 // Colour class of a palette position: "v0".."v63" (viridis) or "r0".."r63" (blue-red).
@@ -525,8 +526,7 @@ void write_legend(std::ostream& out, ColorKind kind, const ColourScale& sc, bool
         out << "</div></div>";
     }
     if (any_masked) out << " <span class=\"swatch masked\"></span> masked";
-    if (kind != ColorKind::boolean)
-        out << " <span class=\"rule\">colours: " << escape(sc.rule.rule) << "</span>";
+    if (kind != ColorKind::boolean) out << " <span class=\"rule\">colours: " << escape(sc.rule.rule) << "</span>";
     out << "</div>\n";
 }
 
@@ -710,8 +710,10 @@ void write_canvas_data(std::ostream& out, const TraceView& v, const Matrix& m, c
             }
         }
     std::vector<std::string> rl(R), cl(C);
-    for (std::size_t p = 0; p < R; ++p) rl[p] = ri[p] == text::kGap ? "⋮" : text::axis_label(v, m.row_axis(), m.batch, ri[p]);
-    for (std::size_t q = 0; q < C; ++q) cl[q] = ci[q] == text::kGap ? "…" : text::axis_label(v, m.col_axis(), m.batch, ci[q]);
+    for (std::size_t p = 0; p < R; ++p)
+        rl[p] = ri[p] == text::kGap ? "⋮" : text::axis_label(v, m.row_axis(), m.batch, ri[p]);
+    for (std::size_t q = 0; q < C; ++q)
+        cl[q] = ci[q] == text::kGap ? "…" : text::axis_label(v, m.col_axis(), m.batch, ci[q]);
     const bool gaps = R != m.rows || C != m.cols;
     out << "<script type=\"application/json\" id=\"" << id << "\">{\"stage\":" << json_string(m.stage->name)
         << ",\"batch\":\"" << m.batch << "\",\"head\":\"" << (m.has_heads ? std::to_string(m.head) : "")
@@ -719,10 +721,13 @@ void write_canvas_data(std::ostream& out, const TraceView& v, const Matrix& m, c
         << ",\"ri\":" << (gaps ? json_indices(ri) : "null") << ",\"ci\":" << (gaps ? json_indices(ci) : "null")
         << ",\"rowAxis\":" << json_string(m.row_axis() == "Tq" ? "query" : m.row_axis())
         << ",\"colAxis\":" << json_string(m.col_axis() == "Tk" ? "key" : m.col_axis())
-        << ",\"overKeys\":" << (stage_info(m.stage->id).over_keys() ? "true" : "false") << ",\"rl\":" << json_strings(rl)
-        << ",\"cl\":" << json_strings(cl) << ",\"pal\":\""
-        << (kind == ColorKind::boolean ? "v" : sc.palette == Palette::viridis ? "v" : "r") << "\",\"dtype\":\""
-        << (f8 ? "f8" : "f4") << "\",\"levels\":\"" << base64(levels.data(), levels.size()) << "\"";
+        << ",\"overKeys\":" << (stage_info(m.stage->id).over_keys() ? "true" : "false")
+        << ",\"rl\":" << json_strings(rl) << ",\"cl\":" << json_strings(cl) << ",\"pal\":\""
+        << (kind == ColorKind::boolean       ? "v"
+            : sc.palette == Palette::viridis ? "v"
+                                             : "r")
+        << "\",\"dtype\":\"" << (f8 ? "f8" : "f4") << "\",\"levels\":\"" << base64(levels.data(), levels.size())
+        << "\"";
     if (values) out << ",\"values\":\"" << base64(raw.data(), raw.size()) << "\"";
     out << "}</script>\n";
 }
@@ -749,8 +754,7 @@ void write_canvas(std::ostream& out, const TraceView& v, const Matrix& m, const 
     const std::string id = "fig" + std::to_string(serial++), title = matrix_title(v, m);
     const std::string full_title = m.stage->name + (title.empty() ? "" : " · " + title);
     out << "<figure class=\"canvas-fig\" data-data=\"" << id << "\" data-stage=\"" << escape(m.stage->name)
-        << "\" data-batch=\"" << m.batch << "\" data-head=\"" << (m.has_heads ? std::to_string(m.head) : "")
-        << "\">\n";
+        << "\" data-batch=\"" << m.batch << "\" data-head=\"" << (m.has_heads ? std::to_string(m.head) : "") << "\">\n";
     if (!title.empty()) out << "<figcaption>" << escape(title) << "</figcaption>\n";
     out << "<div class=\"zoom\">zoom <button data-zoom=\"-1\" title=\"smaller cells\">−</button><button "
            "data-zoom=\"1\" title=\"bigger cells\">+</button><button data-zoom=\"0\" title=\"one pixel per "
@@ -769,8 +773,8 @@ bool as_table(const Matrix& m) { return m.rows <= kTableRows && m.cols <= kTable
 
 // The chosen batch items and heads of a stage, within a budget of drawn cells (none with --full).
 void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std::size_t budget,
-                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads,
-                 const FigureOptions& o, std::size_t& serial) {
+                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads, const FigureOptions& o,
+                 std::size_t& serial) {
     out << "<section id=\"stage-" << escape(s.name) << "\">\n<h2>" << escape(s.name) << "<span class=\"shape\">"
         << escape(text::shape_text(s)) << "</span></h2>\n<p class=\"formula\">" << escape(s.name) << " = "
         << escape(s.formula) << "</p>\n";
@@ -881,9 +885,9 @@ void write_head_view(std::ostream& out, const TraceView& v, const std::vector<st
            "token for its weight). <select class=\"ct-head\"></select> Query: <span class=\"ct-which\"></span></p>\n";
     if (v.cross) out << "<p class=\"ct-line\">queries: <span class=\"ct-queries\"></span></p>\n";
     out << "<p class=\"ct-line\">" << (v.cross ? "keys: " : "") << "<span class=\"ct-keys\"></span></p>\n</div>\n";
-    out << "<script type=\"application/json\" id=\"headview-data\">{\"heads\":" << head_list
-        << "],\"Tq\":" << v.dims.Tq << ",\"Tk\":" << v.dims.Tk << ",\"self\":" << (v.cross ? "false" : "true")
-        << ",\"qt\":" << qt << "],\"kt\":" << kt << "],\"w\":\""
+    out << "<script type=\"application/json\" id=\"headview-data\">{\"heads\":" << head_list << "],\"Tq\":" << v.dims.Tq
+        << ",\"Tk\":" << v.dims.Tk << ",\"self\":" << (v.cross ? "false" : "true") << ",\"qt\":" << qt
+        << "],\"kt\":" << kt << "],\"w\":\""
         << base64(reinterpret_cast<const unsigned char*>(data.data()), data.size() * sizeof(float)) << "\"}</script>\n"
         << "</section>\n";
 }
@@ -913,8 +917,8 @@ std::string px(double x) {
     return t == "-0" ? "0" : t;
 }
 
-constexpr std::size_t kSvgNumbers = 12;   // a matrix this small shows its numbers
-constexpr std::size_t kSvgHover = 4096;   // a matrix this small has a hover title per cell
+constexpr std::size_t kSvgNumbers = 12;  // a matrix this small shows its numbers
+constexpr std::size_t kSvgHover = 4096;  // a matrix this small has a hover title per cell
 
 // SVG sizes in pixels: the margin, the fonts of title, formula, axis titles and ticks,
 // and the factor of a column label's length that rises above the grid (turned 45°).
@@ -1204,8 +1208,7 @@ void write_model_html(std::ostream& out, const std::vector<const TraceView*>& la
         const TraceView& v = *layers[l];
         const StageView& w = v.stage(kWeights);
         const ColourScale sc(scale::stage_scale(v, w, {0}, text::chosen_or_all({}, v.dims.H), figure.range));
-        out << "<tr data-layer=\"" << l << "\"><th>layer " << l << "<br><small>" << escape(names[l])
-            << "</small></th>";
+        out << "<tr data-layer=\"" << l << "\"><th>layer " << l << "<br><small>" << escape(names[l]) << "</small></th>";
         for (std::size_t h = 0; h < v.dims.H; ++h) {
             Matrix m = matrix_of(w, 0, h);
             const std::string id = "fig" + std::to_string(serial++);
@@ -1214,9 +1217,9 @@ void write_model_html(std::ostream& out, const std::vector<const TraceView*>& la
             std::ostringstream block;
             write_canvas_data(block, v, m, sc, visibility(v, w, 0, h), figure.full, id, title);
             data += block.str();
-            out << "<td><canvas class=\"thumb\" width=\"96\" height=\"96\" data-data=\"" << id
-                << "\" data-layer=\"" << l << "\" data-head=\"" << h << "\" data-title=\"" << escape(title)
-                << "\" title=\"" << escape(title) << "\"></canvas></td>";
+            out << "<td><canvas class=\"thumb\" width=\"96\" height=\"96\" data-data=\"" << id << "\" data-layer=\""
+                << l << "\" data-head=\"" << h << "\" data-title=\"" << escape(title) << "\" title=\"" << escape(title)
+                << "\"></canvas></td>";
         }
         out << "</tr>\n";
     }

@@ -111,8 +111,8 @@ inline Scale stage_scale(const TraceView& v, const StageView& s, const std::vect
     if (range.mode == ColourRange::row) {
         sc.per_row = true;
         sc.rule = std::string("each query row on its own scale, ") +
-                  (sc.kind == ColorKind::diverging ? "-m..m (m its largest |value|)"
-                   : sc.log                        ? "log10, its smallest positive to its largest value"
+                  (sc.kind == ColorKind::diverging     ? "-m..m (m its largest |value|)"
+                   : sc.log                            ? "log10, its smallest positive to its largest value"
                    : sc.kind == ColorKind::probability ? "0 to its largest value"
                                                        : "its smallest to its largest finite value");
         return sc;
@@ -134,9 +134,8 @@ inline Scale stage_scale(const TraceView& v, const StageView& s, const std::vect
     } else {
         settle(sc, lo, hi, big);
         const std::string of = group.size() > 1 ? "scores and masked_scores (they share it)" : s.name;
-        sc.rule = sc.kind == ColorKind::diverging
-                      ? "-m..m, white at 0, m the largest |value|" + where
-                      : "the smallest to the largest finite value of " + of + where;
+        sc.rule = sc.kind == ColorKind::diverging ? "-m..m, white at 0, m the largest |value|" + where
+                                                  : "the smallest to the largest finite value of " + of + where;
     }
     return sc;
 }

@@ -32,7 +32,7 @@ import make_golden_text as golden  # noqa: E402  (scripts/, on sys.path through 
 
 TOL = 1e-12
 GOLDEN = ROOT / "tests" / "golden_text"
-RAMP = " .:-=+*#%@"          # the no-colour heatmap ramp, from 0 to 1 of the legend's range
+RAMP = ".,:-=+*#%@"          # the no-colour heatmap ramp, from 0 to 1 of the legend's range (no blank)
 MASKED = "××"
 ESC = "\033"
 
@@ -389,14 +389,15 @@ def title_positions(line):
 def heatmap_panels(text):
     """The panels of a no-colour heatmap report, in order, as (stage, batch, head, rows):
     rows are the panel's non-blank lines under its title, cut to the panel's columns;
-    and the legends, in order, as (low, high) strings."""
+    and the legends as {stage: (low, high) strings}: one labelled line per stage,
+    "  legend  STAGE  LOW RAMP HIGH" (later ones indented alike)."""
     lines = text.splitlines()
-    panels, legends = [], []
+    panels, legends = [], {}
     k = 0
     while k < len(lines):
-        legend = re.match(r"^  legend  (\S+) .* (\S+)   ×× masked", lines[k])
+        legend = re.match(r"^  (?:legend|      )  (\w+)\s+(\S+) ([.,:=+*#%@-]{20}) (\S+)", lines[k])
         if legend:
-            legends.append((legend.group(1), legend.group(2)))
+            legends[legend.group(1)] = (legend.group(2), legend.group(4))
         titles = title_positions(lines[k])
         k += 1
         if not titles:
@@ -414,25 +415,25 @@ def heatmap_panels(text):
 
 def check_heatmap_panels(tc, name, panels, legends, e, query_tokens, panel_mode):
     """Every cell of every panel against the reference: "××" exactly where the mask is
-    false, else the ramp character of the value's place in the legend's range (the
-    shared range of the stage's panels, or [0, 1] for weights and the mask). Returns the
+    false, else the ramp character of the value's place in the legend's range: one
+    range per stage, shared by every head and panel drawn (scores and masked_scores
+    share one when the run has both: with --panels), [0, 1] for weights. Returns the
     number of cells checked."""
     checked = 0
-    order = list(dict.fromkeys(p[0] for p in panels))
     for n, (st, b, h, rows) in enumerate(panels):
         matrix = e[st][b] if st == "mask" else e[st][b, h]
         mask = e["mask"][b]
         Tq, Tk = matrix.shape
-        if st in ("weights", "mask"):
+        if st in ("mask", "weights"):
             rng = (0.0, 1.0)
         else:
-            # --panels: one range per panel; --heatmap: one range for the stage's panels.
-            shown = [(b, h)] if panel_mode else [(pb, ph) for s, pb, ph, _ in panels if s == st]
-            values = np.concatenate([e[st][pb, ph].ravel() for pb, ph in shown])
+            group = ("scores", "masked_scores") if panel_mode else (st,)
+            shown = [(s, pb, ph) for s, pb, ph, _ in panels if s in group]
+            values = np.concatenate([e[s][pb, ph].ravel() for s, pb, ph in shown])
             values = values[np.isfinite(values)]
             rng = (values.min(), values.max())
-        legend = legends[n] if panel_mode else legends[order.index(st)]
-        tc.assertEqual(legend, (f"{rng[0]:.4g}", f"{rng[1]:.4g}"), f"{name}: legend of {st}")
+        if st != "mask":
+            tc.assertEqual(legends[st], (f"{rng[0]:.4g}", f"{rng[1]:.4g}"), f"{name}: legend of {st}")
         labels = [clip_label(str(t), 8) for t in query_tokens[b]] if query_tokens is not None else \
             [f"q{i}" for i in range(Tq)]
         label_w = max(1, *(len(s) for s in labels))

@@ -163,6 +163,36 @@ TESTS.canvas_shows_every_cell_at_T2048 = async () => {
   assert.deepEqual(page.errors, []);
 };
 
+// Item 4: --log-scale for long rows, where weights near 1/T leave 0..1 dark: each cell at
+// viridis of log10(w) between the smallest positive weight and 1; the legend says so.
+TESTS.log_scale_lights_up_long_rows = async () => {
+  const dir = tmpdir();
+  const file = bundle(dir, "long.json", { T: 2048, D: 8, seed: 7, scale: 0.3 });
+  const html = path.join(dir, "log.html");
+  attnscope("run", file, "--causal", "--stages", "weights", "--log-scale", "--html", html, "-q");
+  const page = await open(html);
+  const small = await page.evaluate(() => {
+    const v = window.attnscopeFigures[0].values;
+    let m = 1;
+    for (const x of v) if (x > 0 && x < m) m = x;
+    return m;
+  });
+  assert.ok(small > 0 && small < 1e-3, `smallest weight ${small}`);
+  const rule = await page.$eval(".legend .rule", e => e.textContent);
+  assert.match(rule, /log10, the smallest positive value to 1/);
+  let bright = 0;
+  for (const [i, j] of [[2047, 10], [1500, 700], [900, 899], [64, 3], [2047, 2047]]) {
+    const c = await cellPixel(page, 0, i, j);
+    const t = (Math.log10(c.value) - Math.log10(small)) / -Math.log10(small);
+    near(c.px, viridis(t), 4, `log weights[${i}, ${j}] = ${c.value}`);
+    if (t > 0.3) bright++;
+  }
+  assert.ok(bright >= 3, "on a log scale the long rows are no longer dark");
+  await page.evaluate(() => { const f = window.attnscopeFigures[0]; f.setZoom(1, null); f.wrap.scrollLeft = 0; f.wrap.scrollTop = 0; f.draw(); f.fig.scrollIntoView(); });
+  await shot(page, "t2048-log-scale.png");
+  assert.deepEqual(page.errors, []);
+};
+
 // Item 3: zoom with the buttons and with ctrl + wheel (the cell under the pointer stays
 // under it); after zooming and scrolling, a cell is still drawn in its colour.
 TESTS.zoom_and_scroll_keep_cells_right = async () => {

@@ -497,8 +497,12 @@ void write_header(std::ostream& out, const TraceView& v, const std::vector<std::
     row("rows with every key masked", rows.empty() ? "none" : rows + " (their weights are all 0)");
     for (const auto& w : v.warnings) row("warning", escape(w));
     out << "</table>\n<p class=\"howto\">Rows are queries, columns keys (or features d0, d1, …). "
-           "Hover over a cell for its exact value. Scores and weights use viridis (dark = low, yellow = high; "
-           "weights always on 0…1); Q, K, V, context and output use blue (negative), white (0), red (positive). "
+           "Hover over a cell for its value, its batch item, head, query and key tokens, and the same cell in "
+           "every (query, key) stage; big matrices are drawn on a canvas with every cell (zoom with the buttons "
+           "or ctrl + wheel, scroll to move). Colours: one scale per stage, the same for every head drawn "
+           "(scores and masked_scores share theirs), stated under each legend. Scores and weights use viridis "
+           "(dark = low, yellow = high; weights on 0…1 unless --range or --log-scale says otherwise); Q, K, V, "
+           "context and output use blue (negative), white (0), red (positive). "
            "<span class=\"swatch masked\"></span> hatched grey: masked — the query may not see that key "
            "(score −∞, weight exactly 0).";
     const text::Variants r = text::variants_of(v);
@@ -1021,10 +1025,10 @@ SvgFigure svg_figure(const TraceView& v, const StageView& s, std::size_t batch, 
     f.stage = &s;
     f.m = matrix_of(s, batch, head);
     f.kind = kind_of(s);
-    // The scale is the stage's over the batch items and heads chosen (as on the HTML page
-    // and in the terminal), of which the figure draws one.
-    f.sc = ColourScale(scale::stage_scale(v, s, o.batches.empty() ? std::vector<std::size_t>{batch} : o.batches,
-                                          o.heads.empty() ? std::vector<std::size_t>{head} : o.heads, o.range));
+    // The scale is the stage's over the batch items and heads chosen (--batch, --head;
+    // empty: all), as on the HTML page and in the terminal, of which the figure draws one.
+    f.sc = ColourScale(scale::stage_scale(v, s, text::chosen_or_all(o.batches, v.dims.B),
+                                          text::chosen_or_all(o.heads, v.dims.H), o.range));
     // 1) The rows and columns drawn, and whether their numbers and hover titles are.
     f.ri = text::shown(f.m.rows, o.full ? f.m.rows : kSvgMaxAxis, kSvgMaxAxis / 2),
     f.ci = text::shown(f.m.cols, o.full ? f.m.cols : kSvgMaxAxis, kSvgMaxAxis / 2);

@@ -63,7 +63,7 @@ struct TextOptions {
 struct FigureOptions {
     bool full = false;
     ColourRange range;
-    std::vector<std::size_t> batches, heads;  // SVG: those chosen (the scale is theirs); empty: the one drawn
+    std::vector<std::size_t> batches, heads;  // SVG: those chosen (the scale is theirs); empty: all
 };
 
 // Heatmaps of one (Tq, Tk) stage for the chosen batch items and heads, several heads

@@ -386,6 +386,36 @@ TESTS.model_view_thumbnails_open_on_click = async () => {
   assert.deepEqual(page.errors, []);
 };
 
+// Every example of data/ (self-, causal, padded batch, cross-attention) makes a page that
+// runs without a script error; in cross-attention the coloured text has a line of
+// queries to choose from and shades the keys.
+TESTS.every_example_page_runs = async () => {
+  const dir = tmpdir();
+  const examples = { sentence: ["--heads", "2"], causal: ["--causal"], padded: ["--heads", "2"],
+    cross: ["--heads", "2"], induction: ["--causal"], reverse: [] };
+  for (const [name, options] of Object.entries(examples)) {
+    const html = path.join(dir, name + ".html");
+    attnscope("run", path.join(ROOT, "data", name + ".json"), ...options, "--html", html, "-q");
+    const page = await open(html);
+    const lines = await page.$$eval("svg.hv line", ls => ls.length);
+    assert.ok(lines > 0, `${name}: the head view has lines`);
+    await (await page.$('svg.hv text.tok[data-side="q"][data-index="1"]')).hover();
+    if (name === "cross") {
+      const w = weightsOf(path.join(ROOT, "data", "cross.json"), "--heads", "2").weights.data;  // (H, 4, 6)
+      await page.$eval("#coloured-text", e => e.scrollIntoView());
+      const queries = await page.$$eval("#coloured-text .ct-queries .ct-tok", s => s.map(e => e.textContent));
+      assert.deepEqual(queries, ["<s>", "le", "chat", "noir"]);
+      await (await page.$('#coloured-text .ct-queries .ct-tok[data-index="2"]')).hover();
+      const got = await page.$$eval("#coloured-text .ct-keys .ct-tok", s => s.map(e => +e.dataset.weight));
+      got.forEach((x, j) => assert.ok(Math.abs(x - w[0][2][j]) < 1e-6, `cross: key ${j} ${x} vs ${w[0][2][j]}`));
+      await shot(page, "cross-coloured-text.png");
+    }
+    assert.deepEqual(page.errors, [], name);
+    await browser.close();
+    browser = null;
+  }
+};
+
 // ---------------------------------------------------------------------------
 const name = process.argv[2];
 if (name === "--list") {

@@ -562,9 +562,10 @@ void write_table_head(std::ostream& out, const TraceView& v, const Matrix& m, co
 // tokens), and the cell's value in every (query, key) stage the run kept.
 std::string cell_context(const TraceView& v, const Matrix& m, std::size_t i, std::size_t j) {
     const std::string where = text::matrix_title(v, *m.stage, m.batch, m.head, " · ");
-    std::string t = (where.empty() ? "" : where + " · ") + m.row_axis() + " " + std::to_string(i) + " ‘" +
-                    text::axis_label(v, m.row_axis(), m.batch, i) + "’ → " + m.col_axis() + " " + std::to_string(j) +
-                    " ‘" + text::axis_label(v, m.col_axis(), m.batch, j) + "’";
+    const auto axis = [](const std::string& a) { return a == "Tq" ? "query" : a == "Tk" ? "key" : a; };
+    std::string t = (where.empty() ? "" : where + " · ") + axis(m.row_axis()) + " " + std::to_string(i) + " ‘" +
+                    text::axis_label(v, m.row_axis(), m.batch, i) + "’ → " + axis(m.col_axis()) + " " +
+                    std::to_string(j) + " ‘" + text::axis_label(v, m.col_axis(), m.batch, j) + "’";
     if (!stage_info(m.stage->id).over_keys()) return t;
     std::string values;
     for (const Stage id : {kScores, kBias, kMaskedScores, kWeights}) {

@@ -375,8 +375,8 @@ class HtmlReportTest(unittest.TestCase):
             for i, j, attrs, _ in cells(t):
                 lines = attrs["title"].split("\n")
                 self.assertEqual(len(lines), 3, attrs["title"])
-                self.assertEqual(lines[1], f"batch 1 · head 1 · Tq {i} ‘{self.p.tokens[1][i]}’ → "
-                                           f"Tk {j} ‘{self.p.tokens[1][j]}’")
+                self.assertEqual(lines[1], f"batch 1 · head 1 · query {i} ‘{self.p.tokens[1][i]}’ → "
+                                           f"key {j} ‘{self.p.tokens[1][j]}’")
                 got = dict(part.rsplit(" ", 1) for part in lines[2].split(" · "))
                 for st in ("scores", "masked_scores", "weights"):
                     self.assertEqual(float(got[st]), float(d[st][1, 1, i, j]), (stage, i, j, st))

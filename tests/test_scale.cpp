@@ -319,3 +319,32 @@ TEST_CASE("views: --range is checked: auto, fixed, row or LO,HI") {
     const std::string e = error_of<UsageError>([&] { parse_range("0,1", true); }, "UsageError");
     CHECK(contains(e, "with log_scale LO must be above 0"));
 }
+
+TEST_CASE("views: --range fixed takes the scale over every head of the run, auto over the heads drawn") {
+    auto c = problem(13, 5, 2, false);
+    const Trace<double>& tr = c->trace;
+    const auto legend = [&](ColourRange::Mode mode) {
+        TextOptions o;
+        o.color = ColorMode::none;
+        o.heads = {0};
+        o.range.mode = mode;
+        std::ostringstream out;
+        write_heatmaps(out, c->view, c->view.stage("scores"), o);
+        for (const auto& l : lines_of(out.str()))
+            if (l.rfind("  legend  scores", 0) == 0) return l;
+        return std::string();
+    };
+    const auto ends = [&](std::initializer_list<std::size_t> heads) {
+        double lo = kInf, hi = -kInf;
+        for (std::size_t h : heads)
+            for (std::size_t i = 0; i < 5; ++i)
+                for (std::size_t j = 0; j < 5; ++j)
+                    lo = std::min(lo, tr.scores(0, h, i, j)), hi = std::max(hi, tr.scores(0, h, i, j));
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.4g ..,,::--==++**##%%%%@@ %.4g", lo, hi);
+        return std::string(buf);
+    };
+    CHECK(contains(legend(ColourRange::automatic), ends({0})));
+    CHECK(contains(legend(ColourRange::fixed), ends({0, 1})));
+    CHECK(ends({0}) != ends({0, 1}));
+}

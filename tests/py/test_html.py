@@ -655,6 +655,41 @@ class LongAxesTest(CliTestCase):
                 self.assertIn("(keys ", r.out)
 
 
+class ModelViewTest(CliTestCase):
+    """attnscope report: bundles (or a directory of them) x heads as thumbnails."""
+
+    def test_layers_from_files_and_a_directory(self):
+        rng = np.random.default_rng(6)
+        layers = self.path("layers")
+        layers.mkdir()
+        dump = {}
+        for n in ("b_second", "a_first"):
+            arrays = dict(x=rng.normal(size=(20, 8)), **{w: rng.normal(size=(8, 8)) for w in ("W_Q", "W_K", "W_V")})
+            np.savez(layers / f"{n}.npz", **arrays)
+            d = self.path(f"{n}-dump.npz")
+            self.assert_ok(run("run", layers / f"{n}.npz", "--heads", "2", "--causal", "--dump", d, "-q"),
+                           stdout_empty=True)
+            with np.load(d) as z:
+                dump[n] = z["weights"]
+        out = self.path("model.html")
+        self.assert_ok(run("report", "--html", out, layers, "--heads", "2", "--causal"), stdout_empty=True)
+        text = out.read_text(encoding="utf-8")
+        thumbs = re.findall(r'<canvas class="thumb"[^>]*data-layer="(\d+)" data-head="(\d+)"', text)
+        self.assertEqual(thumbs, [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")])
+        self.assertLess(text.index("a_first.npz"), text.index("b_second.npz"))  # in name order
+        figs = canvas_figures(text)
+        self.assertEqual(len(figs), 4)
+        for k, (layer, head) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
+            np.testing.assert_array_equal(figs[k]["values"], dump[("a_first", "b_second")[layer]][head])
+        # An existing page is kept unless --force; an empty directory is refused.
+        r = run("report", "--html", out, layers, "--heads", "2")
+        self.assert_error(r, str(out))
+        empty = self.path("empty")
+        empty.mkdir()
+        r = run("report", "--html", self.path("e.html"), empty)
+        self.assert_error(r, "expected .npz or .json bundles in the directory")
+
+
 # ---------------------------------------------------------------------------
 # The SVG heatmap
 # ---------------------------------------------------------------------------

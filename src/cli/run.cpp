@@ -173,6 +173,7 @@ TextOptions text_options(const RunOptions& o, const std::vector<std::string>& st
     text.full = o.full;
     text.heatmap = o.heatmap;
     text.explain = o.explain;
+    text.range = parse_range(o.range, o.log_scale);
     return text;
 }
 
@@ -224,15 +225,19 @@ void warn_overflow(const Problem<T>& problem, const Trace<T>& trace) {
 void write_files(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages,
                  std::optional<Dump>& dump) {
     if (dump) dump->commit(view);
+    FigureOptions figure;
+    figure.full = o.full;
+    figure.range = parse_range(o.range, o.log_scale);
+    figure.batches = o.batches, figure.heads = o.heads_shown;
     if (!o.html.empty()) {
         AtomicTextFile f(o.html, o.force);
-        write_html(f, view, stages, o.batches, o.heads_shown);
+        write_html(f, view, stages, o.batches, o.heads_shown, figure);
         f.commit();
     }
     if (!o.svg.empty()) {
         AtomicTextFile f(o.svg, o.force);
         write_svg(f, view, o.svg_stage, o.batches.empty() ? 0 : o.batches[0],
-                  o.heads_shown.empty() ? 0 : o.heads_shown[0]);
+                  o.heads_shown.empty() ? 0 : o.heads_shown[0], figure);
         f.commit();
     }
 }
@@ -467,7 +472,11 @@ void add_output_options(CLI::App* run, RunOptions& o) {
     run->add_option("--edgeitems", o.edgeitems, "Rows/columns shown at each end of a long axis")
         ->capture_default_str()
         ->check(CLI::Range(1, 1000));
-    run->add_flag("--full", o.full, "Print every row and column, never summarise");
+    run->add_flag("--full", o.full,
+                  "Never summarise: every number, every key of a heatmap, every cell of --html and --svg. "
+                  "Without it a long axis shows its first and last cells around a gap (…): printed numbers beyond "
+                  "2*edgeitems+2 or the width, heatmap keys beyond the width, HTML beyond 2048 cells (and about 8 "
+                  "million cells a page), SVG beyond 256");
     run->add_option("--dump", o.dump, "Write each stage as NAME.npy into this directory, or into one .npz archive");
     run->add_flag("--json", o.json, "Print one JSON document instead of the report");
     run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)");
@@ -503,9 +512,20 @@ void add_view_options(CLI::App* run, RunOptions& o) {
     views->add_flag("--heatmap", o.heatmap, "Draw scores, mask, masked_scores and weights as heatmaps");
     views->add_flag("--panels", o.panels, "Per head: scores | masked_scores | weights side by side, as heatmaps");
     views->add_flag("--explain", o.explain, "Narrate each stage: formula, shapes with numbers, what the masks hide");
-    views->add_option("--color", o.color, "Colour in heatmaps: auto (a terminal without NO_COLOR), always, never")
+    views
+        ->add_option("--color", o.color,
+                     "Colour in heatmaps: auto (a terminal, unless NO_COLOR is set), always (even with NO_COLOR: "
+                     "the option wins), never")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "always", "never"}));
+    views
+        ->add_option("--range", o.range,
+                     "Heatmap colour scale (terminal, --panels, --html, --svg): auto (one per stage, shared by every "
+                     "head and panel drawn; scores with masked_scores; weights 0..1), fixed (the same over every batch "
+                     "item and head of the run), row (each query row on its own), or LO,HI")
+        ->capture_default_str();
+    views->add_flag("--log-scale", o.log_scale,
+                    "Colour weights and sink_weight by log10 (long rows, where 0..1 leaves every cell dark)");
     views->add_option("--width", o.width, "Terminal width for heads side by side (default: the terminal's)")
         ->check(CLI::Range(std::size_t{20}, std::size_t{10000}));
     run->add_option("--html", o.html, "Write a self-contained HTML report of the chosen stages (opens offline)");

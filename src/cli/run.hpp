@@ -48,6 +48,8 @@ struct RunOptions {
     std::string svg_stage = "weights";
     bool heatmap = false, panels = false, explain = false;
     std::string color = "auto";
+    std::string range = "auto";  // --range auto|fixed|row|LO,HI
+    bool log_scale = false;      // --log-scale
     std::size_t width = 0;  // 0: the terminal's, or $COLUMNS, or 80
     bool diagnose = false;
     std::vector<std::size_t> cell;  // batch,head,query,key (batch omitted for a 2-D x)

@@ -5,12 +5,14 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <ostream>
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/report/report.hpp"
 #include "colour.hpp"
+#include "scale.hpp"
 #include "text_util.hpp"
 
 namespace attnscope {
@@ -18,7 +20,9 @@ namespace {
 
 using namespace text;
 
-constexpr const char* kRamp = " .:-=+*#%@";  // no colour: darker to denser
+// No colour: sparser to denser. Its lowest character is a dot, never a blank: the
+// smallest value drawn is there, and must not look like an empty cell.
+constexpr const char* kRamp = ".,:-=+*#%@";
 constexpr const char* kReset = "\033[0m";
 constexpr const char* kMasked = "××";
 
@@ -49,10 +53,6 @@ std::string cell(double t, std::size_t w, ColorMode mode, colour::Palette p = co
     return background(rgb(p, t), mode) + std::string(w, ' ') + kReset;
 }
 
-colour::Palette palette_of(const StageView& s) {
-    return stage_info(s.id).color == ColorKind::diverging ? colour::Palette::blue_red : colour::Palette::viridis;
-}
-
 std::string masked_cell(std::size_t w, ColorMode mode) {
     std::string m = w == 2 ? kMasked : "×";
     return mode == ColorMode::none ? m : "\033[2m" + m + kReset;
@@ -61,32 +61,6 @@ std::string masked_cell(std::size_t w, ColorMode mode) {
 std::string nan_cell(std::size_t w, ColorMode mode) {
     std::string m = w == 2 ? "??" : "?";
     return mode == ColorMode::none ? m : "\033[1;31m" + m + kReset;
-}
-
-// The value range a stage is drawn over: [0, 1] for probabilities (weights) and the
-// mask, else the finite values of every matrix shown (shared, so heads can be compared
-// by eye).
-std::pair<double, double> value_range(const StageView& s, const std::vector<std::size_t>& batches,
-                                      const std::vector<std::size_t>& heads) {
-    const ColorKind kind = stage_info(s.id).color;
-    if (kind == ColorKind::probability || kind == ColorKind::boolean) return {0.0, 1.0};
-    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-    const std::size_t matrix = s.shape[s.shape.size() - 2] * s.shape.back();
-    for (std::size_t b : batches)
-        for (std::size_t h : heads) {
-            std::size_t off = matrix_offset(s, b, h);
-            for (std::size_t k = 0; k < matrix; ++k) {
-                double v = s.at(off + k);
-                if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
-            }
-        }
-    if (!(lo <= hi)) return {0.0, 1.0};
-    if (kind == ColorKind::diverging) {  // white at 0: -m..m, m the largest |value|
-        const double m = std::max(std::fabs(lo), std::fabs(hi));
-        return m > 0 ? std::pair{-m, m} : std::pair{-1.0, 1.0};
-    }
-    if (lo == hi) hi = lo + 1;
-    return {lo, hi};
 }
 
 // One panel: lines of text and their display widths (escape codes take no columns).
@@ -98,18 +72,6 @@ struct Panel {
         width = std::max(width, w);
     }
 };
-
-// The code points of a label, one string each (for vertical column labels).
-std::vector<std::string> code_points(const std::string& s) {
-    std::vector<std::string> out;
-    for (std::size_t i = 0; i < s.size();) {
-        std::size_t n = 1;
-        while (i + n < s.size() && (static_cast<unsigned char>(s[i + n]) & 0xC0) == 0x80) ++n;
-        out.push_back(s.substr(i, n));
-        i += n;
-    }
-    return out;
-}
 
 // Whether a cell is drawn as masked: scores keep their real values where the mask hides
 // them; the mask marks its own false cells; the bias its -inf ones; the later stages
@@ -129,43 +91,50 @@ bool hidden(const TraceView& v, const StageView& s, double x, std::size_t b, std
     }
 }
 
-// How a panel lays out a (Tq, Tk) matrix: query labels (up to 8 characters) in a column
-// of label_w, cells of cw columns (2 when they fit, else 1), and the first shown_cols keys.
+// How a panel lays out a (Tq, Tk) matrix: query labels (up to 8 columns) in a column
+// of label_w, cells of cw columns (2 when they fit, else 1), and the keys shown: all of
+// them, or (unless --full) as many as fit, the first and last around a gap (text::kGap).
 struct Layout {
     std::vector<std::string> row_labels;
-    std::size_t label_w = 1, cw = 2, shown_cols = 0;
-    std::size_t line_width() const { return label_w + 1 + cw * shown_cols; }
+    std::size_t label_w = 1, cw = 2;
+    std::vector<std::size_t> keys;
+    std::size_t line_width() const { return label_w + 1 + cw * keys.size(); }
 };
 
 Layout layout(const TraceView& v, const std::string& row_axis, std::size_t b, std::size_t rows, std::size_t cols,
-              std::size_t max_cols_width) {
+              std::size_t max_cols_width, bool full) {
     Layout l;
     l.row_labels.resize(rows);
     for (std::size_t i = 0; i < rows; ++i) {
         l.row_labels[i] = clip_label(axis_label(v, row_axis, b, i), 8);
         l.label_w = std::max(l.label_w, display_width(l.row_labels[i]));
     }
-    // Two columns per cell when they fit, else one; beyond that the first keys only.
+    // Two columns per cell when they fit, else one; beyond that the ends of the keys.
     const std::size_t avail = max_cols_width > l.label_w + 1 ? max_cols_width - l.label_w - 1 : 1;
-    l.cw = 2 * cols <= avail ? 2 : 1;
-    l.shown_cols = std::min(cols, std::max<std::size_t>(1, avail / l.cw));
+    l.cw = full || 2 * cols <= avail ? 2 : 1;
+    const std::size_t fit = std::max<std::size_t>(3, avail / l.cw);
+    l.keys = shown(cols, full ? cols : fit, (fit - 1) / 2);
     return l;
 }
 
-// The key labels above the cells, vertical: one line per code point (up to 6).
+// The key labels above the cells, vertical: one character per line (up to 6), each in
+// the cell's columns (a wide CJK character or emoji fills a 2-column cell; in a 1-column
+// cell it is shown as "…", which fits).
 void add_key_labels(Panel& p, const TraceView& v, const std::string& col_axis, std::size_t b, const Layout& l) {
-    std::vector<std::vector<std::string>> col_labels(l.shown_cols);
+    std::vector<std::vector<std::string>> col_labels(l.keys.size());
     std::size_t label_lines = 0;
-    for (std::size_t j = 0; j < l.shown_cols; ++j) {
-        col_labels[j] = code_points(axis_label(v, col_axis, b, j));
-        if (col_labels[j].size() > 6) col_labels[j].resize(6);
-        label_lines = std::max(label_lines, col_labels[j].size());
+    for (std::size_t k = 0; k < l.keys.size(); ++k) {
+        col_labels[k] =
+            l.keys[k] == kGap ? std::vector<std::string>{"…"} : glyphs(axis_label(v, col_axis, b, l.keys[k]));
+        if (col_labels[k].size() > 6) col_labels[k].resize(6);
+        label_lines = std::max(label_lines, col_labels[k].size());
     }
-    for (std::size_t k = 0; k < label_lines; ++k) {
+    for (std::size_t n = 0; n < label_lines; ++n) {
         std::string line(l.label_w + 1, ' ');
-        for (std::size_t j = 0; j < l.shown_cols; ++j) {
-            line += k < col_labels[j].size() ? col_labels[j][k] : " ";
-            if (l.cw == 2) line += ' ';
+        for (std::size_t k = 0; k < l.keys.size(); ++k) {
+            std::string g = n < col_labels[k].size() ? col_labels[k][n] : " ";
+            if (display_width(g) > l.cw) g = "…";
+            line += pad_right(g, l.cw);
         }
         p.add(line, l.line_width());
     }
@@ -173,12 +142,11 @@ void add_key_labels(Panel& p, const TraceView& v, const std::string& col_axis, s
 
 // One panel: matrix (b, h) of a (Tq, Tk) stage with its title, key labels, a line of
 // cells per query, and a note when keys were left out.
-Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t h, std::pair<double, double> range,
+Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t h, const scale::Scale& sc,
              const TextOptions& o, std::size_t max_cols_width) {
     const std::size_t nd = s.shape.size(), rows = s.shape[nd - 2], cols = s.shape[nd - 1];
     const std::size_t off = matrix_offset(s, b, h);
-    const Layout l = layout(v, s.axes[nd - 2], b, rows, cols, max_cols_width);
-    const colour::Palette palette = palette_of(s);
+    const Layout l = layout(v, s.axes[nd - 2], b, rows, cols, max_cols_width, o.full);
     Panel p;
     // 1) Title, then the key labels.
     const std::string where = matrix_title(v, s, b, h), title = s.name + (where.empty() ? "" : ", " + where);
@@ -186,36 +154,88 @@ Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t 
     add_key_labels(p, v, s.axes[nd - 1], b, l);
     // 2) A line per query: its label, then a cell per key shown.
     for (std::size_t i = 0; i < rows; ++i) {
+        const scale::Scale row = scale::for_row(sc, s, b, h, i);
         std::string line = pad_right(l.row_labels[i], l.label_w) + " ";
-        for (std::size_t j = 0; j < l.shown_cols; ++j) {
+        for (std::size_t j : l.keys) {
+            if (j == kGap) {
+                line += pad_right("…", l.cw);
+                continue;
+            }
             const double x = s.at(off + i * cols + j);
             if (hidden(v, s, x, b, h, i, j))
                 line += masked_cell(l.cw, o.color);
             else if (std::isnan(x))
                 line += nan_cell(l.cw, o.color);
             else
-                line += cell((x - range.first) / (range.second - range.first), l.cw, o.color, palette);
+                line += cell(row.position(x), l.cw, o.color, sc.palette);
         }
         p.add(line, l.line_width());
     }
     // 3) The keys left out.
-    if (l.shown_cols < cols) {
-        std::string note = "(keys 0.." + std::to_string(l.shown_cols - 1) + " of " + std::to_string(cols) + ")";
-        p.add(note, display_width(note));
+    if (l.keys.size() < cols) {
+        const std::size_t first = l.keys.size() / 2;  // the gap's position
+        std::string note = "(keys " + std::to_string(l.keys[first - 1] + 1) + ".." +
+                           std::to_string(l.keys[first + 1] - 1) + " of " + std::to_string(cols) +
+                           " left out; --full draws them)";
+        for (const auto& line : wrap(note, std::max<std::size_t>(l.line_width(), 20))) p.add(line, display_width(line));
     }
     return p;
 }
 
-std::string legend(const StageView& s, std::pair<double, double> range, ColorMode mode) {
-    char lo[32], hi[32];
-    std::snprintf(lo, sizeof lo, "%.4g", range.first);
-    std::snprintf(hi, sizeof hi, "%.4g", range.second);
-    std::string out = "  legend  " + std::string(lo) + " ";
-    for (int k = 0; k <= 9; ++k) out += cell(k / 9.0, 2, mode, palette_of(s));
-    out += " " + std::string(hi) + "   " + masked_cell(2, mode) + " masked";
-    if (s.id == kWeights) out += " (exactly 0)";
-    if (s.id == kMaskedScores || s.id == kBias) out += " (-inf)";
-    return out + "   " + nan_cell(2, mode) + " NaN\n";
+// What a masked cell of stage s holds, for its legend.
+std::string masked_words(const StageView& s) {
+    if (s.id == kWeights) return "masked (0)";
+    if (s.id == kMaskedScores || s.id == kBias) return "masked (-inf)";
+    return "masked";
+}
+
+bool marks_masked(const StageView& s) {
+    return s.id == kMask || s.id == kMaskedScores || s.id == kWeights || s.id == kBias;
+}
+
+// The legends of `stages` (their scales), one line each, labelled and aligned: the stage,
+// the low end, the ramp, the high end, the masked mark; then the rules of the scales,
+// wrapped to `width`.
+void write_legends(std::ostream& out, const std::vector<const StageView*>& stages,
+                   const std::vector<scale::Scale>& scales, ColorMode mode, std::size_t width, bool panels) {
+    std::size_t name_w = 0, lo_w = 0, hi_w = 0;
+    for (std::size_t k = 0; k < stages.size(); ++k) {
+        const auto [lo, hi] = scale::end_words(scales[k]);
+        name_w = std::max(name_w, display_width(stages[k]->name));
+        lo_w = std::max(lo_w, display_width(lo)), hi_w = std::max(hi_w, display_width(hi));
+    }
+    for (std::size_t k = 0; k < stages.size(); ++k) {
+        const scale::Scale& sc = scales[k];
+        const auto [lo, hi] = scale::end_words(sc);
+        std::string line =
+            std::string(k == 0 ? "  legend  " : "          ") + pad_right(stages[k]->name, name_w) + "  ";
+        if (sc.kind == ColorKind::boolean) {
+            line += pad_left("", lo_w) + " " + cell(1, 2, mode) + " may attend" +
+                    std::string(20 + 1 + hi_w > 13 ? 20 + 1 + hi_w - 13 : 1, ' ');
+        } else {
+            line += pad_left(lo, lo_w) + " ";
+            for (int n = 0; n <= 9; ++n) line += cell(n / 9.0, 2, mode, sc.palette);
+            line += " " + pad_right(hi, hi_w);
+        }
+        if (marks_masked(*stages[k])) line += "   " + masked_cell(2, mode) + " " + masked_words(*stages[k]);
+        // Trailing blanks are of no use.
+        while (!line.empty() && line.back() == ' ') line.pop_back();
+        out << line << '\n';
+    }
+    std::string rules;
+    for (std::size_t k = 0; k < stages.size(); ++k)
+        if (stages[k]->id != kMask && !(stages[k]->id == kMaskedScores && k > 0 && stages[k - 1]->id == kScores &&
+                                        scales[k - 1].rule == scales[k].rule))
+            rules += (rules.empty() ? "" : "; ") + stages[k]->name + ": " + scales[k].rule;
+    if (rules.empty()) return;  // the mask: may attend or masked, no scale
+    rules += std::string("; the same in every head") + (panels ? " and panel" : "") + " drawn";
+    const std::string text = nan_cell(2, ColorMode::none) + " NaN. Colours: " + rules;
+    const auto lines = wrap(text, width > 14 ? width - 12 : 2);
+    for (std::size_t n = 0; n < lines.size(); ++n) {
+        std::string line = lines[n];
+        if (n == 0 && mode != ColorMode::none) line = nan_cell(2, mode) + line.substr(2);
+        out << "          " << line << '\n';
+    }
 }
 
 void print_side_by_side(std::ostream& out, const std::vector<Panel>& panels, std::size_t width) {
@@ -231,14 +251,15 @@ void print_side_by_side(std::ostream& out, const std::vector<Panel>& panels, std
                 const Panel& p = panels[k];
                 std::string text = l < p.lines.size() ? p.lines[l] : "";
                 // Pad by display width; escape sequences occupy no columns.
-                std::size_t w = 0;
+                std::string plain;
                 for (std::size_t i = 0; i < text.size(); ++i) {
                     if (text[i] == '\033') {
                         while (i < text.size() && text[i] != 'm') ++i;
                         continue;
                     }
-                    w += (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
+                    plain += text[i];
                 }
+                const std::size_t w = display_width(plain);
                 line += text + (k + 1 < last ? std::string(p.width - std::min(w, p.width) + gap, ' ') : "");
             }
             out << "  " << line << '\n';
@@ -252,20 +273,45 @@ void print_side_by_side(std::ostream& out, const std::vector<Panel>& panels, std
 
 bool drawn_as_heatmap(const StageView& s) { return stage_info(s.id).over_keys() || s.id == kSinkWeight; }
 
+ColourRange parse_range(const std::string& text, bool log) {
+    ColourRange r;
+    r.log = log;
+    if (text.empty() || text == "auto") return r;
+    if (text == "fixed" || text == "row") {
+        r.mode = text == "fixed" ? ColourRange::fixed : ColourRange::row;
+        return r;
+    }
+    const std::size_t comma = text.find(',');
+    const auto number = [](const std::string& t, double& x) {
+        const char* begin = t.c_str();
+        char* end = nullptr;
+        x = std::strtod(begin, &end);
+        return end != begin && *end == '\0' && std::isfinite(x);
+    };
+    if (comma != std::string::npos && number(text.substr(0, comma), r.lo) && number(text.substr(comma + 1), r.hi)) {
+        if (!(r.lo < r.hi)) throw UsageError("{range}: expected LO < HI, found " + escape_control(text));
+        if (log && !(r.lo > 0))
+            throw UsageError("{range}: with {log_scale} LO must be above 0, found " + escape_control(text));
+        r.mode = ColourRange::given;
+        return r;
+    }
+    throw UsageError("{range}: expected auto, fixed, row or LO,HI (two numbers), found '" + escape_control(text) + "'");
+}
+
 void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, const TextOptions& o) {
     if (!drawn_as_heatmap(s)) throw UsageError("{heatmap}: stage " + s.name + " is not a (query, key) matrix");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = has_heads(s) ? chosen_or_all(o.heads, v.dims.H) : std::vector<std::size_t>{0};
-    const auto range = value_range(s, batches, heads);
+    const scale::Scale sc = scale::stage_scale(v, s, batches, chosen_or_all(o.heads, v.dims.H), o.range);
     std::vector<Panel> panels;
     for (std::size_t b : batches)
-        for (std::size_t h : heads) panels.push_back(render(v, s, b, h, range, o, o.width > 4 ? o.width - 4 : 4));
+        for (std::size_t h : heads) panels.push_back(render(v, s, b, h, sc, o, o.width > 4 ? o.width - 4 : 4));
     out << '\n';
     if (has_heads(s) && v.dims.G && v.dims.G != v.dims.H)  // grouped-query attention: who shares keys
         for (const auto& line : wrap(sharing_line(v.dims), o.width > 6 ? o.width - 4 : 2)) out << "  " << line << '\n';
     if (s.id == kSinkWeight) out << "  rows: heads; columns: queries; each cell the sink's share of that row\n";
     print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
-    out << legend(s, range, o.color);
+    write_legends(out, {&s}, {sc}, o.color, o.width, false);
 }
 
 void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
@@ -275,15 +321,18 @@ void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
     v.require(StageSet().set(kScores).set(kMaskedScores).set(kWeights), "panels");
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = chosen_or_all(o.heads, v.dims.H);
+    // One scale per stage, shared by every head and panel (scores and masked_scores share theirs).
+    std::vector<const StageView*> stages;
+    std::vector<scale::Scale> scales;
+    for (const Stage id : shown_stages) {
+        stages.push_back(&v.stage(id));
+        scales.push_back(scale::stage_scale(v, v.stage(id), batches, heads, o.range));
+    }
     for (std::size_t b : batches)
         for (std::size_t h : heads) {
             std::vector<Panel> panels;
-            std::vector<std::pair<double, double>> ranges;
-            for (const Stage id : shown_stages) {
-                const StageView& s = v.stage(id);
-                ranges.push_back(value_range(s, {b}, {h}));
-                panels.push_back(render(v, s, b, h, ranges.back(), o, (o.width > 12 ? o.width - 12 : 12) / 3));
-            }
+            for (std::size_t k = 0; k < stages.size(); ++k)
+                panels.push_back(render(v, *stages[k], b, h, scales[k], o, (o.width > 12 ? o.width - 12 : 12) / 3));
             out << "\n== " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
                 << ": scores -> masked_scores -> weights (softmax along each row)\n";
             if (v.dims.G && v.dims.G != v.dims.H)
@@ -291,8 +340,8 @@ void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
                     << serves(v.dims, v.dims.kv_head(h)) << ")\n";
             out << '\n';
             print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
-            for (std::size_t k = 0; k < 3; ++k) out << legend(v.stage(shown_stages[k]), ranges[k], o.color);
         }
+    write_legends(out, stages, scales, o.color, o.width, true);
 }
 
 }  // namespace attnscope

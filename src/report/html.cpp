@@ -19,8 +19,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +31,8 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/report/report.hpp"
 #include "colour.hpp"
+#include "html_script.hpp"
+#include "scale.hpp"
 #include "text_util.hpp"
 
 namespace attnscope {
@@ -264,27 +269,28 @@ Matrix matrix_of(const StageView& s, std::size_t b, std::size_t h) {
 // over -m..m, m the largest finite |value|; boolean: visible or masked).
 ColorKind kind_of(const StageView& s) { return stage_info(s.id).color; }
 
-// Where a matrix's values sit on its palette, and the numbers its legend shows.
+// Where a matrix's values sit on its palette (the one rule of scale.hpp), and the
+// numbers its legend shows.
 struct ColourScale {
+    scale::Scale rule;
     Palette palette = Palette::viridis;
     double lo = 0, hi = 1;
 
-    double position(double x) const {
-        if (std::isinf(x)) return x < 0 ? 0 : 1;
-        if (!(hi > lo)) return 0.5;  // a constant matrix sits in the middle
-        return std::clamp((x - lo) / (hi - lo), 0.0, 1.0);
-    }
+    ColourScale() = default;
+    explicit ColourScale(const scale::Scale& s) : rule(s), palette(s.palette), lo(s.lo), hi(s.hi) {}
+    double position(double x) const { return rule.position(x); }
     // The numbers under an HTML legend, spaced evenly: the ends, and 0 in the middle
     // of a diverging scale (or 0.5 for weights).
     std::vector<double> end_ticks() const {
         if (!(hi > lo)) return {lo};
+        if (rule.log) return {lo, hi};
         if (palette == Palette::blue_red || (lo == 0 && hi == 1)) return {lo, (lo + hi) / 2, hi};
         return {lo, hi};
     }
     // The numbers beside an SVG legend: the ends and the round numbers (1, 2 or 5 times a
     // power of ten apart) between them that are not too close to an end.
     std::vector<double> ticks() const {
-        if (!(hi > lo) || !std::isfinite(hi - lo)) return end_ticks();
+        if (!(hi > lo) || !std::isfinite(hi - lo) || rule.log) return end_ticks();
         const double raw = (hi - lo) / 4, unit = std::pow(10.0, std::floor(std::log10(raw)));
         const double step = raw / unit < 1.5   ? unit
                             : raw / unit < 3.5 ? 2 * unit
@@ -297,27 +303,6 @@ struct ColourScale {
         return t;
     }
 };
-
-ColourScale scale_of(const Matrix& m, ColorKind kind) {
-    ColourScale sc;
-    if (kind == ColorKind::probability || kind == ColorKind::boolean) return sc;
-    double lo = std::numeric_limits<double>::infinity(), hi = -lo, big = 0;
-    for (std::size_t i = 0; i < m.rows; ++i)
-        for (std::size_t j = 0; j < m.cols; ++j) {
-            const double x = m.at(i, j);
-            if (!std::isfinite(x)) continue;
-            lo = std::min(lo, x), hi = std::max(hi, x), big = std::max(big, std::fabs(x));
-        }
-    if (kind == ColorKind::diverging) {
-        sc.palette = Palette::blue_red;
-        sc.lo = -big, sc.hi = big;  // white at 0 (and everywhere when all values are 0)
-    } else if (lo <= hi) {
-        sc.lo = lo, sc.hi = hi;
-    } else {
-        sc.lo = sc.hi = 0;  // no finite value: every cell is masked or non-finite
-    }
-    return sc;
-}
 
 // Whether the stage marks masked cells: the mask itself, and the stages after it.
 bool shows_mask(const StageView& s) {
@@ -363,7 +348,9 @@ Cell cell_of(const Matrix& m, ColorKind kind, const ColourScale& sc, const std::
         return c;
     }
     c.nan = std::isnan(x);
-    c.position = sc.position(x);
+    c.position = sc.rule.per_row
+                     ? scale::for_values(sc.rule, m.cols, [&](std::size_t k) { return m.at(i, k); }).position(x)
+                     : sc.position(x);
     c.text = cell_text(x);  // a masked cell: "−∞" in masked_scores, "0" in weights
     return c;
 }
@@ -378,10 +365,12 @@ std::string matrix_title(const TraceView& v, const Matrix& m) {
 // HTML
 // ---------------------------------------------------------------------------
 
-constexpr std::size_t kMaxAxis = 64;        // cells drawn along one axis of an HTML table
-constexpr std::size_t kNumberCols = 16;     // a table this narrow shows the numbers in its cells
-constexpr std::size_t kPageCells = 250000;  // cells drawn on a whole page (about 20 MB)
-constexpr int kLevels = 64;                 // colour classes per palette
+// A matrix of at most kTableRows x kTableCols is a table with its numbers in the cells
+// (readable, and its values are in the page without a script); a bigger one a canvas.
+constexpr std::size_t kTableRows = 64, kTableCols = 16;
+constexpr int kLevels = 64;                // colour classes per palette (tables)
+constexpr int kCanvasLevels = 252;         // palette levels of a canvas cell (0..251)
+constexpr std::size_t kHeadViewMax = 160;  // the head view draws inputs of up to this many tokens
 
 // Colour class of a palette position: "v0".."v63" (viridis) or "r0".."r63" (blue-red).
 std::string colour_class(Palette p, double t) {
@@ -432,6 +421,29 @@ table.heat { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 .swatch.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); }
 .swatch.ok { background: ALLOWED; }
 .note { color: #555; font-size: 15px; margin: 6px 0 0; max-width: 40em; }
+.legend .rule { font-size: 13px; color: #555; max-width: 34em; }
+.zoom { font-size: 14px; margin: 0 0 4px; color: #444; }
+.zoom button { font-size: 15px; min-width: 2em; margin-right: 4px; }
+.heatwrap { position: relative; overflow: auto; border: 1px solid #ddd; max-width: 100%; }
+.heatwrap canvas { position: absolute; left: 0; top: 0; }
+.heatwrap .spacer { pointer-events: none; }
+#tip { position: fixed; display: none; z-index: 10; background: #fffff4; border: 1px solid #888; padding: 4px 8px;
+  font-size: 14px; line-height: 1.35; box-shadow: 0 2px 6px rgba(0,0,0,.25); pointer-events: none; max-width: 36em; }
+#tip .tip-title { font-weight: 600; }
+section.views { margin-top: 40px; }
+.hv-heads button { border: 2px solid var(--c); background: #fff; color: #111; margin: 0 6px 6px 0; font-size: 14px;
+  padding: 2px 8px; cursor: pointer; }
+.hv-heads button.on { background: var(--c); color: #fff; }
+svg.hv text.tok { font-size: 15px; cursor: pointer; fill: #222; }
+svg.hv text.tok.hot { font-weight: bold; }
+svg.hv text.tok.pinned { text-decoration: underline; }
+#coloured-text .ct-line { font-size: 20px; line-height: 2; max-width: 60em; }
+#coloured-text .ct-tok { padding: 2px 3px; border-radius: 3px; cursor: pointer; }
+#coloured-text .ct-tok.query { outline: 2px solid #111; }
+.grid { border-collapse: collapse; }
+.grid th { font-weight: normal; font-size: 14px; padding: 2px 6px; }
+canvas.thumb { border: 2px solid #ddd; cursor: pointer; image-rendering: pixelated; width: 96px; height: 96px; }
+canvas.thumb.open, canvas.thumb:hover { border-color: #0b5cad; }
 )";
 ;
 
@@ -485,8 +497,12 @@ void write_header(std::ostream& out, const TraceView& v, const std::vector<std::
     row("rows with every key masked", rows.empty() ? "none" : rows + " (their weights are all 0)");
     for (const auto& w : v.warnings) row("warning", escape(w));
     out << "</table>\n<p class=\"howto\">Rows are queries, columns keys (or features d0, d1, …). "
-           "Hover over a cell for its exact value. Scores and weights use viridis (dark = low, yellow = high; "
-           "weights always on 0…1); Q, K, V, context and output use blue (negative), white (0), red (positive). "
+           "Hover over a cell for its value, its batch item, head, query and key tokens, and the same cell in "
+           "every (query, key) stage; big matrices are drawn on a canvas with every cell (zoom with the buttons "
+           "or ctrl + wheel, scroll to move). Colours: one scale per stage, the same for every head drawn "
+           "(scores and masked_scores share theirs), stated under each legend. Scores and weights use viridis "
+           "(dark = low, yellow = high; weights on 0…1 unless --range or --log-scale says otherwise); Q, K, V, "
+           "context and output use blue (negative), white (0), red (positive). "
            "<span class=\"swatch masked\"></span> hatched grey: masked — the query may not see that key "
            "(score −∞, weight exactly 0).";
     const text::Variants r = text::variants_of(v);
@@ -514,14 +530,8 @@ void write_legend(std::ostream& out, ColorKind kind, const ColourScale& sc, bool
         out << "</div></div>";
     }
     if (any_masked) out << " <span class=\"swatch masked\"></span> masked";
+    if (kind != ColorKind::boolean) out << " <span class=\"rule\">colours: " << escape(sc.rule.rule) << "</span>";
     out << "</div>\n";
-}
-
-// A range of an axis for the elision note: "rows 0–31 and 4064–4095 of 4096".
-std::string elided(const char* what, std::size_t n) {
-    const std::size_t half = kMaxAxis / 2;
-    return std::string(what) + " 0–" + std::to_string(half - 1) + " and " + std::to_string(n - half) + "–" +
-           std::to_string(n - 1) + " of " + std::to_string(n);
 }
 
 // A label cell of an HTML table: the clipped label, the whole one as its title when clipped.
@@ -548,19 +558,34 @@ void write_table_head(std::ostream& out, const TraceView& v, const Matrix& m, co
     out << "</tr></thead>\n<tbody>\n";
 }
 
-// Row i of a table: its label and its cells (classes for colour, the exact value as the
-// title, the rounded number when `numbers`). Returns whether a cell of it is masked.
+// What a tooltip says besides the value: the batch item, head, query and key (their
+// tokens), and the cell's value in every (query, key) stage the run kept.
+std::string cell_context(const TraceView& v, const Matrix& m, std::size_t i, std::size_t j) {
+    const std::string where = text::matrix_title(v, *m.stage, m.batch, m.head, " · ");
+    const auto axis = [](const std::string& a) { return a == "Tq" ? "query" : a == "Tk" ? "key" : a; };
+    std::string t = (where.empty() ? "" : where + " · ") + axis(m.row_axis()) + " " + std::to_string(i) + " ‘" +
+                    text::axis_label(v, m.row_axis(), m.batch, i) + "’ → " + axis(m.col_axis()) + " " +
+                    std::to_string(j) + " ‘" + text::axis_label(v, m.col_axis(), m.batch, j) + "’";
+    if (!stage_info(m.stage->id).over_keys()) return t;
+    std::string values;
+    for (const Stage id : {kScores, kBias, kMaskedScores, kWeights}) {
+        const StageView* o = v.find(id);
+        if (!o) continue;
+        const std::size_t k = matrix_offset(*o, m.batch, m.head) + i * o->shape.back() + j;
+        values += (values.empty() ? "" : " · ") + o->name + " " + exact_number(*o, k);
+    }
+    return t + "\n" + values;
+}
+
+// Row i of a table: its label and its cells (classes for colour, the exact value and the
+// cell's context as the title, the rounded number). Returns whether a cell of it is masked.
 bool write_table_row(std::ostream& out, const TraceView& v, const Matrix& m, const ColourScale& sc,
-                     const std::vector<char>& seen, std::size_t i, const std::vector<std::size_t>& ci, bool numbers) {
+                     const std::vector<char>& seen, std::size_t i) {
     const ColorKind kind = kind_of(*m.stage);
     bool any_masked = false;
     out << "<tr data-index=\"" << i << "\">";
     write_label(out, text::axis_label(v, m.row_axis(), m.batch, i), i, "row");
-    for (std::size_t j : ci) {
-        if (j == text::kGap) {
-            out << "<td class=\"gap\">…</td>";
-            continue;
-        }
+    for (std::size_t j = 0; j < m.cols; ++j) {
         const Cell c = cell_of(m, kind, sc, seen, i, j);
         any_masked = any_masked || c.masked;
         const std::string cls = c.masked                     ? "masked"
@@ -568,53 +593,193 @@ bool write_table_row(std::ostream& out, const TraceView& v, const Matrix& m, con
                                 : c.nan                      ? "nan"
                                                              : colour_class(sc.palette, c.position);
         const std::string exact = m.exact(i, j);
-        out << "<td class=\"" << cls << "\" title=\"" << exact << (c.masked ? " (masked)" : "") << "\" data-value=\""
-            << exact << "\">";
-        if (numbers) out << c.text;
-        out << "</td>";
+        out << "<td class=\"" << cls << "\" title=\"" << exact << (c.masked ? " (masked)" : "") << "&#10;"
+            << escape(cell_context(v, m, i, j)) << "\" data-value=\"" << exact << "\">" << c.text << "</td>";
     }
     out << "</tr>\n";
     return any_masked;
 }
 
-// One matrix as a <figure> holding a caption, a <table class="heat"> and its legend.
-void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const std::vector<char>& seen) {
+// One small matrix as a <figure> holding a caption, a <table class="heat"> with every
+// cell and its number, and its legend.
+void write_table(std::ostream& out, const TraceView& v, const Matrix& m, const std::vector<char>& seen,
+                 const ColourScale& sc) {
     const ColorKind kind = kind_of(*m.stage);
-    const ColourScale sc = scale_of(m, kind);
-    const auto ri = text::shown(m.rows, kMaxAxis, kMaxAxis / 2), ci = text::shown(m.cols, kMaxAxis, kMaxAxis / 2);
-    const bool numbers = ci.size() <= kNumberCols;
-    // 1) Caption and column labels.
     const std::string title = matrix_title(v, m);
     out << "<figure>\n";
     if (!title.empty()) out << "<figcaption>" << title << "</figcaption>\n";
-    write_table_head(out, v, m, ci, numbers);
-    // 2) A row per query (or feature) shown; a row of gaps where rows are elided.
+    std::vector<std::size_t> ci(m.cols);
+    for (std::size_t j = 0; j < m.cols; ++j) ci[j] = j;
+    write_table_head(out, v, m, ci, true);
     bool any_masked = false;
-    for (std::size_t i : ri) {
-        if (i == text::kGap) {
-            out << "<tr class=\"gap\"><th class=\"gap\">⋮</th>";
-            for (std::size_t j : ci) out << "<td class=\"gap\">" << (j == text::kGap ? "⋱" : "⋮") << "</td>";
-            out << "</tr>\n";
-            continue;
-        }
-        any_masked = write_table_row(out, v, m, sc, seen, i, ci, numbers) || any_masked;
-    }
+    for (std::size_t i = 0; i < m.rows; ++i) any_masked = write_table_row(out, v, m, sc, seen, i) || any_masked;
     out << "</tbody>\n</table>\n";
-    // 3) Legend, and what was elided.
     write_legend(out, kind, sc, any_masked);
-    if (ri.size() != m.rows || ci.size() != m.cols) {
-        std::string note = "Showing ";
-        if (ri.size() != m.rows) note += elided("rows", m.rows);
-        if (ri.size() != m.rows && ci.size() != m.cols) note += "; ";
-        if (ci.size() != m.cols) note += elided("columns", m.cols);
-        out << "<p class=\"note\">" << note << ". The rest are elided to keep the page small.</p>\n";
-    }
     out << "</figure>\n";
 }
 
-// The chosen batch items and heads of a stage, within a budget of drawn cells.
+// `n` bytes as base64 (RFC 4648, with padding).
+std::string base64(const unsigned char* p, std::size_t n) {
+    static const char* const kDigits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string r;
+    r.reserve((n + 2) / 3 * 4);
+    for (std::size_t k = 0; k < n; k += 3) {
+        const unsigned a = p[k], b = k + 1 < n ? p[k + 1] : 0, c = k + 2 < n ? p[k + 2] : 0;
+        const unsigned w = (a << 16) | (b << 8) | c;
+        r += kDigits[(w >> 18) & 63];
+        r += kDigits[(w >> 12) & 63];
+        r += k + 1 < n ? kDigits[(w >> 6) & 63] : '=';
+        r += k + 2 < n ? kDigits[w & 63] : '=';
+    }
+    return r;
+}
+
+// `s` as a JSON string inside a <script> element: quotes, backslashes and control
+// characters escaped, and "<" as \u003c so that no "</script" can end the element.
+std::string json_string(const std::string& s) {
+    std::string r = "\"";
+    for (std::size_t i = 0; i < s.size();) {
+        char32_t cp = 0;
+        const std::size_t len = decode_utf8(s, i, cp);
+        if (len == 0) {
+            r += "\\ufffd";
+            ++i;
+            continue;
+        }
+        if (cp == '"' || cp == '\\') {
+            r += '\\';
+            r += char(cp);
+        } else if (cp < 0x20 || cp == '<' || cp == '>' || cp == '&' || cp == 0x2028 || cp == 0x2029) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(cp));
+            r += buf;
+        } else {
+            r.append(s, i, len);
+        }
+        i += len;
+    }
+    return r + "\"";
+}
+
+std::string json_strings(const std::vector<std::string>& list) {
+    std::string r = "[";
+    for (std::size_t k = 0; k < list.size(); ++k) r += (k ? "," : "") + json_string(list[k]);
+    return r + "]";
+}
+
+std::string json_indices(const std::vector<std::size_t>& idx) {
+    std::string r = "[";
+    for (std::size_t k = 0; k < idx.size(); ++k)
+        r += (k ? "," : "") + (idx[k] == text::kGap ? std::string("-1") : std::to_string(idx[k]));
+    return r + "]";
+}
+
+// Level of a canvas cell (html_script.hpp): 0..251 on the palette, 252 a gap, 253 a
+// visible key of the mask, 254 masked, 255 NaN.
+unsigned char canvas_level(const Cell& c, ColorKind kind) {
+    if (c.masked) return 254;
+    if (kind == ColorKind::boolean) return 253;
+    if (c.nan) return 255;
+    return static_cast<unsigned char>(std::lround(std::clamp(c.position, 0.0, 1.0) * (kCanvasLevels - 1)));
+}
+
+// The rows and columns a canvas draws: all, or (unless --full) the ends of an axis longer
+// than kHtmlMaxAxis around a gap.
+std::vector<std::size_t> canvas_axis(std::size_t n, bool full) {
+    return text::shown(n, full ? n : kHtmlMaxAxis, kHtmlMaxAxis / 2);
+}
+
+// A matrix's data for the script: sizes, labels, levels and values (float32, or float64
+// when the run is float64 and the matrix has at most 2^20 cells drawn: exact then).
+void write_canvas_data(std::ostream& out, const TraceView& v, const Matrix& m, const ColourScale& sc,
+                       const std::vector<char>& seen, bool full, const std::string& id, const std::string& title) {
+    const ColorKind kind = kind_of(*m.stage);
+    const auto ri = canvas_axis(m.rows, full), ci = canvas_axis(m.cols, full);
+    const std::size_t R = ri.size(), C = ci.size();
+    std::vector<unsigned char> levels(R * C, 252);
+    const bool f8 = v.dtype == "float64" && R * C <= (std::size_t(1) << 20);
+    const bool values = kind != ColorKind::boolean;
+    std::vector<unsigned char> raw(values ? R * C * (f8 ? 8 : 4) : 0);
+    for (std::size_t p = 0; p < R; ++p)
+        for (std::size_t q = 0; q < C; ++q) {
+            const std::size_t k = p * C + q;
+            const bool gap = ri[p] == text::kGap || ci[q] == text::kGap;
+            if (!gap) levels[k] = canvas_level(cell_of(m, kind, sc, seen, ri[p], ci[q]), kind);
+            if (!values) continue;
+            const double x = gap ? std::nan("") : m.at(ri[p], ci[q]);
+            if (f8) {
+                std::memcpy(&raw[k * 8], &x, 8);
+            } else {
+                const float f = static_cast<float>(x);
+                std::memcpy(&raw[k * 4], &f, 4);
+            }
+        }
+    std::vector<std::string> rl(R), cl(C);
+    for (std::size_t p = 0; p < R; ++p)
+        rl[p] = ri[p] == text::kGap ? "⋮" : text::axis_label(v, m.row_axis(), m.batch, ri[p]);
+    for (std::size_t q = 0; q < C; ++q)
+        cl[q] = ci[q] == text::kGap ? "…" : text::axis_label(v, m.col_axis(), m.batch, ci[q]);
+    const bool gaps = R != m.rows || C != m.cols;
+    out << "<script type=\"application/json\" id=\"" << id << "\">{\"stage\":" << json_string(m.stage->name)
+        << ",\"batch\":\"" << m.batch << "\",\"head\":\"" << (m.has_heads ? std::to_string(m.head) : "")
+        << "\",\"title\":" << json_string(title) << ",\"rows\":" << m.rows << ",\"cols\":" << m.cols
+        << ",\"ri\":" << (gaps ? json_indices(ri) : "null") << ",\"ci\":" << (gaps ? json_indices(ci) : "null")
+        << ",\"rowAxis\":" << json_string(m.row_axis() == "Tq" ? "query" : m.row_axis())
+        << ",\"colAxis\":" << json_string(m.col_axis() == "Tk" ? "key" : m.col_axis())
+        << ",\"overKeys\":" << (stage_info(m.stage->id).over_keys() ? "true" : "false")
+        << ",\"rl\":" << json_strings(rl) << ",\"cl\":" << json_strings(cl) << ",\"pal\":\""
+        << (kind == ColorKind::boolean       ? "v"
+            : sc.palette == Palette::viridis ? "v"
+                                             : "r")
+        << "\",\"dtype\":\"" << (f8 ? "f8" : "f4") << "\",\"levels\":\"" << base64(levels.data(), levels.size())
+        << "\"";
+    if (values) out << ",\"values\":\"" << base64(raw.data(), raw.size()) << "\"";
+    out << "}</script>\n";
+}
+
+// "rows 1024–3071 and columns 1024–3071 (of 4096 × 4096)" left out, or "".
+std::string canvas_note(const Matrix& m, bool full) {
+    const auto part = [&](const char* what, std::size_t n) {
+        const std::size_t h = kHtmlMaxAxis / 2;
+        return std::string(what) + " " + std::to_string(h) + "–" + std::to_string(n - h - 1);
+    };
+    std::string note;
+    if (canvas_axis(m.rows, full).size() != m.rows) note = part("rows", m.rows);
+    if (canvas_axis(m.cols, full).size() != m.cols) note += (note.empty() ? "" : " and ") + part("columns", m.cols);
+    if (note.empty()) return note;
+    return "Not drawn: " + note + " (of " + std::to_string(m.rows) + " × " + std::to_string(m.cols) +
+           "); --full draws every cell.";
+}
+
+// One bigger matrix as a <figure> with a canvas: every cell (zoom and scroll), its data
+// beside it for the script.
+void write_canvas(std::ostream& out, const TraceView& v, const Matrix& m, const std::vector<char>& seen,
+                  const ColourScale& sc, bool full, std::size_t& serial) {
+    const ColorKind kind = kind_of(*m.stage);
+    const std::string id = "fig" + std::to_string(serial++), title = matrix_title(v, m);
+    const std::string full_title = m.stage->name + (title.empty() ? "" : " · " + title);
+    out << "<figure class=\"canvas-fig\" data-data=\"" << id << "\" data-stage=\"" << escape(m.stage->name)
+        << "\" data-batch=\"" << m.batch << "\" data-head=\"" << (m.has_heads ? std::to_string(m.head) : "") << "\">\n";
+    if (!title.empty()) out << "<figcaption>" << escape(title) << "</figcaption>\n";
+    out << "<div class=\"zoom\">zoom <button data-zoom=\"-1\" title=\"smaller cells\">−</button><button "
+           "data-zoom=\"1\" title=\"bigger cells\">+</button><button data-zoom=\"0\" title=\"one pixel per "
+           "cell\">1:1</button> <span class=\"zoom-level\"></span> · ctrl + wheel zooms, scroll moves</div>\n"
+        << "<div class=\"heatwrap\"><div class=\"spacer\"></div><canvas></canvas></div>\n";
+    write_canvas_data(out, v, m, sc, seen, full, id, full_title);
+    bool any_masked = false;
+    for (char c : seen) any_masked = any_masked || !c;
+    write_legend(out, kind, sc, any_masked);
+    const std::string note = canvas_note(m, full);
+    if (!note.empty()) out << "<p class=\"note\">" << escape(note) << "</p>\n";
+    out << "</figure>\n";
+}
+
+bool as_table(const Matrix& m) { return m.rows <= kTableRows && m.cols <= kTableCols; }
+
+// The chosen batch items and heads of a stage, within a budget of drawn cells (none with --full).
 void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std::size_t budget,
-                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
+                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads, const FigureOptions& o,
+                 std::size_t& serial) {
     out << "<section id=\"stage-" << escape(s.name) << "\">\n<h2>" << escape(s.name) << "<span class=\"shape\">"
         << escape(text::shape_text(s)) << "</span></h2>\n<p class=\"formula\">" << escape(s.name) << " = "
         << escape(s.formula) << "</p>\n";
@@ -622,33 +787,126 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
     std::size_t drawn = 0, left_out = 0;
     std::string first_left_out;
     const bool gqa = v.dims.G && v.dims.G != v.dims.H;
-    for (std::size_t b : text::chosen_or_all(batches, v.dims.B)) {
-        for (const text::MatrixRef& ref :
-             text::matrices_of(v, s, {b}, text::chosen_or_all(heads, v.dims.H), 8, " · ")) {
+    const auto bs = text::chosen_or_all(batches, v.dims.B), hs = text::chosen_or_all(heads, v.dims.H);
+    const ColourScale sc(scale::stage_scale(v, s, bs, hs, o.range));
+    for (std::size_t b : bs) {
+        for (const text::MatrixRef& ref : text::matrices_of(v, s, {b}, hs, o.full ? std::size_t(-1) : 8, " · ")) {
             Matrix m = matrix_of(s, b, ref.head);
             m.offset = ref.offset;
             m.title = ref.title;
             // Grouped-query attention: a query head's matrix says which K/V head it reads.
             if (gqa && m.has_heads && std::find(s.axes.begin(), s.axes.end(), "H") != s.axes.end())
                 m.title += " (reads K/V head " + std::to_string(v.dims.kv_head(ref.head)) + ")";
-            const std::vector<char> seen = visibility(v, s, b, ref.head);
-            const std::size_t cells =
-                text::shown(m.rows, kMaxAxis, kMaxAxis / 2).size() * text::shown(m.cols, kMaxAxis, kMaxAxis / 2).size();
-            if (drawn > 0 && drawn + cells > budget) {
+            const std::size_t cells = canvas_axis(m.rows, o.full).size() * canvas_axis(m.cols, o.full).size();
+            if (!o.full && drawn > 0 && drawn + cells > budget) {
                 if (left_out++ == 0) first_left_out = matrix_title(v, m);
                 continue;
             }
             drawn += cells;
-            write_table(out, v, m, seen);
+            const std::vector<char> seen = visibility(v, s, b, ref.head);
+            if (as_table(m))
+                write_table(out, v, m, seen, sc);
+            else
+                write_canvas(out, v, m, seen, sc, o.full, serial);
         }
     }
     out << "</div>\n";
     if (left_out > 0)
-        out << "<p class=\"note\">" << left_out << " more table" << (left_out > 1 ? "s" : "") << " of "
+        out << "<p class=\"note\">" << left_out << " more matri" << (left_out > 1 ? "ces" : "x") << " of "
             << escape(s.name) << " (from " << first_left_out
             << " on) left out to keep the page small: choose fewer stages, "
-            << "batch items or heads with --stages, --batch or --head to see more.</p>\n";
+            << "batch items or heads with --stages, --batch or --head, or give --full, to see more.</p>\n";
     out << "</section>\n";
+}
+
+// The palettes for the script: 252 levels of viridis and of blue-red as [r, g, b], the
+// mask's colour and the hatch.
+std::string palettes_json() {
+    std::string r = "{";
+    for (const Palette p : {Palette::viridis, Palette::blue_red}) {
+        r += p == Palette::viridis ? "\"v\":[" : ",\"r\":[";
+        for (int k = 0; k < kCanvasLevels; ++k) {
+            const Rgb c = colour::at(p, double(k) / double(kCanvasLevels - 1));
+            r += (k ? ",[" : "[") + std::to_string(colour::byte(c.r)) + "," + std::to_string(colour::byte(c.g)) + "," +
+                 std::to_string(colour::byte(c.b)) + "]";
+        }
+        r += "]";
+    }
+    const auto rgb = [](const char* hex_text) {
+        const unsigned long x = std::strtoul(hex_text + 1, nullptr, 16);
+        return "[" + std::to_string((x >> 16) & 255) + "," + std::to_string((x >> 8) & 255) + "," +
+               std::to_string(x & 255) + "]";
+    };
+    return r + ",\"allowed\":" + rgb(kAllowed) + ",\"hatchDark\":" + rgb(kHatchDark) +
+           ",\"hatchLight\":" + rgb(kHatchLight) + "}";
+}
+
+// The head view and the coloured text, from the weights of the chosen batch items and
+// heads; a note instead when the run has no weights or is too long for them.
+void write_head_view(std::ostream& out, const TraceView& v, const std::vector<std::size_t>& batches,
+                     const std::vector<std::size_t>& heads) {
+    out << "<section class=\"views\" id=\"views\">\n<h2>Head view and coloured text</h2>\n";
+    const StageView* w = v.find(kWeights);
+    if (!w) {
+        out << "<p class=\"note\">They draw the weights: add weights to --stages to see them.</p>\n</section>\n";
+        return;
+    }
+    if (v.dims.Tq > kHeadViewMax || v.dims.Tk > kHeadViewMax) {
+        out << "<p class=\"note\">They are drawn for inputs of up to " << kHeadViewMax
+            << " tokens; this run has Tq = " << v.dims.Tq << ", Tk = " << v.dims.Tk
+            << ". The heatmaps above show every weight.</p>\n</section>\n";
+        return;
+    }
+    const auto bs = text::chosen_or_all(batches, v.dims.B), hs = text::chosen_or_all(heads, v.dims.H);
+    std::vector<float> data;
+    for (std::size_t b : bs)
+        for (std::size_t h : hs)
+            for (std::size_t i = 0; i < v.dims.Tq; ++i)
+                for (std::size_t j = 0; j < v.dims.Tk; ++j)
+                    data.push_back(static_cast<float>(text::at_bhij(*w, b, h, i, j)));
+    std::string qt = "[", kt = "[";
+    for (std::size_t n = 0; n < bs.size(); ++n) {
+        std::vector<std::string> q(v.dims.Tq), k(v.dims.Tk);
+        for (std::size_t i = 0; i < v.dims.Tq; ++i) q[i] = text::axis_label(v, "Tq", bs[n], i);
+        for (std::size_t j = 0; j < v.dims.Tk; ++j) k[j] = text::axis_label(v, "Tk", bs[n], j);
+        qt += (n ? "," : "") + json_strings(q), kt += (n ? "," : "") + json_strings(k);
+    }
+    std::string head_list = "[";
+    for (std::size_t n = 0; n < hs.size(); ++n) head_list += (n ? "," : "") + std::to_string(hs[n]);
+    out << "<div id=\"headview\">\n<p class=\"howto\">The head view (as BertViz draws it): queries on the left, "
+           "keys on the right, a line for each (query, key) and head, as opaque as its weight. Hover over a token "
+           "to see only its lines; click it to keep them (click again to free). The buttons choose the heads, "
+           "each in its colour (double-click: that head alone).</p>\n";
+    if (bs.size() > 1) {
+        out << "<p>batch item <select class=\"hv-batch\">";
+        for (std::size_t n = 0; n < bs.size(); ++n) out << "<option value=\"" << n << "\">" << bs[n] << "</option>";
+        out << "</select></p>\n";
+    }
+    out << "<div class=\"hv-heads\"></div>\n<svg class=\"hv\" xmlns=\"http://www.w3.org/2000/svg\"></svg>\n</div>\n"
+        << "<div id=\"coloured-text\">\n<h3>The text coloured by attention</h3>\n<p class=\"howto\">"
+        << (v.cross ? "Hover over (or click) a query token: each key token is"
+                    : "Hover over (or click, to keep it) a token to make it the query: each token is")
+        << " shaded by the weight that query gives it, the darkest being the largest weight of the row (hover a "
+           "token for its weight). <select class=\"ct-head\"></select> Query: <span class=\"ct-which\"></span></p>\n";
+    if (v.cross) out << "<p class=\"ct-line\">queries: <span class=\"ct-queries\"></span></p>\n";
+    out << "<p class=\"ct-line\">" << (v.cross ? "keys: " : "") << "<span class=\"ct-keys\"></span></p>\n</div>\n";
+    out << "<script type=\"application/json\" id=\"headview-data\">{\"heads\":" << head_list << "],\"Tq\":" << v.dims.Tq
+        << ",\"Tk\":" << v.dims.Tk << ",\"self\":" << (v.cross ? "false" : "true") << ",\"qt\":" << qt
+        << "],\"kt\":" << kt << "],\"w\":\""
+        << base64(reinterpret_cast<const unsigned char*>(data.data()), data.size() * sizeof(float)) << "\"}</script>\n"
+        << "</section>\n";
+}
+
+void write_script(std::ostream& out) {
+    out << "<script type=\"application/json\" id=\"palettes\">" << palettes_json() << "</script>\n<script>"
+        << html_detail::kScript << "</script>\n";
+}
+
+void write_page_head(std::ostream& out, const std::string& title) {
+    out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        << "<title>" << escape(title) << "</title>\n<style>\n"
+        << style_sheet() << "</style>\n</head>\n<body>\n";
 }
 
 // ---------------------------------------------------------------------------
@@ -664,9 +922,8 @@ std::string px(double x) {
     return t == "-0" ? "0" : t;
 }
 
-constexpr std::size_t kSvgNumbers = 12;   // a matrix this small shows its numbers
-constexpr std::size_t kSvgHover = 4096;   // a matrix this small has a hover title per cell
-constexpr std::size_t kSvgMaxAxis = 256;  // cells drawn along one axis (the ends of a longer one)
+constexpr std::size_t kSvgNumbers = 12;  // a matrix this small shows its numbers
+constexpr std::size_t kSvgHover = 4096;  // a matrix this small has a hover title per cell
 
 // SVG sizes in pixels: the margin, the fonts of title, formula, axis titles and ticks,
 // and the factor of a column label's length that rises above the grid (turned 45°).
@@ -676,6 +933,7 @@ constexpr double kBarW = 20;  // legend bar width
 
 // One matrix laid out as an SVG figure: what is drawn, and where.
 struct SvgFigure {
+    const TraceView* view = nullptr;
     const StageView* stage = nullptr;
     Matrix m;
     ColorKind kind = ColorKind::sequential;
@@ -733,12 +991,16 @@ std::string svg_note(const SvgFigure& f) {
     return note;
 }
 
+// The colour rule under the grid.
+std::string rule_text(const SvgFigure& f) { return "colours: " + f.sc.rule.rule; }
+
 // Where the grid and legend sit, and the size of the whole figure.
 void svg_geometry(SvgFigure& f) {
     f.grid_x = kSvgMargin + kAxisFont * 1.6 + f.row_w + 10;
     f.grid_y = kSvgMargin + kTitleFont + kSubFont + 26 + kAxisFont * 1.6 + f.col_w * kDiag + f.label_font + 8;
     f.grid_w = f.cell * double(f.C), f.grid_h = f.cell * double(f.R);
-    const double grid_bottom = f.grid_y + f.grid_h + (f.note.empty() ? 0 : 12 + kTickFont);
+    const double grid_bottom = f.grid_y + f.grid_h + (f.note.empty() ? 0 : 12 + kTickFont) +
+                               (f.kind == ColorKind::boolean ? 0 : 12 + kTickFont);
     f.legend_x = f.grid_x + f.grid_w + 36, f.bar_h = std::max(f.grid_h, 180.0);
     double tick_w = 0;
     f.ticks = f.sc.ticks();
@@ -750,21 +1012,27 @@ void svg_geometry(SvgFigure& f) {
                                   f.grid_x + f.grid_w - f.cell / 2 + f.col_w * kDiag + f.label_font + kSvgMargin,
                                   kSvgMargin * 2 + text_width(f.title, kTitleFont) * 0.95,
                                   kSvgMargin * 2 + text_width(f.stage->formula, kSubFont),
-                                  f.grid_x + text_width(f.note, kTickFont) + kSvgMargin}));
+                                  f.grid_x + text_width(f.note, kTickFont) + kSvgMargin,
+                                  f.grid_x + text_width(rule_text(f), kTickFont) + kSvgMargin}));
     const double legend_bottom = f.grid_y + (f.kind == ColorKind::boolean ? 60 : f.bar_h + (f.any_masked ? 44 : 0));
     f.height = std::ceil(std::max(grid_bottom, legend_bottom) + kSvgMargin);
 }
 
 // Matrix (batch, head) of stage s laid out: cells, labels, fonts, geometry.
-SvgFigure svg_figure(const TraceView& v, const StageView& s, std::size_t batch, std::size_t head) {
+SvgFigure svg_figure(const TraceView& v, const StageView& s, std::size_t batch, std::size_t head,
+                     const FigureOptions& o) {
     SvgFigure f;
+    f.view = &v;
     f.stage = &s;
     f.m = matrix_of(s, batch, head);
     f.kind = kind_of(s);
-    f.sc = scale_of(f.m, f.kind);
+    // The scale is the stage's over the batch items and heads chosen (--batch, --head;
+    // empty: all), as on the HTML page and in the terminal, of which the figure draws one.
+    f.sc = ColourScale(scale::stage_scale(v, s, text::chosen_or_all(o.batches, v.dims.B),
+                                          text::chosen_or_all(o.heads, v.dims.H), o.range));
     // 1) The rows and columns drawn, and whether their numbers and hover titles are.
-    f.ri = text::shown(f.m.rows, kSvgMaxAxis, kSvgMaxAxis / 2),
-    f.ci = text::shown(f.m.cols, kSvgMaxAxis, kSvgMaxAxis / 2);
+    f.ri = text::shown(f.m.rows, o.full ? f.m.rows : kSvgMaxAxis, kSvgMaxAxis / 2),
+    f.ci = text::shown(f.m.cols, o.full ? f.m.cols : kSvgMaxAxis, kSvgMaxAxis / 2);
     f.R = f.ri.size(), f.C = f.ci.size();
     f.numbers = f.R <= kSvgNumbers && f.C <= kSvgNumbers, f.hover = f.R * f.C <= kSvgHover;
     // 2) Cell and label sizes. The grid is about 500 px on its long side (cells of 2 to 64
@@ -839,8 +1107,8 @@ void write_svg_cell(std::ostream& out, const SvgFigure& f, std::size_t p, std::s
     const double x = f.grid_x + f.cell * double(q), y = f.grid_y + f.cell * double(p);
     if (f.hover)
         out << "<g class=\"cell" << (c.masked ? " masked" : "") << "\" data-value=\"" << f.m.exact(i, j) << "\"><title>"
-            << escape(f.row_labels[p]) << " → " << escape(f.col_labels[q]) << ": " << f.m.exact(i, j)
-            << (c.masked ? " (masked)" : "") << "</title>";
+            << f.m.exact(i, j) << (c.masked ? " (masked)" : "") << "\n"
+            << escape(cell_context(*f.view, f.m, i, j)) << "</title>";
     out << "<rect x=\"" << px(x) << "\" y=\"" << px(y) << "\" width=\"" << px(f.cell) << "\" height=\"" << px(f.cell)
         << "\" fill=\"" << fill << "\"/>";
     const bool mark = boolean && !c.masked;  // ✓ on a visible key of the mask
@@ -866,9 +1134,15 @@ void write_svg_grid(std::ostream& out, const SvgFigure& f) {
         for (std::size_t q = 0; q < f.C; ++q)
             if (f.ri[p] != text::kGap && f.ci[q] != text::kGap) write_svg_cell(out, f, p, q);
     out << "</g>\n";
-    if (!f.note.empty())
-        out << "<text x=\"" << px(f.grid_x) << "\" y=\"" << px(f.grid_y + f.grid_h + 8 + kTickFont) << "\" font-size=\""
-            << px(kTickFont) << "\" fill=\"#555\">" << escape(f.note) << "</text>\n";
+    double y = f.grid_y + f.grid_h + 8 + kTickFont;
+    if (!f.note.empty()) {
+        out << "<text x=\"" << px(f.grid_x) << "\" y=\"" << px(y) << "\" font-size=\"" << px(kTickFont)
+            << "\" fill=\"#555\">" << escape(f.note) << "</text>\n";
+        y += 12 + kTickFont;
+    }
+    if (f.kind != ColorKind::boolean)
+        out << "<text class=\"rule\" x=\"" << px(f.grid_x) << "\" y=\"" << px(y) << "\" font-size=\"" << px(kTickFont)
+            << "\" fill=\"#555\">" << escape(rule_text(f)) << "</text>\n";
 }
 
 // The legend: the palette with numbers (or the mask's two kinds of cell), then the hatch.
@@ -903,31 +1177,78 @@ void write_svg_legend(std::ostream& out, const SvgFigure& f) {
 }  // namespace
 
 void write_html(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
-                const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
+                const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads,
+                const FigureOptions& figure) {
     for (const auto& name : stages)
         if (!v.find(name)) throw UsageError("{html}: stage " + name + " was not computed (see {stages})");
     TextOptions chosen;
     chosen.batches = batches;
     chosen.heads = heads;
     check_selection(chosen, v.dims);
-    out << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        << "<title>attnscope: " << escape(v.source) << "</title>\n<style>\n"
-        << style_sheet() << "</style>\n</head>\n<body>\n";
+    write_page_head(out, "attnscope: " + v.source);
     write_header(out, v, stages);
-    const std::size_t budget = kPageCells / std::max<std::size_t>(stages.size(), 1);
-    for (const auto& name : stages) write_stage(out, v, *v.find(name), budget, batches, heads);
+    const std::size_t budget = kHtmlPageCells / std::max<std::size_t>(stages.size(), 1);
+    std::size_t serial = 0;
+    for (const auto& name : stages) write_stage(out, v, *v.find(name), budget, batches, heads, figure, serial);
+    write_head_view(out, v, batches, heads);
+    write_script(out);
     out << "</body>\n</html>\n";
 }
 
-void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, std::size_t batch, std::size_t head) {
+void write_model_html(std::ostream& out, const std::vector<const TraceView*>& layers,
+                      const std::vector<std::string>& names, const FigureOptions& figure) {
+    write_page_head(out, "attnscope: model view of " + std::to_string(layers.size()) + " layers");
+    out << "<header>\n<h1>attnscope: model view, " << layers.size() << (layers.size() == 1 ? " layer" : " layers")
+        << "</h1>\n<p class=\"howto\">A row per bundle (layer), a column per head: the weights of batch item 0, "
+           "rows are queries and columns keys. Click a thumbnail to open it below (hover its cells for their "
+           "values; zoom with the buttons or ctrl + wheel).</p>\n</header>\n";
+    std::size_t heads = 0;
+    for (const TraceView* v : layers) heads = std::max(heads, v->dims.H);
+    out << "<table class=\"grid\">\n<thead><tr><th></th>";
+    for (std::size_t h = 0; h < heads; ++h) out << "<th>head " << h << "</th>";
+    out << "</tr></thead>\n<tbody>\n";
+    std::size_t serial = 0;
+    std::string data;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+        const TraceView& v = *layers[l];
+        const StageView& w = v.stage(kWeights);
+        const ColourScale sc(scale::stage_scale(v, w, {0}, text::chosen_or_all({}, v.dims.H), figure.range));
+        out << "<tr data-layer=\"" << l << "\"><th>layer " << l << "<br><small>" << escape(names[l]) << "</small></th>";
+        for (std::size_t h = 0; h < v.dims.H; ++h) {
+            Matrix m = matrix_of(w, 0, h);
+            const std::string id = "fig" + std::to_string(serial++);
+            const std::string title = "layer " + std::to_string(l) + " (" + names[l] + ") · weights · head " +
+                                      std::to_string(h) + (v.batched && v.dims.B > 1 ? " · batch 0" : "");
+            std::ostringstream block;
+            write_canvas_data(block, v, m, sc, visibility(v, w, 0, h), figure.full, id, title);
+            data += block.str();
+            out << "<td><canvas class=\"thumb\" width=\"96\" height=\"96\" data-data=\"" << id << "\" data-layer=\""
+                << l << "\" data-head=\"" << h << "\" data-title=\"" << escape(title) << "\" title=\"" << escape(title)
+                << "\"></canvas></td>";
+        }
+        out << "</tr>\n";
+    }
+    out << "</tbody>\n</table>\n" << data;
+    out << "<div class=\"legend\"><div class=\"scale\"><div class=\"bar viridis\"></div><div class=\"ticks\">"
+        << "<span>0</span><span>1</span></div></div></div>\n"
+        << "<template id=\"opened-template\"><figure class=\"canvas-fig\"><figcaption></figcaption>"
+        << "<div class=\"zoom\">zoom <button data-zoom=\"-1\">−</button><button data-zoom=\"1\">+</button>"
+        << "<button data-zoom=\"0\">1:1</button> <span class=\"zoom-level\"></span></div>"
+        << "<div class=\"heatwrap\"><div class=\"spacer\"></div><canvas></canvas></div></figure></template>\n"
+        << "<section id=\"opened\"></section>\n";
+    write_script(out);
+    out << "</body>\n</html>\n";
+}
+
+void write_svg(std::ostream& out, const TraceView& v, const std::string& stage, std::size_t batch, std::size_t head,
+               const FigureOptions& figure) {
     TextOptions chosen;
     chosen.batches = {batch};
     chosen.heads = {head};
     check_selection(chosen, v.dims);
     const StageView* s = v.find(stage);
     if (!s) throw UsageError("{svg_stage} " + stage + ": stage was not computed (add it to {stages})");
-    const SvgFigure f = svg_figure(v, *s, batch, head);
+    const SvgFigure f = svg_figure(v, *s, batch, head, figure);
     write_svg_head(out, f);
     write_svg_titles(out, f);
     write_svg_grid(out, f);

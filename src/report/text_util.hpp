@@ -18,20 +18,37 @@
 
 namespace attnscope::text {
 
-inline std::size_t display_width(const std::string& s) {
-    std::size_t n = 0;
-    for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // count UTF-8 code points
-    return n;
+// Terminal columns of `s` (CJK and emoji take two, combining marks none): base's wcwidth-like rule.
+inline std::size_t display_width(const std::string& s) { return attnscope::display_width(s); }
+
+// The characters of `s` as a terminal draws them, one string each: a code point with the
+// zero-width ones after it (combining marks, variation selectors) attached.
+inline std::vector<std::string> glyphs(const std::string& s) {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < s.size();) {
+        char32_t cp = 0;
+        const std::size_t n = next_code_point(s, i, cp);
+        if (column_width(cp) == 0 && !out.empty())
+            out.back() += s.substr(i, n);
+        else
+            out.push_back(s.substr(i, n));
+        i += n;
+    }
+    return out;
 }
 
-// `s` when it has at most `max` code points, else its first `keep` code points and "…".
+// `s` when it takes at most `max` columns, else as many of its first characters as fit
+// in `keep` columns, and "…".
 inline std::string clip_points(const std::string& s, std::size_t max, std::size_t keep) {
     if (display_width(s) <= max) return s;
-    std::size_t points = 0, i = 0;
-    for (; i < s.size(); ++i) {
-        if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && points++ == keep) break;
+    std::string out;
+    std::size_t used = 0;
+    for (const std::string& g : glyphs(s)) {
+        const std::size_t w = display_width(g);
+        if (used + w > keep) break;
+        out += g, used += w;
     }
-    return s.substr(0, i) + "…";
+    return out + "…";
 }
 
 // `s` in at most `max` terminal columns, "…" included when it is cut.

@@ -171,6 +171,25 @@ def cells(table):
             yield row["index"], j, attrs, text
 
 
+def canvas_figures(html, decode=True):
+    """The data of every canvas heatmap of a page: its JSON, with levels (uint8, drawn rows
+    x columns) and values (float32 or float64) decoded."""
+    import base64
+    import json
+    out = []
+    for m in re.finditer(r'<script type="application/json" id="(fig\d+)">(.*?)</script>', html, re.S):
+        f = json.loads(m.group(2))
+        if decode:
+            R = len(f["ri"]) if f["ri"] else f["rows"]
+            C = len(f["ci"]) if f["ci"] else f["cols"]
+            f["levels"] = np.frombuffer(base64.b64decode(f["levels"]), np.uint8).reshape(R, C)
+            if "values" in f:
+                f["values"] = np.frombuffer(base64.b64decode(f["values"]),
+                                            "<f8" if f["dtype"] == "f8" else "<f4").reshape(R, C)
+        out.append(f)
+    return out
+
+
 def matrix(array, stage, b, h):
     """The (rows, cols) matrix of a dumped stage at batch item b and head h."""
     a = np.asarray(array)
@@ -337,11 +356,65 @@ class HtmlReportTest(unittest.TestCase):
                     self.assertEqual(text, "0", (t["stage"], i, j))
 
     def test_self_contained(self):
+        """No other file: the script is inline (canvas heatmaps, head view), nothing is fetched."""
         for url in re.findall(r"https?://[^\s\"'<>)]*", self.p.html):
-            self.fail(f"the page refers to {url}")
+            self.assertEqual(url, "http://www.w3.org/2000/svg", f"the page refers to {url}")
         lowered = self.p.html.lower()
-        for needle in ("<script", "<link", "<img", "<iframe", "@import", "url(", " src="):
+        for needle in ("<link", "<img", "<iframe", "@import", "url(", " src=", "fetch(", "xmlhttprequest",
+                       "import("):
             self.assertNotIn(needle, lowered)
+        for attrs in re.findall(r"<script([^>]*)>", lowered):
+            self.assertNotIn("src", attrs)
+
+    def test_tooltips_name_head_tokens_and_every_stage(self):
+        """A cell's title: its exact value, the batch item, head, query and key with their
+        tokens, and the same cell in scores, masked_scores and weights (from --dump)."""
+        d = self.p.dump
+        for stage in ("scores", "masked_scores", "weights"):
+            t = self.report.table(stage, 1, 1)
+            for i, j, attrs, _ in cells(t):
+                lines = attrs["title"].split("\n")
+                self.assertEqual(len(lines), 3, attrs["title"])
+                self.assertEqual(lines[1], f"batch 1 · head 1 · query {i} ‘{self.p.tokens[1][i]}’ → "
+                                           f"key {j} ‘{self.p.tokens[1][j]}’")
+                got = dict(part.rsplit(" ", 1) for part in lines[2].split(" · "))
+                for st in ("scores", "masked_scores", "weights"):
+                    self.assertEqual(float(got[st]), float(d[st][1, 1, i, j]), (stage, i, j, st))
+
+    def test_scores_share_one_scale_across_heads_and_with_masked_scores(self):
+        """Item 4: the colour class of a score is its place on one range, the finite
+        values of scores and masked_scores of every batch item and head drawn."""
+        d = self.p.dump
+        values = np.concatenate([d["scores"].ravel(), d["masked_scores"].ravel()])
+        values = values[np.isfinite(values)]
+        lo, hi = values.min(), values.max()
+        n = 0
+        for stage in ("scores", "masked_scores"):
+            for t in (t for t in self.report.tables if t["stage"] == stage):
+                b, h = int(t["batch"]), int(t["head"])
+                for i, j, attrs, _ in cells(t):
+                    if "masked" in classes(attrs):
+                        continue
+                    level = round((d[stage][b, h, i, j] - lo) / (hi - lo) * 63)
+                    self.assertEqual(classes(attrs), [f"v{level}"], (stage, b, h, i, j))
+                    n += 1
+        self.assertGreater(n, 100)
+        self.assertIn("colours: the smallest to the largest finite value of scores and masked_scores", self.p.html)
+        self.assertIn("colours: 0..1", self.p.html)
+
+    def test_head_view_and_coloured_text_data(self):
+        """The head view's data: every weight of the chosen batch items and heads (float32)."""
+        m = re.search(r'<script type="application/json" id="headview-data">(.*?)</script>', self.p.html)
+        self.assertIsNotNone(m)
+        import base64
+        import json
+        hv = json.loads(m.group(1))
+        self.assertEqual(hv["heads"], [0, 1])
+        w = np.frombuffer(base64.b64decode(hv["w"]), dtype="<f4").reshape(2, 2, 6, 6)
+        np.testing.assert_array_equal(w, self.p.dump["weights"].astype(np.float32))
+        self.assertEqual(hv["qt"][1][:3], ["birds", "sing", "loudly"])
+        for anchor in ('id="headview"', 'id="coloured-text"', 'class="hv-heads"', 'select class="ct-head"'):
+            self.assertIn(anchor, self.p.html)
 
     def test_token_labels_appear_escaped(self):
         t = self.report.table("weights", 1, 0)
@@ -422,23 +495,32 @@ class HtmlOptionsTest(CliTestCase):
         for i, j, attrs, _ in cells(t):
             self.assertEqual("masked" in classes(attrs), j >= 3, (i, j))
 
-    def test_big_matrices_are_summarised(self):
+    def test_big_matrices_are_canvases_with_every_cell(self):
+        """Item 3: a matrix bigger than a table (64 x 16) is a canvas whose data holds every
+        cell: values exactly as --dump has them, levels viridis' place, masked cells 254."""
         rng = np.random.default_rng(7)
         T, D = 150, 8
         bundle = self.save_npz("big.npz", x=rng.normal(size=(T, D)), W_Q=rng.normal(size=(D, D)),
                                W_K=rng.normal(size=(D, D)), W_V=rng.normal(size=(D, D)))
-        text, report = self.html(bundle, "--causal", "--heads", "2", "--stages", "Q,weights")
-        t = report.table("weights", 0, 1)
-        self.assertEqual([r["index"] for r in t["rows"]], list(range(32)) + list(range(T - 32, T)))
-        self.assertEqual([c[0] for c in t["cols"]], list(range(32)) + list(range(T - 32, T)))
-        self.assertEqual(t["gap_rows"], 1)
-        self.assertTrue("rows 0–31 and 118–149 of 150" in text, "rows 0–31 and 118–149 of 150")
-        self.assertIn("dense", t["attrs"]["class"].split())
-        for i, j, attrs, cell_text in cells(t):
-            self.assertEqual(cell_text, "", "a big table shows no numbers in its cells")
-            self.assertEqual("masked" in classes(attrs), j > i)
-        q = report.table("Q", 0, 0)  # (Tq, Dk) = (150, 4): rows elided, columns all there
-        self.assertEqual([c[0] for c in q["cols"]], [0, 1, 2, 3])
+        dump = self.path("d.npz")
+        text, report = self.html(bundle, "--causal", "--heads", "2", "--stages", "Q,weights", "--dump", dump)
+        with np.load(dump) as z:
+            w, q = z["weights"], z["Q"]
+        figs = canvas_figures(text)
+        self.assertEqual(sorted((f["stage"], f["head"]) for f in figs),
+                         [("Q", "0"), ("Q", "1"), ("weights", "0"), ("weights", "1")])
+        f = next(f for f in figs if (f["stage"], f["head"]) == ("weights", "1"))
+        self.assertEqual((f["rows"], f["cols"], f["ri"], f["ci"]), (T, T, None, None))
+        np.testing.assert_array_equal(f["values"], w[1])       # float64: exact
+        visible = np.tril(np.ones((T, T), bool))
+        self.assertTrue((f["levels"][~visible] == 254).all())
+        np.testing.assert_array_equal(f["levels"][visible], np.rint(w[1][visible] * 251).astype(np.uint8))
+        self.assertEqual(f["rl"][:3], ["q0", "q1", "q2"])
+        g = next(f for f in figs if (f["stage"], f["head"]) == ("Q", "0"))  # (Tq, Dk) = (150, 4)
+        self.assertEqual((g["rows"], g["cols"]), (T, 4))
+        np.testing.assert_array_equal(g["values"], q[0])
+        self.assertFalse("Not drawn" in text, "Not drawn")
+        self.assertEqual(report.tables, [])
         self.assertLess(len(text.encode()), 2_000_000)
 
     def random_bundle(self, name, seed, B, T, D):
@@ -447,18 +529,19 @@ class HtmlOptionsTest(CliTestCase):
         return self.save_npz(name, x=rng.normal(size=(B, T, D)),
                              **{w: rng.normal(size=(D, D)) for w in ("W_Q", "W_K", "W_V")})
 
-    def test_many_tables_stay_within_the_page_budget(self):
-        B, H = 40, 8
-        bundle = self.random_bundle("many.npz", 3, B, T=64, D=16)
+    def test_many_matrices_stay_within_the_page_budget(self):
+        """About 8 million cells a page (--full lifts it): 8 heads of 1100 x 1100 do not fit."""
+        H, T = 8, 1100
+        bundle = self.random_bundle("many.npz", 3, 1, T=T, D=16)
         out = self.path("many.html")
         r = run("run", bundle, "--heads", str(H), "--stages", "weights", "--html", out, "-q")
         self.assert_ok(r, stdout_empty=True)
         text = out.read_text(encoding="utf-8")
-        self.assertLess(len(text.encode()), 40_000_000)
-        self.assertTrue("left out to keep the page small" in text, "left out to keep the page small")
-        drawn = text.count('data-stage="weights"')
-        self.assertGreater(drawn, 0)
-        self.assertLess(drawn, B * H)
+        drawn = len(canvas_figures(text, decode=False))
+        self.assertEqual(drawn, (8 << 20) // (T * T))
+        note = f"{H - drawn} more matrices of weights (from batch 0 · head {drawn} on) left out"
+        self.assertTrue(note in text, note)
+        self.assertLess(len(text.encode()), 60_000_000)
 
     def test_batch_and_head_choose_the_tables(self):
         H = 3
@@ -501,6 +584,123 @@ class HtmlOptionsTest(CliTestCase):
         texts = [e.text for e in root.iter(f"{{{SVG_NS}}}text")]
         for label in tokens[:5]:
             self.assertIn(label, texts)
+
+
+# ---------------------------------------------------------------------------
+# Long axes: one summarising rule for text, heatmaps, HTML and SVG; --full lifts it
+# ---------------------------------------------------------------------------
+
+class LongAxesTest(CliTestCase):
+    """Item 3: an axis longer than a view's limit shows its first and last cells around a
+    gap and says what it left out; --full draws everything, in every view."""
+
+    def long_bundle(self, T, D=4):
+        rng = np.random.default_rng(5)
+        return self.save_npz("long.npz", x=rng.normal(size=(T, D)), W_Q=rng.normal(size=(D, D)),
+                             W_K=rng.normal(size=(D, D)), W_V=rng.normal(size=(D, D)))
+
+    def test_html_beyond_2048_and_full(self):
+        T = 2100
+        bundle = self.long_bundle(T)
+        for full in (False, True):
+            with self.subTest(full=full):
+                out = self.path(f"long{full}.html")
+                r = run("run", bundle, "--causal", "--stages", "weights", "--html", out, "-q",
+                        *(["--full"] if full else []))
+                self.assert_ok(r, stdout_empty=True)
+                text = out.read_text(encoding="utf-8")
+                (f,) = canvas_figures(text)
+                self.assertEqual((f["rows"], f["cols"]), (T, T))
+                if full:
+                    self.assertIsNone(f["ri"])
+                    self.assertEqual(f["levels"].shape, (T, T))
+                    self.assertFalse("Not drawn" in text, "Not drawn")
+                else:
+                    want = list(range(1024)) + [-1] + list(range(T - 1024, T))
+                    self.assertEqual(f["ri"], want)
+                    self.assertEqual(f["ci"], want)
+                    self.assertTrue((f["levels"][1024, :] == 252).all())   # the gap
+                    self.assertEqual(f["rl"][1025], f"q{T - 1024}")
+                    note = ("Not drawn: rows 1024–1075 and columns 1024–1075 (of 2100 × 2100); "
+                            "--full draws every cell.")
+                    self.assertTrue(note in text, note)
+
+    def test_rule_is_stated_in_help_and_readme(self):
+        """The limits the views use are the ones --help (of --full) and the README state."""
+        r = run("run", "--help", binary=False)
+        self.assertEqual(r.code, 0)
+        help_text = " ".join(r.out.split())
+        for words in ("first and last cells around a gap", "2*edgeitems+2", "HTML beyond 2048 cells",
+                      "about 8 million cells a page", "SVG beyond 256"):
+            self.assertIn(words, help_text)
+        readme = " ".join((common.ROOT / "README.md").read_text(encoding="utf-8").split())
+        for words in ("first and last cells around a gap", "2048 cells per axis", "about 8 million cells per page",
+                      "`--svg` 256 cells per axis", "`--full` lifts every limit"):
+            self.assertIn(words, readme)
+
+    def test_svg_and_text_follow_full(self):
+        T = 300
+        bundle = self.long_bundle(T)
+        out = self.path("full.svg")
+        self.assert_ok(run("run", bundle, "--causal", "--stages", "weights", "--svg", out, "--full", "-q"),
+                       stdout_empty=True)
+        root = ET.parse(out).getroot()
+        rects = sum(1 for _ in root.iter(f"{{{SVG_NS}}}rect"))
+        self.assertTrue(T * T <= rects <= T * T + 8, rects)
+        texts = [e.text for e in root.iter(f"{{{SVG_NS}}}text")]
+        self.assertNotIn("not drawn", " ".join(t or "" for t in texts))
+        self.assertIn("q140", texts)  # a row the 256-row limit would leave out (128–171 of 300)
+        # Terminal heatmaps: without --full the keys that fit, the ends around "…"; with it all.
+        for full in (False, True):
+            r = run("run", bundle, "--causal", "--stages", "weights", "--heatmap", "--color", "never",
+                    "--width", "80", *(["--full"] if full else []), binary=False)
+            self.assert_ok(r)
+            rows = [line for line in r.out.splitlines() if re.match(r"^  q\d+ +[.,:=+*#%@×-]", line)]
+            self.assertEqual(len(rows), T)
+            widths = {len(line.split(None, 1)[1]) for line in rows}
+            if full:
+                self.assertEqual(widths, {2 * T})
+                self.assertNotIn("left out", r.out)
+            else:
+                self.assertTrue(all(w < 80 for w in widths), widths)
+                self.assertTrue(all("…" in line for line in rows))
+                self.assertIn("left out; --full draws them", r.out)
+                self.assertIn("(keys ", r.out)
+
+
+class ModelViewTest(CliTestCase):
+    """attnscope report: bundles (or a directory of them) x heads as thumbnails."""
+
+    def test_layers_from_files_and_a_directory(self):
+        rng = np.random.default_rng(6)
+        layers = self.path("layers")
+        layers.mkdir()
+        dump = {}
+        for n in ("b_second", "a_first"):
+            arrays = dict(x=rng.normal(size=(20, 8)), **{w: rng.normal(size=(8, 8)) for w in ("W_Q", "W_K", "W_V")})
+            np.savez(layers / f"{n}.npz", **arrays)
+            d = self.path(f"{n}-dump.npz")
+            self.assert_ok(run("run", layers / f"{n}.npz", "--heads", "2", "--causal", "--dump", d, "-q"),
+                           stdout_empty=True)
+            with np.load(d) as z:
+                dump[n] = z["weights"]
+        out = self.path("model.html")
+        self.assert_ok(run("report", "--html", out, layers, "--heads", "2", "--causal"), stdout_empty=True)
+        text = out.read_text(encoding="utf-8")
+        thumbs = re.findall(r'<canvas class="thumb"[^>]*data-layer="(\d+)" data-head="(\d+)"', text)
+        self.assertEqual(thumbs, [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")])
+        self.assertLess(text.index("a_first.npz"), text.index("b_second.npz"))  # in name order
+        figs = canvas_figures(text)
+        self.assertEqual(len(figs), 4)
+        for k, (layer, head) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
+            np.testing.assert_array_equal(figs[k]["values"], dump[("a_first", "b_second")[layer]][head])
+        # An existing page is kept unless --force; an empty directory is refused.
+        r = run("report", "--html", out, layers, "--heads", "2")
+        self.assert_error(r, str(out))
+        empty = self.path("empty")
+        empty.mkdir()
+        r = run("report", "--html", self.path("e.html"), empty)
+        self.assert_error(r, "expected .npz or .json bundles in the directory")
 
 
 # ---------------------------------------------------------------------------
@@ -587,7 +787,8 @@ class SvgTest(CliTestCase):
         self.assertEqual(len(groups), scores.size)
         self.assertEqual([float(g.get("data-value")) for g in groups], list(scores.ravel()))
         texts = [e.text for e in root.iter(self.q("text"))]
-        lo, hi = scores.min(), scores.max()
+        with np.load(dump) as z:  # one scale per stage, shared by every head chosen (all of them)
+            lo, hi = z["scores"].min(), z["scores"].max()
         self.assertIn(f"{lo:.3g}".replace("-", "−"), texts)
         self.assertIn(f"{hi:.3g}".replace("-", "−"), texts)
 

@@ -290,7 +290,8 @@ class Pictures(ModernViews):
         np.testing.assert_array_equal(bias, want["bias"][1, 3] == -np.inf)
         legend = [l for l in r.out.splitlines() if l.startswith("  legend")][0]
         big = np.abs(want["bias"][1, 3][np.isfinite(want["bias"][1, 3])]).max()
-        lo, hi = re.match(rf"  legend  {NUM} .* {NUM}   ", legend).groups()
+        # Labelled legends, one per stage: "  legend  bias  LO RAMP HI   ×× masked (-inf)".
+        lo, hi = re.match(rf"  legend  bias +{NUM} \S+ {NUM}(?:   |$)", legend).groups()
         self.assertAlmostEqual(float(hi), big, delta=5e-4 * big)  # diverging: -m .. m
         self.assertAlmostEqual(float(lo), -big, delta=5e-4 * big)
 
@@ -300,7 +301,7 @@ class Pictures(ModernViews):
                         "--color", "never", "--width", "80")
         self.assertIn("rows: heads; columns: queries", r.out)
         self.assertIn("sink_weight, batch 0", r.out)
-        self.assertIn("  legend  0 ", r.out)  # the probability scale 0..1
+        self.assertIn("  legend  sink_weight  0 ", r.out)  # the probability scale 0..1
 
     def test_html(self):
         rng = np.random.default_rng(9)

@@ -27,12 +27,12 @@ import numpy as np
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 import common  # noqa: E402
-from common import BIN, DATA, ROOT, STAGES, CliTestCase, assert_close, ref  # noqa: E402
+from common import BIN, DATA, ROOT, STAGES, CliTestCase, assert_close, ref, run  # noqa: E402
 import make_golden_text as golden  # noqa: E402  (scripts/, on sys.path through common)
 
 TOL = 1e-12
 GOLDEN = ROOT / "tests" / "golden_text"
-RAMP = " .:-=+*#%@"          # the no-colour heatmap ramp, from 0 to 1 of the legend's range
+RAMP = ".,:-=+*#%@"          # the no-colour heatmap ramp, from 0 to 1 of the legend's range (no blank)
 MASKED = "××"
 ESC = "\033"
 
@@ -389,14 +389,15 @@ def title_positions(line):
 def heatmap_panels(text):
     """The panels of a no-colour heatmap report, in order, as (stage, batch, head, rows):
     rows are the panel's non-blank lines under its title, cut to the panel's columns;
-    and the legends, in order, as (low, high) strings."""
+    and the legends as {stage: (low, high) strings}: one labelled line per stage,
+    "  legend  STAGE  LOW RAMP HIGH" (later ones indented alike)."""
     lines = text.splitlines()
-    panels, legends = [], []
+    panels, legends = [], {}
     k = 0
     while k < len(lines):
-        legend = re.match(r"^  legend  (\S+) .* (\S+)   ×× masked", lines[k])
+        legend = re.match(r"^  (?:legend|      )  (\w+)\s+(\S+) ([.,:=+*#%@-]{20}) (\S+)", lines[k])
         if legend:
-            legends.append((legend.group(1), legend.group(2)))
+            legends[legend.group(1)] = (legend.group(2), legend.group(4))
         titles = title_positions(lines[k])
         k += 1
         if not titles:
@@ -414,25 +415,25 @@ def heatmap_panels(text):
 
 def check_heatmap_panels(tc, name, panels, legends, e, query_tokens, panel_mode):
     """Every cell of every panel against the reference: "××" exactly where the mask is
-    false, else the ramp character of the value's place in the legend's range (the
-    shared range of the stage's panels, or [0, 1] for weights and the mask). Returns the
+    false, else the ramp character of the value's place in the legend's range: one
+    range per stage, shared by every head and panel drawn (scores and masked_scores
+    share one when the run has both: with --panels), [0, 1] for weights. Returns the
     number of cells checked."""
     checked = 0
-    order = list(dict.fromkeys(p[0] for p in panels))
     for n, (st, b, h, rows) in enumerate(panels):
         matrix = e[st][b] if st == "mask" else e[st][b, h]
         mask = e["mask"][b]
         Tq, Tk = matrix.shape
-        if st in ("weights", "mask"):
+        if st in ("mask", "weights"):
             rng = (0.0, 1.0)
         else:
-            # --panels: one range per panel; --heatmap: one range for the stage's panels.
-            shown = [(b, h)] if panel_mode else [(pb, ph) for s, pb, ph, _ in panels if s == st]
-            values = np.concatenate([e[st][pb, ph].ravel() for pb, ph in shown])
+            group = ("scores", "masked_scores") if panel_mode else (st,)
+            shown = [(s, pb, ph) for s, pb, ph, _ in panels if s in group]
+            values = np.concatenate([e[s][pb, ph].ravel() for s, pb, ph in shown])
             values = values[np.isfinite(values)]
             rng = (values.min(), values.max())
-        legend = legends[n] if panel_mode else legends[order.index(st)]
-        tc.assertEqual(legend, (f"{rng[0]:.4g}", f"{rng[1]:.4g}"), f"{name}: legend of {st}")
+        if st != "mask":
+            tc.assertEqual(legends[st], (f"{rng[0]:.4g}", f"{rng[1]:.4g}"), f"{name}: legend of {st}")
         labels = [clip_label(str(t), 8) for t in query_tokens[b]] if query_tokens is not None else \
             [f"q{i}" for i in range(Tq)]
         label_w = max(1, *(len(s) for s in labels))
@@ -509,6 +510,96 @@ class Colour(CliTestCase):
                     self.assertLessEqual(len(line.rstrip()), width, line)
         self.assertEqual(counts[80], [3, 1])
         self.assertEqual(counts[160], [4])
+
+
+def wcwidth(text):
+    """Terminal columns of text, from Python's unicodedata (an oracle independent of
+    attnscope): East Asian Wide/Fullwidth 2, combining marks and format characters 0."""
+    import unicodedata
+    n = 0
+    for ch in text:
+        if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+            continue
+        n += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return n
+
+
+class Labels(CliTestCase):
+    """Item 9: CJK and emoji labels line up by display width; the READMEs say what the
+    code does."""
+
+    TOKENS = ["日本語", "a", "😀", "naïve", "東京", "bb", "한국어", "x"]
+
+    def bundle(self):
+        rng = np.random.default_rng(8)
+        T, D = len(self.TOKENS), 4
+        return self.save_json("cjk.json", {
+            "x": rng.normal(size=(T, D)).round(2).tolist(), "W_Q": np.eye(D).tolist(), "W_K": np.eye(D).tolist(),
+            "W_V": np.eye(D).tolist(), "query_tokens": self.TOKENS, "key_tokens": self.TOKENS})
+
+    def test_heatmap_rows_line_up(self):
+        bundle = self.bundle()
+        for args in (["--stages", "weights", "--heatmap"], ["--panels"]):
+            with self.subTest(args=args):
+                r = run("run", bundle, *args, "--color", "never", "--width", "100", binary=False)
+                self.assert_ok(r)
+                rows = [line for line in r.out.splitlines()
+                        if any(line.startswith("  " + t) for t in self.TOKENS)]
+                self.assertEqual(len(rows), len(self.TOKENS))
+                # Every row as wide as the others, and each panel's cells start in one column.
+                self.assertEqual(len({wcwidth(line) for line in rows}), 1, "\n".join(rows))
+                starts = set()
+                for line in rows:
+                    label = next(t for t in self.TOKENS if line.startswith("  " + t))
+                    rest = line[2 + len(label):]
+                    starts.add(2 + wcwidth(label) + (len(rest) - len(rest.lstrip(" "))))
+                self.assertEqual(len(starts), 1, starts)
+
+    def test_printed_numbers_line_up(self):
+        r = run("run", self.bundle(), "--stages", "weights", "--width", "120", binary=False)
+        self.assert_ok(r)
+        lines = r.out.splitlines()
+        start = next(k for k, line in enumerate(lines) if line.startswith("== weights"))
+        table = [line for line in lines[start + 2:] if line.startswith("    ")][:len(self.TOKENS) + 1]
+        self.assertEqual(len({wcwidth(line) for line in table}), 1, "\n".join(table))
+
+    def test_readme_pointers_exist(self):
+        for readme in (ROOT / "README.md", ROOT / "data" / "README.md"):
+            text = readme.read_text(encoding="utf-8")
+            for name in re.findall(r"\b([A-Z][A-Z_]+\.md)\b", text):
+                found = (readme.parent / name).exists() or (ROOT / name).exists()
+                self.assertTrue(found, f"{readme.relative_to(ROOT)} points at {name}, which does not exist")
+            for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+                if not target.startswith("http"):
+                    self.assertTrue((readme.parent / target).exists(), f"{readme.name}: link {target}")
+
+    def test_readme_says_which_wins_no_color_or_color_always(self):
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        self.assertIn("`--color always` colours even with `NO_COLOR`", text)
+        self.assertNotIn("never with `NO_COLOR` set", text)
+        # ... and the code does what it says (Colour.test_auto_on_a_terminal_and_no_color
+        # runs it on a terminal; a pipe with --color always gives colour too).
+        r = run_in_root(*example_args("sentence", "--stages", "weights", "--heatmap", "--color", "always"),
+                        env=view_env(NO_COLOR="1"))
+        self.assert_ok(r)
+        self.assertIn(ESC + "[48;5;", r.out)
+
+    def test_range_and_log_scale_options(self):
+        base = example_args("causal", "--stages", "weights", "--heatmap", "--color", "never", "--width", "80")
+        for extra, words in ((["--range", "row"], "each query row on its own scale"),
+                             (["--range", "fixed"], "0..1"),
+                             (["--range", "0,0.5"], "0..0.5 as given"),
+                             (["--log-scale"], "log10, the smallest positive value to 1")):
+            with self.subTest(extra=extra):
+                r = run_in_root(*base, *extra)
+                self.assert_ok(r)
+                self.assertIn(words, " ".join(r.out.split()))
+        for extra, fragment in ((["--range", "wide"], "--range: expected auto, fixed, row or LO,HI"),
+                                (["--range", "1,0"], "--range: expected LO < HI"),
+                                (["--range", "0,1", "--log-scale"], "with --log-scale LO must be above 0")):
+            with self.subTest(extra=extra):
+                r = run_in_root(*base, *extra)
+                self.assert_error(r, fragment)
 
 
 class FitsIn80Columns(CliTestCase):

@@ -21,4 +21,17 @@ std::size_t utf8_sequence_length(std::string_view s, std::size_t k);
 // "... (N bytes in all)" after it when it was longer: for echoing a fragment of input.
 std::string clip_fragment(std::string_view s, std::size_t max_bytes = 80);
 
+// The terminal columns code point `cp` takes, as wcwidth() in a UTF-8 locale does (but
+// without a locale): 0 for combining marks, zero-width joiners and variation selectors;
+// 2 for East Asian Wide and Fullwidth characters (CJK, Hangul, kana, fullwidth forms) and
+// emoji shown as pictures; 1 for everything else printable.
+std::size_t column_width(char32_t cp);
+
+// The terminal columns `s` takes: column_width of each code point (a byte that is not
+// well-formed UTF-8 counts 1).
+std::size_t display_width(std::string_view s);
+
+// The code point at s[k] and its length in bytes (1 for a byte that is not well-formed UTF-8).
+std::size_t next_code_point(std::string_view s, std::size_t k, char32_t& cp);
+
 }  // namespace attnscope

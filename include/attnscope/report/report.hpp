@@ -20,6 +20,31 @@ namespace attnscope {
 // the xterm 256-colour palette, or 24-bit truecolor.
 enum class ColorMode { none, c256, truecolor };
 
+// How heatmaps (terminal, --panels, HTML, SVG) place values on their palette: one scale
+// per stage, shared by every head and panel drawn; scores and masked_scores share one;
+// weights and sink_weight on 0..1; signed stages -m..m (white at 0). `mode` (--range):
+// automatic (that rule over the matrices drawn), fixed (over every batch item and head of
+// the run), row (each query row on its own scale), given (lo..hi). `log` (--log-scale):
+// weights and sink_weight by log10. Every legend states the rule it used.
+struct ColourRange {
+    enum Mode { automatic, fixed, row, given } mode = automatic;
+    double lo = 0, hi = 1;  // given
+    bool log = false;
+};
+
+// "auto", "fixed", "row" or "LO,HI" (LO < HI, finite); UsageError naming {range} otherwise.
+ColourRange parse_range(const std::string& text, bool log = false);
+
+// Long axes, the one rule of every view: an axis up to a view's limit is drawn whole;
+// a longer one shows its first and last cells around a gap ("…") and says what it left
+// out. Limits: printed numbers 2·edgeitems + 2 and the terminal's width; terminal
+// heatmaps the terminal's width (keys); HTML kHtmlMaxAxis cells per axis and
+// kHtmlPageCells cells per page (further matrices are listed as left out); SVG
+// kSvgMaxAxis. `full` (--full) lifts every limit.
+inline constexpr std::size_t kHtmlMaxAxis = 2048;
+inline constexpr std::size_t kHtmlPageCells = std::size_t(8) << 20;
+inline constexpr std::size_t kSvgMaxAxis = 256;
+
 struct TextOptions {
     std::vector<std::string> stages;          // which stages, pipeline order
     std::vector<std::size_t> batches, heads;  // which items and heads; empty = all
@@ -31,6 +56,14 @@ struct TextOptions {
     bool explain = false;       // narrate each stage: formula, shapes with numbers, masks
     ColorMode color = ColorMode::none;
     std::size_t width = 80;  // terminal columns, for heads side by side
+    ColourRange range;       // --range, --log-scale
+};
+
+// What the HTML page and the SVG figure draw besides the stages: --full, --range.
+struct FigureOptions {
+    bool full = false;
+    ColourRange range;
+    std::vector<std::size_t> batches, heads;  // SVG: those chosen (the scale is theirs); empty: all
 };
 
 // Heatmaps of one (Tq, Tk) stage for the chosen batch items and heads, several heads
@@ -87,16 +120,27 @@ void write_text(std::ostream& out, const TraceView& view, const TextOptions& opt
 void write_json(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages,
                 const std::vector<RowDiagnostics>* diagnostics = nullptr);
 
-// A self-contained HTML page (no network access, no external files): every chosen stage
-// and head as a table heatmap with token labels, the exact number of each cell on hover,
-// masked cells marked apart from small weights. `batches`, `heads`: which batch items and
-// heads to draw (as --batch/--head; empty = all).
+// A self-contained HTML page (no network access, no external files; its script is
+// inline): every chosen stage and head as a heatmap with token labels (a table with the
+// numbers in its cells when small, else a canvas with zoom and scroll), the value of a
+// cell and of the same cell in every other (query, key) stage on hover, masked cells
+// marked apart from small weights; then the head view (query and key tokens in two
+// columns joined by lines as opaque as the weight, per head) and the query text coloured
+// by the attention a chosen query gives each token. `batches`, `heads`: which batch items
+// and heads to draw (as --batch/--head; empty = all).
 void write_html(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages,
-                const std::vector<std::size_t>& batches = {}, const std::vector<std::size_t>& heads = {});
+                const std::vector<std::size_t>& batches = {}, const std::vector<std::size_t>& heads = {},
+                const FigureOptions& figure = {});
+
+// The model view: several runs (layers, one per bundle, labelled `names`) x their heads
+// as thumbnails of weights; a click opens one large, with its tooltips and zoom.
+void write_model_html(std::ostream& out, const std::vector<const TraceView*>& layers,
+                      const std::vector<std::string>& names, const FigureOptions& figure = {});
 
 // One stage of one batch item and head as a self-contained SVG heatmap (for slides),
 // with token labels, a colour legend, and masked cells marked.
-void write_svg(std::ostream& out, const TraceView& view, const std::string& stage, std::size_t batch, std::size_t head);
+void write_svg(std::ostream& out, const TraceView& view, const std::string& stage, std::size_t batch, std::size_t head,
+               const FigureOptions& figure = {});
 
 // The chosen stages as .npy files NAME.npy in a directory (created if needed), or as one
 // .npz archive when `path` ends in ".npz". Every file is written under a temporary name

@@ -3,12 +3,14 @@
 
     /usr/bin/python3 tests/fuzz/make_seeds.py OUTDIR
 
-creates OUTDIR/fuzz_npy, OUTDIR/fuzz_npz, OUTDIR/fuzz_json, OUTDIR/fuzz_load and
-OUTDIR/fuzz_stream from the project's own files, good and bad alike:
+creates OUTDIR/fuzz_npy, OUTDIR/fuzz_npz, OUTDIR/fuzz_json, OUTDIR/fuzz_load,
+OUTDIR/fuzz_stream and OUTDIR/fuzz_safetensors from the project's own files, good and
+bad alike:
 
     * data/*.json, data/*.npz          the example bundles
     * tests/golden/*.npz, cases.json   the golden cases (their spec drives fuzz_load)
     * tests/fixtures/{good,bad}/*      the io-layer fixtures
+    * tests/fixtures/checkpoints/safetensors/*/*.safetensors   the .safetensors fixtures
 
 plus every .npy member of every .npz (as fuzz_npy seeds) and a few small hand-made
 files that reach corners the project's files do not (dtypes, header versions, zip64,
@@ -295,7 +297,10 @@ def main():
     npz_seeds = {"crafted_" + k: v for k, v in {**crafted_npz(), **zip_lies()}.items()}
     for name, data in stream_seeds(json_seeds, npz_seeds).items():
         stream_c.add(name, data)
-    for c in (npy_c, npz_c, json_c, load_c, stream_c):
+    st_c = Corpus(out, "fuzz_safetensors")
+    for p in files("tests/fixtures/checkpoints/safetensors/*/*.safetensors"):
+        st_c.add(rel(p), read(p))
+    for c in (npy_c, npz_c, json_c, load_c, stream_c, st_c):
         print(f"{os.path.basename(c.dir)}: {len(c.names)} seeds")
 
 

@@ -80,6 +80,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint")
     a = ap.parse_args()
     d = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(prefix="attnscope-measure-"))
+    made = not a.dir or not d.exists()
     d.mkdir(parents=True, exist_ok=True)
     try:
         ckpt = d / "model.safetensors"
@@ -110,11 +111,17 @@ def main():
                   f"({rss / attn_bytes:.2f} × the layer's attention bytes; {verdict} target), wall {wall:.2f} s")
             if code != 0:
                 print("    " + "\n    ".join(line for line in err.splitlines() if "attnscope" in line))
+            else:  # where the time goes: reading the layer (load) against the attention (compute)
+                t = subprocess.run(argv + ["--timings"], capture_output=True, text=True).stderr.strip()
+                print(f"    {t}")
     finally:
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
-        else:
+        if a.keep:
             print(f"kept {d}")
+        elif made:
+            shutil.rmtree(d, ignore_errors=True)
+        else:  # a directory the user named: remove only what this script wrote
+            for name in ("model.safetensors", "config.json", "x.npz"):
+                (d / name).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

@@ -388,12 +388,16 @@ def make_state(preset, config=None, layers=3, seed=0, dm=8, heads=2, dk=None, bi
             s[p + "attn.c_proj.weight"] = w(dm, dm)
             if biases:
                 s[p + "attn.c_proj.bias"] = w(dm)
+            # The causal-mask buffers older GPT-2 checkpoints carry (not weights).
+            s[p + "attn.bias"] = np.tril(np.ones((config["n_positions"],) * 2, dtype=bool))[None, None]
+            s[p + "attn.masked_bias"] = np.array(-1e4)
             s[p + "mlp.c_fc.weight"] = w(dm, 4 * dm)
             s[p + "mlp.c_proj.weight"] = w(4 * dm, dm)
         s["transformer.ln_f.weight"] = np.ones(dm)
     elif preset == "bert":
         dm, L = _dims(preset, config)
         s["bert.embeddings.word_embeddings.weight"] = w(config["vocab_size"], dm)
+        s["bert.embeddings.position_ids"] = np.arange(16, dtype=np.int64)[None]  # a buffer, int64
         for n in range(L):
             p = f"bert.encoder.layer.{n}.attention."
             for part in ("query", "key", "value"):
@@ -417,6 +421,8 @@ def make_state(preset, config=None, layers=3, seed=0, dm=8, heads=2, dk=None, bi
             s[p + "self_attn.k_proj.weight"] = w(G * D, dm)
             s[p + "self_attn.v_proj.weight"] = w(G * D, dm)
             s[p + "self_attn.o_proj.weight"] = w(dm, H * D)
+            # Older Llama checkpoints keep RoPE's frequencies as a buffer beside the weights.
+            s[p + "self_attn.rotary_emb.inv_freq"] = 1.0 / (10000.0 ** (np.arange(0, D, 2) / D))
             if preset == "qwen2" and biases:
                 s[p + "self_attn.q_proj.bias"] = w(H * D)
                 s[p + "self_attn.k_proj.bias"] = w(G * D)
@@ -490,14 +496,21 @@ def stored(a, dtype):
     raise ValueError(dtype)
 
 
+def is_float(a):
+    return np.asarray(a).dtype.kind == "f"
+
+
 def widened(state, dtype):
-    return {k: stored(v, dtype) for k, v in state.items()}
+    """Every float tensor as stored in `dtype`; integer and bool tensors as they are."""
+    return {k: (stored(v, dtype) if is_float(v) else np.asarray(v)) for k, v in state.items()}
 
 
 # --------------------------------------------------------------------------
 # safetensors, from the format's description
 # --------------------------------------------------------------------------
 
+_ST_OF_NUMPY = {"int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "uint16": "U16",
+                "uint32": "U32", "uint64": "U64", "bool": "BOOL"}
 _ST_NUMPY = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
              "I8": "i1", "U8": "u1", "U16": "<u2", "U32": "<u4", "U64": "<u8", "BOOL": "?"}
 _ST_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -528,11 +541,12 @@ def safetensors_header(entries, metadata=None, align=8):
 
 
 def write_safetensors(path, tensors, dtype="F32", metadata=None):
-    """tensors: {name: array}; every float array stored as `dtype` (or a per-name dtype
-    given as {name: (array, dtype)}). Returns the path."""
+    """tensors: {name: array}; every float array stored as `dtype`, integers and bools as
+    themselves (or a per-name dtype given as {name: (array, dtype)}). Returns the path."""
     items = []
     for name, value in tensors.items():
-        a, dt = value if isinstance(value, tuple) else (value, dtype)
+        a, dt = value if isinstance(value, tuple) else (value, dtype if is_float(value) else
+                                                        _ST_OF_NUMPY[np.asarray(value).dtype.name])
         items.append((name, dt, np.shape(a), a))
     head, _ = safetensors_header([(n, d, s) for n, d, s, _ in items],
                                  {"format": "pt"} if metadata is None else metadata)
@@ -555,7 +569,8 @@ def write_sharded(directory, tensors, shards=2, dtype="F32", index_name="model.s
         write_safetensors(f"{directory}/{fname}", {n: tensors[n] for n in chunk}, dtype)
         for n in chunk:
             weight_map[n] = fname
-            total += _ST_SIZE[dtype] * int(np.prod(np.shape(tensors[n]), dtype=np.int64))
+            total += (_ST_SIZE[dtype] if is_float(tensors[n]) else np.asarray(tensors[n]).itemsize) * int(
+                np.prod(np.shape(tensors[n]), dtype=np.int64))
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     path = f"{directory}/{index_name}"
     with open(path, "w") as f:
@@ -571,10 +586,11 @@ _TORCH_DTYPE = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16
 
 
 def torch_state(tensors, dtype="F32"):
-    """{name: torch tensor of `dtype`} of float64 arrays (an OrderedDict, as state_dict())."""
+    """{name: torch tensor} (an OrderedDict, as state_dict()): float arrays as `dtype`,
+    integers and bools as themselves."""
     from collections import OrderedDict
-    return OrderedDict((k, torch.tensor(np.asarray(v, dtype=np.float64)).to(_TORCH_DTYPE[dtype]))
-                       for k, v in tensors.items())
+    return OrderedDict((k, torch.tensor(np.asarray(v, dtype=np.float64)).to(_TORCH_DTYPE[dtype]) if is_float(v)
+                        else torch.from_numpy(np.array(v))) for k, v in tensors.items())
 
 
 def write_torch(path, tensors, dtype="F32"):

@@ -306,7 +306,10 @@ def layer_reference(preset, state, config, layer, x, key_padding_mask=None, head
         G = config.get("num_key_value_heads") or H
         D = config.get("head_dim") or config["hidden_size"] // H
         window = None
-        if config.get("sliding_window") is not None:
+        if config.get("layer_types") is not None:  # newer configs: one entry per layer
+            if config["layer_types"][layer] == "sliding_attention":
+                window = config["sliding_window"]
+        elif config.get("sliding_window") is not None:
             if preset == "mistral":
                 window = config["sliding_window"]
             elif preset == "qwen2" and config.get("use_sliding_window") and layer >= config.get(

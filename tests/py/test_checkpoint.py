@@ -28,6 +28,7 @@ import sys
 import tempfile
 import zipfile
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 
@@ -115,7 +116,7 @@ class CheckpointCase(CliTestCase):
         if container == "safetensors":
             return cref.write_safetensors(d / "model.safetensors", state, dtype)
         if container == "sharded":
-            return cref.write_sharded(d, state, 2, dtype)
+            return Path(cref.write_sharded(d, state, 2, dtype))
         if container == "sharded_dir":
             cref.write_sharded(d, state, 2, dtype)
             return d
@@ -330,6 +331,121 @@ class Presets(CheckpointCase):
         want = cref.layer_reference("llama", state, config, 1, b["x"], b["key_padding_mask"])
         self.assertEqual(got["output"].dtype, np.float32)
         self.compare(got, want, "llama --dtype float32", tol=1e-5, category="checkpoint stages (--dtype float32)")
+
+
+class Configs(CheckpointCase):
+    """config.json fields each family uses, and what cannot be followed."""
+
+    def x(self, dm):
+        return self.save_npz("in.npz", **inputs(dm))
+
+    def test_layer_types_list(self):
+        # Newer configs list each layer's kind; only the sliding ones slide.
+        state, config, _, _ = model("llama", 60, sliding_window=2,
+                                    layer_types=["full_attention", "sliding_attention", "full_attention"])
+        ckpt = self.write("safetensors", state, config, "F64")
+        b = inputs(16)
+        for layer in (0, 1):
+            got = self.run_layer(ckpt, b, [], layer=layer)
+            self.compare(got, cref.layer_reference("llama", state, config, layer, b["x"], b["key_padding_mask"]),
+                         f"layer_types, layer {layer}")
+            self.assertEqual(int(got["mask"][0].sum()), 21 if layer == 0 else 11)
+
+    def test_roberta(self):
+        config = cref.make_config("bert", model_type="roberta")
+        state = {k.replace("bert.", "roberta.", 1): v for k, v in cref.make_state("bert", config, seed=61).items()}
+        ckpt = self.write("safetensors", state, config, "F32")
+        state = cref.widened(state, "F32")
+        b = inputs(8)
+        self.compare(self.run_layer(ckpt, b, [], layer=2),
+                     cref.layer_reference("bert", state, config, 2, b["x"], b["key_padding_mask"],
+                                          root="roberta.encoder.layer."), "roberta")
+
+    def test_rope_scaling_default_is_plain_rope(self):
+        state, config, _, _ = model("llama", 62, rope_scaling={"rope_type": "default"})
+        ckpt = self.write("safetensors", state, config, "F64")
+        b = inputs(16)
+        self.compare(self.run_layer(ckpt, b, [], layer=0),
+                     cref.layer_reference("llama", state, config, 0, b["x"], b["key_padding_mask"]),
+                     "rope_scaling default")
+
+    def test_rope_scaling_linear_and_yarn_are_refused(self):
+        for scaling in ({"type": "linear", "factor": 2.0}, {"rope_type": "yarn", "factor": 4.0}):
+            with self.subTest(scaling=scaling):
+                kind = scaling.get("rope_type") or scaling["type"]
+                state, config, _, _ = model("llama", 63, rope_scaling=scaling)
+                ckpt = self.write("safetensors", state, config, "F64", name=kind)
+                self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(16)), "rope_scaling",
+                                  kind)
+
+    def test_bert_relative_positions_are_refused(self):
+        state, config, _, _ = model("bert", 64, position_embedding_type="relative_key")
+        ckpt = self.write("safetensors", state, config, "F64")
+        self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(8)),
+                          "position_embedding_type", "relative_key")
+
+    def test_head_dim_contradicting_the_weights(self):
+        config = cref.make_config("llama")
+        state = cref.make_state("llama", config, seed=65)
+        config["head_dim"] = 8  # the weights have 4 × 4 outputs
+        ckpt = self.write("safetensors", state, config, "F64")
+        self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(16)), "head width 8", "16")
+
+    def test_kv_heads_not_dividing_heads(self):
+        config = cref.make_config("llama", num_key_value_heads=3, head_dim=4)
+        state = cref.make_state("llama", config, seed=66)
+        ckpt = self.write("safetensors", state, config, "F64")
+        self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(16)))
+
+    def test_layout_option_against_a_preset(self):
+        state, config, _, _ = model("bert", 67)
+        ckpt = self.write("safetensors", state, config, "F64")
+        self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(8), "--layout", "math"),
+                          "--layout", "torch")
+        # The layout the preset has anyway is accepted.
+        self.assert_ok(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(8), "--layout", "torch", "-q"))
+
+    def test_several_stacks(self):
+        config = cref.make_config("gpt2")
+        state = cref.make_state("gpt2", config, seed=68)
+        state.update({k[len("transformer."):]: v for k, v in state.items() if k.startswith("transformer.h.0.")})
+        ckpt = self.write("safetensors", state, config, "F64")
+        self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(8)), "--prefix")
+
+    def test_layers_with_a_gap(self):
+        state, config, _, _ = model("bert", 69)
+        state = {k: v for k, v in state.items() if ".layer.1." not in k}
+        ckpt = self.write("safetensors", state, config, "F64")
+        msg = self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "1", self.x(8)), "no layer 1")
+        self.assertIn("2 layers", msg)
+        b = inputs(8)
+        self.compare(self.run_layer(ckpt, b, [], layer=2),
+                     cref.layer_reference("bert", state, config, 2, b["x"], b["key_padding_mask"]), "bert layer 2")
+
+    def test_sharded_index_naming_a_missing_shard(self):
+        state, config, _, _ = model("llama", 70)
+        index = self.write("sharded", state, config, "F32")
+        (index.parent / "model-00002-of-00002.safetensors").unlink()
+        self.assert_error(run_text("inspect", index), "model-00002-of-00002.safetensors")
+
+    def test_sharded_index_disagreeing_with_its_shards(self):
+        state, config, _, _ = model("llama", 71)
+        index = self.write("sharded", state, config, "F32")
+        doc = json.loads(index.read_text())
+        name = "model.layers.0.self_attn.q_proj.weight"
+        doc["weight_map"][name] = ("model-00002-of-00002.safetensors" if doc["weight_map"][name].startswith(
+            "model-00001") else "model-00001-of-00002.safetensors")
+        index.write_text(json.dumps(doc))
+        self.assert_error(run_text("inspect", index), name)
+
+    def test_config_that_is_not_json(self):
+        state, config, _, _ = model("llama", 72)
+        ckpt = self.write("safetensors", state, config, "F64")
+        (ckpt.parent / "config.json").write_text("{\"model_type\": \"llama\",")
+        self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(16)), "config.json")
+        (ckpt.parent / "config.json").write_text(json.dumps(dict(config, num_attention_heads="four")))
+        self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(16)), "num_attention_heads",
+                          "four")
 
 
 class Containers(CheckpointCase):

@@ -260,6 +260,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
             return true;
         }
         if (state_ == State::metadata) {
+            charge(k.size() + 64);  // the set of keys seen
             if (!seen_.insert(k).second) fail("__metadata__ key " + tname(k) + " appears twice");
             meta_key_ = k;
             state_ = State::metadata_value;

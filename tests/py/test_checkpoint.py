@@ -295,6 +295,60 @@ class Presets(CheckpointCase):
                                  key_padding_mask=b["key_padding_mask"])
         self.compare(got, want, "--prefix stack.blk1.")
 
+    def test_cross_attention_of_an_nn_transformer(self):
+        # nn.Transformer: decoder.layers.N.multihead_attn attends the encoder's memory. The
+        # torch module itself is the reference (its output and per-head weights).
+        torch.manual_seed(15)
+        net = torch.nn.Transformer(8, 2, num_encoder_layers=1, num_decoder_layers=2, dim_feedforward=16,
+                                   batch_first=True, dtype=torch.float64)
+        net.eval()
+        with torch.no_grad():
+            for name, p in net.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0, 0.5)
+        d = self.path("ckpt")
+        d.mkdir()
+        torch.save(net.state_dict(), d / "transformer.pt")
+        rng = np.random.default_rng(15)
+        x, memory = rng.standard_normal((2, 4, 8)), rng.standard_normal((2, T, 8))
+        pad = np.array([[0] * T, [0] * (T - 2) + [1, 1]], dtype=bool)
+        got = self.run_layer(d / "transformer.pt", {"x": x, "memory": memory, "key_padding_mask": pad},
+                             ["--preset", "mha", "--prefix", "decoder.layers.1.multihead_attn.", "--heads", "2"],
+                             layer=None)
+        with torch.no_grad():
+            out, w = net.decoder.layers[1].multihead_attn(torch.tensor(x), torch.tensor(memory),
+                                                          torch.tensor(memory), key_padding_mask=torch.tensor(pad),
+                                                          average_attn_weights=False)
+        common.assert_close(got["output"], out.numpy(), TOL, "cross-attention output", "torch module")
+        common.assert_close(got["weights"], w.numpy(), TOL, "cross-attention weights", "torch module")
+        # Without --prefix the encoder's and decoder's stacks are two: refused, naming --prefix.
+        self.assert_error(run_text("run", "--checkpoint", d / "transformer.pt", "--preset", "mha", "--heads", "2",
+                                   "--layer", "0", self.save_npz("x.npz", x=x)), "--prefix")
+
+    def test_prefix_with_an_unknown_model_type(self):
+        # config.json names a family without a preset; --prefix names the weights, so the
+        # run needs no preset.
+        rng = np.random.default_rng(16)
+        w = {n: rng.standard_normal((8, 8)) / 3 for n in ("W_Q", "W_K", "W_V")}
+        state = {f"enc.block.0.{n}": v for n, v in w.items()}
+        ckpt = self.write("safetensors", state, {"model_type": "t5", "num_heads": 2}, "F64")
+        b = inputs(8)
+        got = self.run_layer(ckpt, b, ["--prefix", "enc.block.0.", "--heads", "2"], layer=None)
+        tl = {n: w[n].reshape(8, 2, 4).transpose(1, 0, 2) for n in w}
+        want = cref.tl_attention(b["x"], tl["W_Q"], tl["W_K"], tl["W_V"], np.eye(8).reshape(2, 4, 8),
+                                 key_padding_mask=b["key_padding_mask"])
+        self.compare(got, want, "--prefix with model_type t5")
+
+    def test_tl_names_under_a_prefix(self):
+        state, _, _, _ = model("tl", 17)
+        ckpt = self.write("safetensors", state, None, "F64")
+        b = inputs(8)
+        got = self.run_layer(ckpt, b, ["--prefix", "blocks.2.attn.", "--layout", "tl"], layer=None)
+        self.compare(got, cref.layer_reference("tl", state, {}, 2, b["x"], b["key_padding_mask"]),
+                     "--prefix blocks.2.attn. --layout tl")
+        self.assert_error(run_text("run", "--checkpoint", ckpt, "--preset", "tl", "--layer", "0",
+                                   self.save_npz("x.npz", x=b["x"]), "--heads", "3"), "--heads 3", "2")
+
     def test_tl_layout_heads_from_w_q(self):
         state, _, _, _ = model("tl", 11)
         ckpt = self.write("pt", state, None, "F64")

@@ -289,7 +289,7 @@ class Presets(CheckpointCase):
         ckpt = self.write("safetensors", state, None, "F64")
         b = inputs(8)
         got = self.run_layer(ckpt, b, ["--prefix", "stack.blk1.", "--heads", "2"], layer=None)
-        # math layout: the GPT-2 formula (x·W) with c_attn = [W_Q W_K W_V], not causal → use tl form.
+        # The math layout (x·W), not causal: TransformerLens's form with W split by head.
         tl = {n: w[n].reshape(8, 2, 4).transpose(1, 0, 2) for n in ("W_Q", "W_K", "W_V")}
         want = cref.tl_attention(b["x"], tl["W_Q"], tl["W_K"], tl["W_V"], w["W_O"].reshape(2, 4, 8),
                                  key_padding_mask=b["key_padding_mask"])
@@ -723,8 +723,7 @@ class Inspect(CheckpointCase):
         self.assertEqual(doc["layers"], [])
 
     def test_inspect_reads_no_tensor_data(self):
-        # The data buffer is unreadable garbage beyond the header's claims? No: a sparse
-        # 10 GB tensor is listed without touching its bytes.
+        # A sparse 10 GB tensor is listed without touching its bytes.
         f = self.path("huge.safetensors")
         head, _ = cref.safetensors_header([("layers.0.self_attn.in_proj_weight", "F32", (50000, 50000))])
         with open(f, "wb") as fh:
@@ -748,10 +747,6 @@ def peak_rss(argv):
 
 class Refusals(CheckpointCase):
     """Exit 2 and one line naming what is wrong; never a silent guess."""
-
-    def setUp(self):
-        super().setUp()
-        self.bundle = None
 
     def x(self, dm):
         return self.save_npz("in.npz", **inputs(dm))
@@ -928,6 +923,14 @@ class Hostile(CheckpointCase):
                 msg = self.assert_error(run_text(*argv), "not a plain tensor state dict", "posix.system")
                 self.assertIn(str(f), msg)
         self.assertFalse(marker.exists(), "os.system ran")
+        # The same call spelled with protocol 4's STACK_GLOBAL, in a zip laid out as torch.save's.
+        g = self.path("evil4.pt")
+        write_zip_pickle(g, {"w": _Tensor(_Storage("0", 4), (2, 2)), "hook": _Call(os.system, f"touch {marker}")},
+                         {"0": bytes(16)}, protocol=4)
+        self.assertIn("STACK_GLOBAL", [op.name for op, _, _ in pickletools.genops(zipfile.ZipFile(g).read(
+            "archive/data.pkl"))])
+        self.assert_error(run_text("inspect", g), "not a plain tensor state dict", "posix.system")
+        self.assertFalse(marker.exists(), "os.system ran")
 
     def test_pickle_calling_eval(self):
         f = self.evil_pt("eval.pt", eval, "__import__('os').system('true')")
@@ -1039,19 +1042,34 @@ class _Pickler(pickle.Pickler):
         return None
 
 
+class _Call:
+    """Pickles as a call of func(arg)."""
+
+    def __init__(self, func, arg):
+        self.func, self.arg = func, arg
+
+    def __reduce__(self):
+        return self.func, (self.arg,)
+
+
+def write_zip_pickle(path, obj, members, protocol=2, prefix="archive"):
+    """A zip laid out as torch.save lays it out, holding the pickle of `obj`."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=protocol).dump(obj)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(f"{prefix}/data.pkl", buf.getvalue())
+        for key, data in members.items():
+            z.writestr(f"{prefix}/data/{key}", data)
+        z.writestr(f"{prefix}/version", "3\n")
+
+
 def write_torch_zip(path, tensors, members, prefix="archive"):
     """A zip laid out as torch.save lays it out: tensors {name: (shape, storage numel)}, each
     on its own storage key "0", "1", …; members {key: bytes}."""
     sd = OrderedDict()
     for i, (name, (shape, numel)) in enumerate(tensors.items()):
         sd[name] = _Tensor(_Storage(str(i), numel), shape)
-    buf = io.BytesIO()
-    _Pickler(buf, protocol=2).dump(sd)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr(f"{prefix}/data.pkl", buf.getvalue())
-        for key, data in members.items():
-            z.writestr(f"{prefix}/data/{key}", data)
-        z.writestr(f"{prefix}/version", "3\n")
+    write_zip_pickle(path, sd, members, 2, prefix)
 
 
 class Reference(CliTestCase):

@@ -543,16 +543,17 @@ def safetensors_header(entries, metadata=None, align=8):
     return struct.pack("<Q", len(text)) + text, spans
 
 
-def write_safetensors(path, tensors, dtype="F32", metadata=None):
+def write_safetensors(path, tensors, dtype="F32", metadata=None, align=8):
     """tensors: {name: array}; every float array stored as `dtype`, integers and bools as
-    themselves (or a per-name dtype given as {name: (array, dtype)}). Returns the path."""
+    themselves (or a per-name dtype given as {name: (array, dtype)}). The data start at a
+    multiple of `align` (the reference writer pads to 8; 1: no padding). Returns the path."""
     items = []
     for name, value in tensors.items():
         a, dt = value if isinstance(value, tuple) else (value, dtype if is_float(value) else
                                                         _ST_OF_NUMPY[np.asarray(value).dtype.name])
         items.append((name, dt, np.shape(a), a))
     head, _ = safetensors_header([(n, d, s) for n, d, s, _ in items],
-                                 {"format": "pt"} if metadata is None else metadata)
+                                 {"format": "pt"} if metadata is None else metadata, align)
     with open(path, "wb") as f:
         f.write(head)
         for _, dt, _, a in items:

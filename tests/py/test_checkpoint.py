@@ -534,6 +534,27 @@ class Containers(CheckpointCase):
                      cref.layer_reference("gpt2", state, config, 1, b["x"], b["key_padding_mask"]),
                      "model.safetensors over pytorch_model.bin")
 
+    def test_unaligned_data(self):
+        # A header of odd length and no padding: every float32/float64 tensor starts at an
+        # odd address, and must still read exactly.
+        state, config, _, _ = model("llama", 26)
+        d = self.path("ckpt")
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config))
+        for dtype in ("F32", "F64"):
+            with self.subTest(dtype=dtype):
+                stored = cref.widened(state, dtype)
+                for extra in range(8):  # some metadata length gives an odd data start
+                    f = d / f"{dtype}.safetensors"
+                    cref.write_safetensors(f, stored, dtype, metadata={"format": "pt", "pad": "x" * extra}, align=1)
+                    if struct.unpack("<Q", f.read_bytes()[:8])[0] % 2 == 1:
+                        break
+                self.assertEqual(struct.unpack("<Q", f.read_bytes()[:8])[0] % 2, 1)
+                b = inputs(16)
+                self.compare(self.run_layer(f, b, []),
+                             cref.layer_reference("llama", stored, config, 1, b["x"], b["key_padding_mask"]),
+                             f"unaligned {dtype}")
+
     def test_torch_views_share_one_storage(self):
         # q, k, v as row blocks of one tensor, and a transposed (non-contiguous) output weight:
         # torch.save keeps the views on one storage with their offsets and strides.

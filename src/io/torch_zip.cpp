@@ -822,11 +822,10 @@ class Flattener {
         const std::size_t i = std::size_t(v.i);
         const Node& n = p_.nodes[i];
         const std::string where = name.empty() ? "the top" : "'" + shown(name) + "'";
-        if (state_[i] == 1) refuse("the " + describe(v).substr(2) + " at " + where + " contains itself");
+        if (state_[i] == 1) refuse(describe(v) + " contains itself (reached again at " + where + ")");
         if (state_[i] == 2) {
             if (emitted_[i] == 0) return;  // shared, but holds no tensor: nothing to name twice
-            refuse("the " + describe(v).substr(2) + " at " + where +
-                   " is one already named elsewhere (a shared container)");
+            refuse(describe(v) + " holding tensors is reached twice (again at " + where + "): a shared container");
         }
         if (depth > kMaxDepth)
             refuse("dicts and lists nested more than " + std::to_string(kMaxDepth) + " deep (at " + where + ")");

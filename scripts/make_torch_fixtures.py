@@ -456,6 +456,41 @@ def main():
     write_zip(os.path.join(OUT, "torch_bad_no_pickle.pt"), "torch_bad_no_pickle", [("data/0", w12)])
     bad("torch_bad_no_pickle.pt")
 
+    # Corners of the unpickler, for the fuzz replay only (each must be refused, not crash).
+    def regression(name, pickle_bytes, members=()):
+        path = os.path.join(REGRESSIONS, name)
+        write_zip(path, name.split(".")[0], [("data.pkl", pickle_bytes), *members])
+
+    tensor = Pickle().ordered_dict().text("x").tensor_v2("FloatStorage", "0", 12, 0, [3, 4], [4, 1]).op(b"s")
+    good = tensor.stop()
+    regression("torch_pickle_truncated.pt", good[:-7], [("data/0", w12)])
+    regression("torch_pickle_memo_unset.pt", b"\x80\x02}h\x05.")
+    regression("torch_pickle_stack_underflow.pt", b"\x80\x02(s.")
+    regression("torch_pickle_no_mark.pt", b"\x80\x02}u.")
+    regression("torch_pickle_inst.pt", b"\x80\x02(iposix\nsystem\n.")
+    regression("torch_pickle_newobj.pt", b"\x80\x02ccollections\nOrderedDict\n)\x81.")
+    regression("torch_pickle_long1_9.pt", b"\x80\x02}X\x01\x00\x00\x00a\x8a\x09" + b"\xff" * 9 + b"s.")
+    regression("torch_pickle_stack_global_int.pt", b"\x80\x04K\x01K\x02\x93.")
+    regression("torch_pickle_build_on_list.pt", b"\x80\x02]}b.")
+    regression("torch_pickle_reduce_int.pt", b"\x80\x02K\x01)R.")
+    regression("torch_pickle_storage_call.pt", b"\x80\x02ctorch\nFloatStorage\n)R.")
+    regression("torch_pickle_protocol_0.pt", b"\x80\x00}.")
+    regression("torch_pickle_bad_utf8.pt", b"\x80\x02}X\x02\x00\x00\x00\xc3\x28K\x01s.")
+    regression("torch_pickle_root_tensor.pt",
+               bytes(Pickle().tensor_v2("FloatStorage", "0", 12, 0, [12], [1]).op(b".").out), [("data/0", w12)])
+    p = Pickle().ordered_dict().text("x")
+    p.global_("torch._utils", "_rebuild_tensor_v3").mark().storage("FloatStorage", "0", 12).int(0).ints([12]).ints([1])
+    p.bool(False).ordered_dict().global_("torch", "float32").op(b"t").op(b"R").op(b"s")
+    regression("torch_pickle_v3_typed_storage.pt", p.stop(), [("data/0", w12)])
+    # one tensor named twice (a shared dict holding a tensor, reached under two keys)
+    p = Pickle().empty_dict().text("a").empty_dict().op(b"q\x01").text("w")
+    p.tensor_v2("FloatStorage", "0", 12, 0, [12], [1]).op(b"s").op(b"s").text("b").op(b"h\x01").op(b"s")
+    regression("torch_pickle_shared_dict.pt", p.stop(), [("data/0", w12)])
+    # a tensor under "a.b" and under {"a": {"b": ...}}: one name twice
+    p = Pickle().empty_dict().text("a.b").tensor_v2("FloatStorage", "0", 12, 0, [12], [1]).op(b"s")
+    p.text("a").empty_dict().text("b").tensor_v2("FloatStorage", "0", 12, 0, [12], [1]).op(b"s").op(b"s")
+    regression("torch_pickle_name_twice.pt", p.stop(), [("data/0", w12)])
+
     # torch's own weights_only loader refuses what names code, too.
     for f in ["torch_bad_os_system.pt", "torch_bad_eval.pt", "torch_bad_module.pt"]:
         assert refused_by_torch(os.path.join(OUT, f)), f

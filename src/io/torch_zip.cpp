@@ -417,7 +417,8 @@ class Unpickler {
     }
     std::string line() {
         const std::size_t nl = p_.find('\n', pos_);
-        if (nl == std::string_view::npos || nl - pos_ > 1024) malformed("a GLOBAL name does not end within 1024 bytes");
+        if (nl == std::string_view::npos) malformed("it ends inside a GLOBAL name (truncated?)");
+        if (nl - pos_ > 1024) malformed("a GLOBAL name does not end within 1024 bytes");
         std::string s(p_.substr(pos_, nl - pos_));
         pos_ = nl + 1;
         return s;

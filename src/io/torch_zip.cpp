@@ -880,6 +880,26 @@ struct Entry {
     std::string storage;  // "data/0", for messages
 };
 
+// Calls put(k, position) for each element k of the view in C order, with its position
+// in the storage (in elements). The positions were checked against the storage at open.
+template <typename Put>
+void gather(const Entry& en, Put put) {
+    if (en.count == 0) return;
+    const std::size_t rank = en.size.size();
+    const std::uint64_t inner = rank ? en.size[rank - 1] : 1, step = rank ? en.stride[rank - 1] : 0;
+    std::vector<std::uint64_t> index(rank ? rank - 1 : 0, 0);  // the outer axes
+    std::uint64_t base = en.offset;
+    for (std::size_t k = 0; k < en.count; k += std::size_t(inner)) {
+        for (std::uint64_t j = 0; j < inner; ++j) put(k + std::size_t(j), base + j * step);
+        for (std::size_t d = index.size(); d-- > 0;) {
+            base += en.stride[d];
+            if (++index[d] < en.size[d]) break;
+            base -= en.stride[d] * en.size[d];
+            index[d] = 0;
+        }
+    }
+}
+
 class TorchZipSource final : public TensorSource {
    public:
     TorchZipSource(std::string_view bytes, const std::string& source, std::size_t max_bytes,
@@ -1086,27 +1106,19 @@ Array TorchZipSource::read(const std::string& name, std::size_t max_bytes) const
 
     // 3b. Anything else gathered into C order: float32/float64 into a buffer of their own
     //     type, every other type widened to double. Each position was checked at open.
-    std::vector<std::uint64_t> index(en.size.size(), 0);
-    std::uint64_t pos = en.offset;
-    auto next = [&] {
-        for (std::size_t d = index.size(); d-- > 0;) {
-            pos += en.stride[d];
-            if (++index[d] < en.size[d]) return;
-            pos -= en.stride[d] * en.size[d];
-            index[d] = 0;
-        }
-    };
+    //     The last axis is walked by its stride; the outer axes by an odometer.
     const char* start = storage.data();
     if (is_float) {
         auto buffer = std::make_shared<std::string>(nbytes, '\0');
-        for (std::size_t k = 0; k < en.count; ++k, next())
-            std::memcpy(buffer->data() + k * e.size, start + pos * e.size, e.size);
+        char* out = buffer->data();
+        gather(en,
+               [&](std::size_t k, std::uint64_t pos) { std::memcpy(out + k * e.size, start + pos * e.size, e.size); });
         a.stored = *buffer;
         a.keep = std::move(buffer);
         return a;
     }
     a.values.resize(en.count);
-    for (std::size_t k = 0; k < en.count; ++k, next()) a.values[k] = widen(start + pos * e.size, en.elem);
+    gather(en, [&](std::size_t k, std::uint64_t pos) { a.values[k] = widen(start + pos * e.size, en.elem); });
     return a;
 }
 

@@ -444,6 +444,12 @@ def main():
     p.op(b"s" * depth)
     write_zip(os.path.join(OUT, "torch_bad_deep.pt"), "torch_bad_deep", [("data.pkl", p.stop()), ("data/0", w12)])
     bad("torch_bad_deep.pt")
+    # one tensor listed 20000 times (a list of memo references): cheap to pickle, costly to list
+    p = Pickle().empty_dict().text("x").op(b"]").op(b"(").tensor_v2("FloatStorage", "0", 12, 0, [12], [1])
+    p.op(b"q\x01").op(b"h\x01" * 19999).op(b"e").op(b"s")
+    write_zip(os.path.join(OUT, "torch_bad_many_names.pt"), "torch_bad_many_names",
+              [("data.pkl", p.stop()), ("data/0", w12)])
+    bad("torch_bad_many_names.pt")
     # a list that contains itself: {"x": L} with L = [L]
     p = Pickle().empty_dict().text("x").op(b"]").op(b"q\x00").op(b"h\x00").op(b"a").op(b"s")
     write_zip(os.path.join(OUT, "torch_bad_cycle.pt"), "torch_bad_cycle", [("data.pkl", p.stop())])

@@ -214,6 +214,7 @@ struct Pickle {
     std::vector<StorageRecord> storages;
     std::vector<TensorRecord> tensors;
     Value root;
+    std::size_t used = 0;  // bytes charged against the memory limit while reading it
 };
 
 // Names of the pickle opcodes a state dict does not use, for the message refusing one.
@@ -270,6 +271,7 @@ class Unpickler {
             const auto op = static_cast<unsigned char>(byte());
             if (!step(op, at)) break;
         }
+        out_.used = used_;
         return std::move(out_);
     }
 
@@ -747,8 +749,14 @@ struct Named {
 
 class Flattener {
    public:
-    Flattener(const Pickle& p, const std::string& source)
-        : p_(p), source_(source), state_(p.nodes.size(), 0), emitted_(p.nodes.size(), 0) {}
+    // `budget`: what the memory limit (`max_bytes`) leaves for the names and their records.
+    Flattener(const Pickle& p, const std::string& source, std::size_t budget, std::size_t max_bytes)
+        : p_(p),
+          source_(source),
+          budget_(budget),
+          max_bytes_(max_bytes),
+          state_(p.nodes.size(), 0),
+          emitted_(p.nodes.size(), 0) {}
 
     std::vector<Named> run() {
         const Node* root = p_.root.tag == Tag::object ? &p_.nodes[std::size_t(p_.root.i)] : nullptr;
@@ -812,6 +820,13 @@ class Flattener {
             names_bytes_ += name.size();
             if (names_bytes_ > kMaxNamesBytes)
                 refuse("its tensor names take more than " + format_bytes(kMaxNamesBytes));
+            // What listing it costs: the name (three copies), its record, shape and stride.
+            const std::size_t cost = 3 * name.size() + 4 * sizeof(std::uint64_t) * p_.tensors[n.record].size.size() +
+                                     sizeof(TensorInfo) + sizeof(Named) + 256;
+            if (cost > budget_)
+                throw MemoryLimitError(shown_path(source_) + ": listing its tensors (" + std::to_string(out_.size()) +
+                                       " so far) needs more than " + io_detail::memory_limit_of(max_bytes_));
+            budget_ -= cost;
             out_.push_back({name, n.record});
             return;
         }
@@ -864,6 +879,7 @@ class Flattener {
 
     const Pickle& p_;
     const std::string& source_;
+    std::size_t budget_, max_bytes_;
     std::vector<unsigned char> state_;  // 0 not seen, 1 being walked, 2 walked
     std::vector<std::size_t> emitted_;  // tensors named inside each walked container
     std::vector<Named> out_;
@@ -984,7 +1000,7 @@ void TorchZipSource::open(std::size_t max_bytes) {
     pkl_buffer.reset();
 
     // 5. The names, then each tensor against its storage member.
-    const std::vector<Named> named = Flattener(p, source_).run();
+    const std::vector<Named> named = Flattener(p, source_, max_bytes - p.used, max_bytes).run();
     for (const Named& n : named) add_tensor(n, p, prefix, by_member);
 }
 

@@ -214,6 +214,7 @@ struct Pickle {
     std::vector<StorageRecord> storages;
     std::vector<TensorRecord> tensors;
     Value root;
+    std::size_t used = 0;  // bytes charged against the memory limit while reading it
 };
 
 // Names of the pickle opcodes a state dict does not use, for the message refusing one.
@@ -270,6 +271,7 @@ class Unpickler {
             const auto op = static_cast<unsigned char>(byte());
             if (!step(op, at)) break;
         }
+        out_.used = used_;
         return std::move(out_);
     }
 
@@ -417,7 +419,8 @@ class Unpickler {
     }
     std::string line() {
         const std::size_t nl = p_.find('\n', pos_);
-        if (nl == std::string_view::npos || nl - pos_ > 1024) malformed("a GLOBAL name does not end within 1024 bytes");
+        if (nl == std::string_view::npos) malformed("it ends inside a GLOBAL name (truncated?)");
+        if (nl - pos_ > 1024) malformed("a GLOBAL name does not end within 1024 bytes");
         std::string s(p_.substr(pos_, nl - pos_));
         pos_ = nl + 1;
         return s;
@@ -746,8 +749,14 @@ struct Named {
 
 class Flattener {
    public:
-    Flattener(const Pickle& p, const std::string& source)
-        : p_(p), source_(source), state_(p.nodes.size(), 0), emitted_(p.nodes.size(), 0) {}
+    // `budget`: what the memory limit (`max_bytes`) leaves for the names and their records.
+    Flattener(const Pickle& p, const std::string& source, std::size_t budget, std::size_t max_bytes)
+        : p_(p),
+          source_(source),
+          budget_(budget),
+          max_bytes_(max_bytes),
+          state_(p.nodes.size(), 0),
+          emitted_(p.nodes.size(), 0) {}
 
     std::vector<Named> run() {
         const Node* root = p_.root.tag == Tag::object ? &p_.nodes[std::size_t(p_.root.i)] : nullptr;
@@ -811,6 +820,13 @@ class Flattener {
             names_bytes_ += name.size();
             if (names_bytes_ > kMaxNamesBytes)
                 refuse("its tensor names take more than " + format_bytes(kMaxNamesBytes));
+            // What listing it costs: the name (three copies), its record, shape and stride.
+            const std::size_t cost = 3 * name.size() + 4 * sizeof(std::uint64_t) * p_.tensors[n.record].size.size() +
+                                     sizeof(TensorInfo) + sizeof(Named) + 256;
+            if (cost > budget_)
+                throw MemoryLimitError(shown_path(source_) + ": listing its tensors (" + std::to_string(out_.size()) +
+                                       " so far) needs more than " + io_detail::memory_limit_of(max_bytes_));
+            budget_ -= cost;
             out_.push_back({name, n.record});
             return;
         }
@@ -822,11 +838,10 @@ class Flattener {
         const std::size_t i = std::size_t(v.i);
         const Node& n = p_.nodes[i];
         const std::string where = name.empty() ? "the top" : "'" + shown(name) + "'";
-        if (state_[i] == 1) refuse("the " + describe(v).substr(2) + " at " + where + " contains itself");
+        if (state_[i] == 1) refuse(describe(v) + " contains itself (reached again at " + where + ")");
         if (state_[i] == 2) {
             if (emitted_[i] == 0) return;  // shared, but holds no tensor: nothing to name twice
-            refuse("the " + describe(v).substr(2) + " at " + where +
-                   " is one already named elsewhere (a shared container)");
+            refuse(describe(v) + " holding tensors is reached twice (again at " + where + "): a shared container");
         }
         if (depth > kMaxDepth)
             refuse("dicts and lists nested more than " + std::to_string(kMaxDepth) + " deep (at " + where + ")");
@@ -864,6 +879,7 @@ class Flattener {
 
     const Pickle& p_;
     const std::string& source_;
+    std::size_t budget_, max_bytes_;
     std::vector<unsigned char> state_;  // 0 not seen, 1 being walked, 2 walked
     std::vector<std::size_t> emitted_;  // tensors named inside each walked container
     std::vector<Named> out_;
@@ -879,6 +895,26 @@ struct Entry {
     std::size_t member;   // index into members_
     std::string storage;  // "data/0", for messages
 };
+
+// Calls put(k, position) for each element k of the view in C order, with its position
+// in the storage (in elements). The positions were checked against the storage at open.
+template <typename Put>
+void gather(const Entry& en, Put put) {
+    if (en.count == 0) return;
+    const std::size_t rank = en.size.size();
+    const std::uint64_t inner = rank ? en.size[rank - 1] : 1, step = rank ? en.stride[rank - 1] : 0;
+    std::vector<std::uint64_t> index(rank ? rank - 1 : 0, 0);  // the outer axes
+    std::uint64_t base = en.offset;
+    for (std::size_t k = 0; k < en.count; k += std::size_t(inner)) {
+        for (std::uint64_t j = 0; j < inner; ++j) put(k + std::size_t(j), base + j * step);
+        for (std::size_t d = index.size(); d-- > 0;) {
+            base += en.stride[d];
+            if (++index[d] < en.size[d]) break;
+            base -= en.stride[d] * en.size[d];
+            index[d] = 0;
+        }
+    }
+}
 
 class TorchZipSource final : public TensorSource {
    public:
@@ -964,7 +1000,7 @@ void TorchZipSource::open(std::size_t max_bytes) {
     pkl_buffer.reset();
 
     // 5. The names, then each tensor against its storage member.
-    const std::vector<Named> named = Flattener(p, source_).run();
+    const std::vector<Named> named = Flattener(p, source_, max_bytes - p.used, max_bytes).run();
     for (const Named& n : named) add_tensor(n, p, prefix, by_member);
 }
 
@@ -1086,27 +1122,19 @@ Array TorchZipSource::read(const std::string& name, std::size_t max_bytes) const
 
     // 3b. Anything else gathered into C order: float32/float64 into a buffer of their own
     //     type, every other type widened to double. Each position was checked at open.
-    std::vector<std::uint64_t> index(en.size.size(), 0);
-    std::uint64_t pos = en.offset;
-    auto next = [&] {
-        for (std::size_t d = index.size(); d-- > 0;) {
-            pos += en.stride[d];
-            if (++index[d] < en.size[d]) return;
-            pos -= en.stride[d] * en.size[d];
-            index[d] = 0;
-        }
-    };
+    //     The last axis is walked by its stride; the outer axes by an odometer.
     const char* start = storage.data();
     if (is_float) {
         auto buffer = std::make_shared<std::string>(nbytes, '\0');
-        for (std::size_t k = 0; k < en.count; ++k, next())
-            std::memcpy(buffer->data() + k * e.size, start + pos * e.size, e.size);
+        char* out = buffer->data();
+        gather(en,
+               [&](std::size_t k, std::uint64_t pos) { std::memcpy(out + k * e.size, start + pos * e.size, e.size); });
         a.stored = *buffer;
         a.keep = std::move(buffer);
         return a;
     }
     a.values.resize(en.count);
-    for (std::size_t k = 0; k < en.count; ++k, next()) a.values[k] = widen(start + pos * e.size, en.elem);
+    gather(en, [&](std::size_t k, std::uint64_t pos) { a.values[k] = widen(start + pos * e.size, en.elem); });
     return a;
 }
 

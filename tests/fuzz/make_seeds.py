@@ -4,13 +4,14 @@
     /usr/bin/python3 tests/fuzz/make_seeds.py OUTDIR
 
 creates OUTDIR/fuzz_npy, OUTDIR/fuzz_npz, OUTDIR/fuzz_json, OUTDIR/fuzz_load,
-OUTDIR/fuzz_stream and OUTDIR/fuzz_safetensors from the project's own files, good and
-bad alike:
+OUTDIR/fuzz_stream, OUTDIR/fuzz_safetensors and OUTDIR/fuzz_torch from the project's own
+files, good and bad alike:
 
     * data/*.json, data/*.npz          the example bundles
     * tests/golden/*.npz, cases.json   the golden cases (their spec drives fuzz_load)
     * tests/fixtures/{good,bad}/*      the io-layer fixtures
     * tests/fixtures/checkpoints/safetensors/*/*.safetensors   the .safetensors fixtures
+    * tests/fixtures/checkpoints/torch_*.pt   PyTorch zip state dicts (fuzz_torch)
 
 plus every .npy member of every .npz (as fuzz_npy seeds) and a few small hand-made
 files that reach corners the project's files do not (dtypes, header versions, zip64,
@@ -250,8 +251,8 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: make_seeds.py OUTDIR")
     out = sys.argv[1]
-    npy_c, npz_c, json_c, load_c, stream_c = (
-        Corpus(out, t) for t in ("fuzz_npy", "fuzz_npz", "fuzz_json", "fuzz_load", "fuzz_stream"))
+    npy_c, npz_c, json_c, load_c, stream_c, torch_c = (
+        Corpus(out, t) for t in ("fuzz_npy", "fuzz_npz", "fuzz_json", "fuzz_load", "fuzz_stream", "fuzz_torch"))
     rel = lambda p: os.path.relpath(p, ROOT)
 
     for p in files("tests/fixtures/*/*.npy"):
@@ -300,7 +301,11 @@ def main():
     st_c = Corpus(out, "fuzz_safetensors")
     for p in files("tests/fixtures/checkpoints/safetensors/*/*.safetensors"):
         st_c.add(rel(p), read(p))
-    for c in (npy_c, npz_c, json_c, load_c, stream_c, st_c):
+    # fuzz_torch: every PyTorch fixture small enough for the target's -max_len.
+    for p in files("tests/fixtures/checkpoints/torch_*.pt"):
+        if os.path.getsize(p) <= 32768:
+            torch_c.add(rel(p), read(p))
+    for c in (npy_c, npz_c, json_c, load_c, stream_c, st_c, torch_c):
         print(f"{os.path.basename(c.dir)}: {len(c.names)} seeds")
 
 

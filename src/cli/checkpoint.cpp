@@ -84,6 +84,7 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
         layer.config.heads = convert_tl_layout(weights);
         layer.arrays = std::move(weights.arrays);
     }
+    const std::optional<std::size_t> width = query_width(layer);
     for (auto& [name, array] : layer.arrays) bundle.arrays[name] = std::move(array);
 
     // Heads: the config's (or the weights'), or --heads; never a silent single head.
@@ -103,11 +104,10 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
                              std::to_string(*cfg.kv_heads));
         spec.kv_heads = cfg.kv_heads;
     }
-    if (cfg.head_dim)
-        if (const auto width = query_width(layer); width && *width != spec.heads * *cfg.head_dim)
-            throw InputError(escape_control(o.checkpoint) + ": " + layer.prefix + " query projection has " +
-                             std::to_string(*width) + " outputs, expected heads " + std::to_string(spec.heads) +
-                             " × head width " + std::to_string(*cfg.head_dim));
+    if (cfg.head_dim && width && *width != spec.heads * *cfg.head_dim)
+        throw InputError(escape_control(o.checkpoint) + ": " + layer.prefix + " query projection has " +
+                         std::to_string(*width) + " outputs, expected heads " + std::to_string(spec.heads) +
+                         " × head width " + std::to_string(*cfg.head_dim));
     // What the model does and no option said otherwise: masks, positions, scale.
     if (cfg.causal && !given("--causal")) spec.causal = *cfg.causal;
     if (cfg.rope) {
@@ -119,11 +119,16 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
         spec.rope = rope;
     }
     if (cfg.window && !given("--window")) spec.window = cfg.window;
-    if (cfg.scale && !given("--scale") && !given("--temperature")) {
-        spec.scale = *cfg.scale;
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.17g", *cfg.scale);
-        spec.scale_text = *cfg.scale == 1.0 ? "none" : buf;
+    // The config's scale; --temperature divides it, as it divides the default 1/sqrt(Dk).
+    if (cfg.scale && !given("--scale")) {
+        spec.scale = *cfg.scale / o.temperature;
+        spec.temperature = 1;
+        spec.scale_source = cfg.scale_why;
+        if (o.temperature != 1) {
+            char t[32];
+            std::snprintf(t, sizeof t, "%g", o.temperature);
+            spec.scale_source += " / temperature " + std::string(t);
+        }
     }
     std::string where = escape_control(o.checkpoint) + " " + layer.prefix + " (" + layer.preset + ")";
     bundle.source = (o.bundle.empty() ? std::string() : bundle.source + " with ") + where;

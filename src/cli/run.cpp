@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -390,9 +391,15 @@ void add_input_options(CLI::App* run, RunOptions& o) {
     ckpt->add_option("--prefix", o.prefix,
                      "The layer's tensors begin with this (e.g. encoder.layers.2.self_attn.), instead of --layer");
     // Which options were given, so a checkpoint's config fills in only the others.
+    // (CLI11 keeps an option group's options in the group, an unnamed subcommand.)
     run->parse_complete_callback([run, &o] {
-        for (const CLI::Option* opt : run->get_options())
-            if (opt->count() > 0) o.given.insert(opt->get_name());
+        std::function<void(CLI::App*)> collect = [&](CLI::App* app) {
+            for (const CLI::Option* opt : app->get_options())
+                if (opt->count() > 0) o.given.insert(opt->get_name());
+            for (CLI::App* group : app->get_subcommands([](CLI::App* a) { return a->get_name().empty(); }))
+                collect(group);
+        };
+        collect(run);
     });
 }
 

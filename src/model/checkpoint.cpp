@@ -202,11 +202,18 @@ std::map<std::string, std::set<std::size_t>> find_layers(const Preset& p, const 
     return found;
 }
 
+// "12 layers (0–11)", or the numbers themselves when some are missing: "2 layers (0, 2)".
 std::string layer_range(const std::set<std::size_t>& layers) {
     if (layers.empty()) return "none";
     const std::size_t lo = *layers.begin(), hi = *layers.rbegin();
-    return std::to_string(layers.size()) + (layers.size() == 1 ? " layer (" : " layers (") + std::to_string(lo) +
-           (hi != lo ? "–" + std::to_string(hi) : "") + ")";
+    std::string s = std::to_string(layers.size()) + (layers.size() == 1 ? " layer (" : " layers (");
+    if (hi - lo + 1 == layers.size()) return s + std::to_string(lo) + (hi != lo ? "–" + std::to_string(hi) : "") + ")";
+    std::size_t shown_n = 0;
+    for (std::size_t n : layers) {
+        if (shown_n == 12) return s + ", …)";
+        s += (shown_n++ ? ", " : "") + std::to_string(n);
+    }
+    return s + ")";
 }
 
 // config.json's view of a layer's attention, for preset `p` at layer `layer`.
@@ -219,13 +226,20 @@ LayerConfig config_of(const Preset& p, const Config& cfg, std::optional<std::siz
         lc.causal = true;
         note("causal (GPT-2 is a decoder)", "");
         if (auto h = cfg.count("n_head")) lc.heads = h, note("heads " + std::to_string(*h), "n_head");
-        if (cfg.flag("scale_attn_weights") == false) lc.scale = 1.0, note("scale none", "scale_attn_weights false");
+        if (cfg.flag("scale_attn_weights") == false) {
+            lc.scale = 1.0;
+            lc.scale_why = "1 (config.json scale_attn_weights false)";
+            note("scale none", "scale_attn_weights false");
+        }
         if (cfg.flag("scale_attn_by_inverse_layer_idx") == true) {
             const auto n_embd = cfg.count("n_embd");
             if (!lc.heads || !n_embd || !layer)
                 cfg.fail("scale_attn_by_inverse_layer_idx", "needs n_head, n_embd and a layer number");
             const double dk = double(*n_embd / *lc.heads);
             lc.scale = (lc.scale ? 1.0 : 1.0 / std::sqrt(dk)) / double(*layer + 1);
+            lc.scale_why = std::string(lc.scale_why.empty() ? "1/sqrt(Dk)" : "1") +
+                           " / (layer + 1) = " + format_number(*lc.scale) +
+                           " (config.json scale_attn_by_inverse_layer_idx)";
             note("scale divided by layer + 1 = " + std::to_string(*layer + 1), "scale_attn_by_inverse_layer_idx");
         }
     } else if (p.name == "bert") {
@@ -379,7 +393,13 @@ CheckpointLayer choose_layer(const Checkpoint& c, const LayerRequest& r, std::si
     const std::string path = escape_control(c.path);
     const Config cfg(c);
     CheckpointLayer out;
-    const Preset* p = preset_for(c, r.preset);
+    // With {prefix}, a model_type no preset reads leaves the names to the prefix alone.
+    const Preset* p = nullptr;
+    try {
+        p = preset_for(c, r.preset);
+    } catch (const InputError&) {
+        if (r.prefix.empty() || r.preset != "auto") throw;
+    }
     if (!p && r.prefix.empty())
         throw InputError(path + ": " +
                          (cfg.has() ? std::string("config.json has no model_type") : "no config.json beside it") +

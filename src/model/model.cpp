@@ -167,6 +167,15 @@ class Builder {
 class NonFiniteLog {
    public:
     void note(const Array& a, const NonFinite& nf) { found_.emplace(&a, nf); }
+    // Adds what a part of `a` starting at element `offset` held (parts copied out one by one).
+    void add(const Array& a, const NonFinite& nf, std::size_t offset) {
+        NonFinite& f = found_[&a];
+        if (nf.count && (f.count == 0 || offset + nf.first < f.first)) {
+            f.first = offset + nf.first;
+            f.first_value = nf.first_value;
+        }
+        f.count += nf.count;
+    }
     bool has(const Array& a) const { return found_.count(&a) != 0; }
 
     // A warning naming the array and the first non-finite value, so a NaN is traced to
@@ -212,6 +221,25 @@ Tensor<T, N> to_tensor(const Array& a, const std::array<std::size_t, N>& shape, 
     return t;
 }
 
+// Rows [r0, r0 + n) of a 2-D numeric array, as an array of their own: numbers kept as
+// stored stay where they are (no copy), doubles are copied.
+Array rows_of(const Array& a, std::size_t r0, std::size_t n) {
+    Array s;
+    s.shape = {n, a.shape[1]};
+    s.dtype = a.dtype;
+    s.origin = a.origin;
+    s.held = a.held;
+    s.keep = a.keep;
+    const std::size_t per = a.shape[1];
+    if (a.held == Array::Held::doubles) {
+        s.values.assign(a.values.begin() + std::ptrdiff_t(r0 * per), a.values.begin() + std::ptrdiff_t((r0 + n) * per));
+    } else {
+        const std::size_t size = a.held == Array::Held::float32 ? 4 : 8;
+        s.stored = a.stored.substr(r0 * per * size, n * per * size);
+    }
+    return s;
+}
+
 template <typename T>
 Tensor<T, 2> to_tensor(const Mat& m, NonFiniteLog& log) {
     Tensor<T, 2> t = Tensor<T, 2>::from_shape({m.rows, m.cols});
@@ -220,11 +248,25 @@ Tensor<T, 2> to_tensor(const Mat& m, NonFiniteLog& log) {
         copy_whole(*m.a, t.data(), log);  // the common case: the array as it is
         return t;
     }
-    Buffer<T> all(m.a->count());
-    copy_whole(*m.a, all.data(), log);
-    for (std::size_t i = 0; i < m.rows; ++i)
-        for (std::size_t j = 0; j < m.cols; ++j)
-            t(i, j) = m.transposed ? all[(m.row0 + j) * cols + i] : all[(m.row0 + i) * cols + j];
+    // A block of rows (in_proj_weight's q, k or v) and/or the transpose ((out, in) layout):
+    // the source rows used, in slabs of about 64K numbers, each copied out once (its
+    // non-finite numbers noted) and placed; never a copy of the whole array.
+    const std::size_t used = m.transposed ? m.cols : m.rows;
+    const std::size_t slab = std::max<std::size_t>(1, (std::size_t{1} << 16) / cols);
+    Buffer<T> buf(std::min(slab, used) * cols);
+    T* out = t.data();
+    for (std::size_t r = 0; r < used; r += slab) {
+        const std::size_t n = std::min(slab, used - r);
+        log.add(*m.a, copy_numbers<T>(rows_of(*m.a, m.row0 + r, n), buf.data()), (m.row0 + r) * cols);
+        if (!m.transposed) {
+            std::copy(buf.data(), buf.data() + n * cols, out + r * cols);
+            continue;
+        }
+        for (std::size_t c = 0; c < cols; ++c) {  // source column c is row c of t
+            T* row = out + c * m.cols + r;
+            for (std::size_t i = 0; i < n; ++i) row[i] = buf[i * cols + c];
+        }
+    }
     return t;
 }
 
@@ -829,7 +871,9 @@ void choose_scale(const Spec& spec, Problem<T>& p) {
     const Dims& d = p.dims;
     if (spec.scale) {
         p.scale = static_cast<T>(*spec.scale);
-        p.scale_source = spec.scale_text.empty() ? "--scale" : "--scale " + spec.scale_text;
+        p.scale_source = !spec.scale_source.empty() ? spec.scale_source
+                         : spec.scale_text.empty()  ? "--scale"
+                                                    : "--scale " + spec.scale_text;
     } else if (spec.temperature != 1) {
         p.scale = static_cast<T>(1.0 / (std::sqrt(double(d.Dk)) * spec.temperature));
         char t[32];

@@ -42,6 +42,7 @@ struct LayerConfig {
     std::optional<Rope> rope;
     std::optional<std::size_t> window;
     std::optional<double> scale;     // a scale other than 1/sqrt(Dk)
+    std::string scale_why;           // how the config gives it, for reports
     std::vector<std::string> facts;  // where each came from: "heads 12 (config.json n_head)"
 };
 

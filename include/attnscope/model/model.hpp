@@ -49,6 +49,7 @@ struct Spec {
     std::size_t heads = 1;
     std::optional<double> scale;  // default 1/sqrt(Dk)
     std::string scale_text;       // how `scale` was given, for reports: "none", "0.5" (may be empty)
+    std::string scale_source;     // where a scale not given as {scale} came from (a checkpoint's config)
     bool causal = false;
     CausalAlign causal_align = CausalAlign::top_left;  // bottom_right: query i sits at i + Tk - Tq
     Layout layout = Layout::math;

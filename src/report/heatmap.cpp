@@ -269,7 +269,13 @@ void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, c
 }
 
 void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
-    const Stage shown_stages[] = {kScores, kMaskedScores, kWeights};
+    // The panels the chosen stages name (every one when no stage is chosen).
+    std::vector<Stage> shown_stages;
+    for (const Stage id : {kScores, kMaskedScores, kWeights})
+        if (o.stages.empty() || std::find(o.stages.begin(), o.stages.end(), stage_name(id)) != o.stages.end())
+            shown_stages.push_back(id);
+    if (shown_stages.empty())
+        throw UsageError("{panels}: draws scores, masked_scores and weights; {stages} names none of them");
     // (kPanelsNeeds also keeps the mask and, when the run has one, the bias; the cells
     // hidden are the mask rule's and a -inf bias's: text::sees.)
     v.require(StageSet().set(kScores).set(kMaskedScores).set(kWeights), "panels");
@@ -282,16 +288,20 @@ void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
             for (const Stage id : shown_stages) {
                 const StageView& s = v.stage(id);
                 ranges.push_back(value_range(s, {b}, {h}));
-                panels.push_back(render(v, s, b, h, ranges.back(), o, (o.width > 12 ? o.width - 12 : 12) / 3));
+                panels.push_back(
+                    render(v, s, b, h, ranges.back(), o, (o.width > 12 ? o.width - 12 : 12) / shown_stages.size()));
             }
-            out << "\n== " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
-                << ": scores -> masked_scores -> weights (softmax along each row)\n";
+            std::string names;
+            for (const Stage id : shown_stages) names += (names.empty() ? "" : " -> ") + stage_name(id);
+            out << "\n== " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h << ": "
+                << names << (shown_stages.back() == kWeights ? " (softmax along each row)" : "") << '\n';
             if (v.dims.G && v.dims.G != v.dims.H)
                 out << "   query head " << h << " reads K/V head " << v.dims.kv_head(h) << " ("
                     << serves(v.dims, v.dims.kv_head(h)) << ")\n";
             out << '\n';
             print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
-            for (std::size_t k = 0; k < 3; ++k) out << legend(v.stage(shown_stages[k]), ranges[k], o.color);
+            for (std::size_t k = 0; k < shown_stages.size(); ++k)
+                out << legend(v.stage(shown_stages[k]), ranges[k], o.color);
         }
 }
 

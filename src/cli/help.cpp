@@ -403,18 +403,23 @@ std::string HelpFormatter::make_help(const CLI::App* app, std::string, CLI::AppF
 
 std::string parse_error_message(const CLI::App& cmd, const CLI::ParseError& e) {
     const std::string where = "(see " + program_of(&cmd) + " --help)";
-    if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    // An unknown option comes first, whatever CLI11 found wrong: it may explain the rest
+    // (--prefil 2 leaves --prefill missing).
+    const bool extras = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
+    const auto option_like = [](const std::string& arg) {
+        return arg.size() >= 2 && arg[0] == '-' && !std::isdigit(static_cast<unsigned char>(arg[1])) && arg[1] != '.';
+    };
+    std::vector<std::string> left = cmd.remaining();
+    if (left.empty() && cmd.get_parent()) left = cmd.get_parent()->remaining();
+    if (extras || std::any_of(left.begin(), left.end(), option_like)) {
         std::vector<std::string> known;
         for (const CLI::Option* o : all_options(&cmd)) {
             if (hidden(o)) continue;
             for (const auto& n : o->get_lnames()) known.push_back("--" + n);
             for (const auto& n : o->get_snames()) known.push_back("-" + n);
         }
-        std::vector<std::string> left = cmd.remaining();
-        if (left.empty() && cmd.get_parent()) left = cmd.get_parent()->remaining();
         for (const std::string& arg : left) {
-            if (arg.size() < 2 || arg[0] != '-' || std::isdigit(static_cast<unsigned char>(arg[1])) || arg[1] == '.')
-                continue;
+            if (!option_like(arg)) continue;
             const std::string name = arg.substr(0, arg.find('='));
             return "unknown option " + name + did_you_mean(name, known) + " " + where;
         }

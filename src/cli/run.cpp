@@ -801,12 +801,21 @@ void check_json_options(const RunOptions& o) {
                              "(the JSON holds every number it shows)");
 }
 
+// --panels draws the chosen among scores, masked_scores and weights: one at least.
+void check_panels_options(const RunOptions& o) {
+    if (!o.panels || o.stages.empty() || o.stages == "all") return;
+    for (const auto& s : parse_stage_list(o.stages))
+        if (s == "scores" || s == "masked_scores" || s == "weights") return;
+    throw UsageError("--panels: draws scores, masked_scores and weights; --stages " + o.stages + " names none of them");
+}
+
 }  // namespace
 
 int run_run(const RunOptions& o) {
     const auto t0 = Clock::now();
     Spec spec = spec_of(o);
     check_json_options(o);
+    check_panels_options(o);
     if (!o.compare.empty()) return run_compare(o);
     check_outputs(o, parse_stage_list(o.stages));
     const std::size_t limit = memory_limit(o);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -129,8 +130,8 @@ std::string option_text(const CLI::Option* o) {
 
 // A heading's rank: the listed headings in their order, then any other, then the help.
 int rank(const std::string& heading) {
-    static const char* const kOrder[] = {kInputs,  kCheckpoint, kModel, kMasks,       kModern,
-                                         kOutputs, kSelections, kViews, kExperiments, kLimits};
+    static const char* const kOrder[] = {kInputs, kComparison, kDecoding,   kCheckpoint, kModel,       kMasks,
+                                         kModern, kOutputs,    kSelections, kViews,      kExperiments, kLimits};
     for (int k = 0; k < int(std::size(kOrder)); ++k)
         if (heading == kOrder[k]) return k;
     return heading == "Help" ? 1000 : 100;
@@ -168,6 +169,12 @@ std::vector<Section> sections_of(const CLI::App* cmd) {
 
 std::vector<const CLI::App*> commands_of(const CLI::App* app) {
     return app->get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); });
+}
+
+std::string names_of(const CLI::App& app) {
+    std::string names;
+    for (const CLI::App* c : commands_of(&app)) names += (names.empty() ? "" : ", ") + c->get_name();
+    return names;
 }
 
 std::string program_of(const CLI::App* app) {
@@ -428,8 +435,31 @@ std::string parse_error_message(const CLI::App& cmd, const CLI::ParseError& e) {
         return "unexpected argument" + std::string(left.size() > 1 ? "s " : " ") + list + " (usage: " + usage_of(&cmd) +
                "; see " + program_of(&cmd) + " --help)";
     }
-    // A value outside an option's choices: "--svg-stage: weight not in {scores,...}".
+    // CLI11's own phrasing, in ours: counts of values, a missing value, a range.
     std::string what = e.what();
+    const auto colon0 = what.find(": ");
+    if (colon0 != std::string::npos && what.compare(0, 1, "-") == 0) {
+        const std::string option = what.substr(0, colon0), rest = what.substr(colon0 + 2);
+        const CLI::Option* opt = nullptr;
+        for (const CLI::Option* o : all_options(&cmd))
+            for (const auto& n : o->get_lnames())
+                if ("--" + n == option) opt = o;
+        const std::string usage = opt ? option_names(opt) : option;
+        unsigned long n = 0, m = 0;
+        char word[8] = {};
+        if (std::sscanf(rest.c_str(), "At %7s %lu required but received %lu", word, &n, &m) == 3)
+            return option + ": expected " + (std::string(word) == "least" ? "at least " : "at most ") +
+                   std::to_string(n) + " values, found " + std::to_string(m) + " (" + usage + ") " + where;
+        if (rest.find(" required ") != std::string::npos && rest.size() > 8 &&
+            rest.compare(rest.size() - 8, 8, " missing") == 0)
+            return option + ": expected a value (" + usage + ") " + where;
+        const auto range = rest.find(" not in range ");
+        if (rest.compare(0, 6, "Value ") == 0 && range != std::string::npos)
+            return option + ": expected a number from " + rest.substr(range + 14) + ", found '" +
+                   rest.substr(6, range - 6) + "' " + where;
+    }
+    if (what == "A subcommand is required") return "expected a command (" + names_of(cmd) + ") " + where;
+    // A value outside an option's choices: "--svg-stage: weight not in {scores,...}".
     const auto not_in = what.find(" not in {");
     const auto colon = what.find(": ");
     if (dynamic_cast<const CLI::ValidationError*>(&e) && not_in != std::string::npos && colon != std::string::npos &&

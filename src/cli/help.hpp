@@ -12,6 +12,8 @@ namespace attnscope::cli {
 // `->group(kOutputs)` (or sits in an option group of that name); an option under a heading
 // not listed here is shown after these, under its own heading.
 inline constexpr const char* kInputs = "Inputs";
+inline constexpr const char* kComparison = "Comparison";  // check's own
+inline constexpr const char* kDecoding = "Decoding";      // decode's own
 inline constexpr const char* kCheckpoint = "Checkpoint";
 inline constexpr const char* kModel = "Model";
 inline constexpr const char* kMasks = "Masks";

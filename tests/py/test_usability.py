@@ -222,6 +222,20 @@ class DidYouMean(CliTestCase):
                 self.assertEqual(r.err, f"attnscope: error: {want} (see attnscope {command} --help)\n")
                 self.assertNotIn("sentence.json", r.err)  # never blamed on the bundle
 
+    def test_cli11_phrasing_is_said_in_ours(self):
+        cases = [
+            (["run", "data/sentence.json", "--heads", "0"], "--heads: expected a number from 1 to 1048576, found '0'"),
+            (["run", "data/sentence.json", "--cell", "1,2"], "--cell: expected at least 3 values, found 2"),
+            (["run", "data/sentence.json", "--heads"], "--heads: expected a value (--heads H)"),
+            ([], "expected a command (run, check, decode, inspect)"),
+        ]
+        for args, want in cases:
+            with self.subTest(args=args):
+                r = run_root(*args)
+                self.assert_error(r, want)
+                for junk in ("UINT", "At least", "At Most", "required", "Value "):
+                    self.assertNotIn(junk, r.err)
+
     def test_an_option_nothing_is_near_gets_no_guess(self):
         r = run_root("run", "data/sentence.json", "--frobnicate-everything")
         self.assert_error(r, "unknown option --frobnicate-everything")

@@ -477,8 +477,7 @@ std::string parse_error_message(const CLI::App& cmd, const CLI::ParseError& e) {
 
 std::string man_page(const CLI::App& app) {
     std::ostringstream s;
-    s << ".TH ATTNSCOPE 1 \"\" \"" << roff(app.get_version_ptr() ? "attnscope 0.1.0" : "attnscope")
-      << "\" \"User Commands\"\n"
+    s << ".TH ATTNSCOPE 1 \"\" \"" << roff(std::string("attnscope ") + kVersion) << "\" \"User Commands\"\n"
       << ".SH NAME\nattnscope \\- " << roff(app.get_description().substr(app.get_description().find(':') + 2))
       << "\n.SH SYNOPSIS\n";
     for (const CLI::App* c : commands_of(&app)) s << ".B " << roff(usage_of(c)) << "\n.br\n";

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     clean_up_on_fatal_signals();
     CLI::App app{"attnscope: inspect transformer attention, stage by stage"};
     app.formatter(std::make_shared<cli::HelpFormatter>());  // before the subcommands: they inherit it
-    app.set_version_flag("-V,--version", "attnscope 0.1.0", "Print the version");
+    app.set_version_flag("-V,--version", std::string("attnscope ") + cli::kVersion, "Print the version");
     app.set_help_flag("-h,--help", "Print this help");
     app.require_subcommand(1);
     std::vector<cli::Subcommand> commands;

@@ -700,7 +700,7 @@ RunOptions second_run(const RunOptions& a, const std::vector<std::string>& extra
     try {
         app.parse(reversed);
     } catch (const CLI::ParseError& e) {
-        throw UsageError("--compare \"" + a.compare + "\": " + e.what());
+        throw UsageError("--compare '" + a.compare + "': " + parse_error_message(*run, e));
     }
     if (!b->compare.empty()) throw UsageError("--compare: cannot be nested");
     return *b;

@@ -151,6 +151,10 @@ class Compare(CliTestCase):
                                 "--temperature 2 --temperature 3")
         self.assertAlmostEqual(doc["compare"]["scale"]["b"], 1 / (2 * 3), places=15)
 
+    def test_an_unknown_option_in_run_b_is_named(self):
+        r = run_root("run", "data/sentence.json", "--compare", "--hedas 1")
+        self.assert_error(r, "--compare '--hedas 1': unknown option --hedas; did you mean --heads?")
+
     def test_the_mean_is_inf_where_the_max_is(self):
         doc = self.compare_json("run", "data/causal.json", "--causal", "--compare", "--no-causal")
         # By hand: T = 5, the causal mask hides the 10 cells above the diagonal.

@@ -381,7 +381,7 @@ void add_input_options(CLI::App* run, RunOptions& o) {
     for (const char* name : kArrayOptions)
         arrays->add_option_function<std::string>(
             std::string("--") + name, [&o, name](const std::string& f) { o.array_files[name] = f; },
-            std::string("File holding ") + name + " (.npy or .json; replaces the bundle's)");
+            std::string(name) + " from this .npy or .json file, not the bundle");
     auto* ckpt = run->add_option_group(kCheckpoint);
     ckpt->add_option("--checkpoint", o.checkpoint,
                      "Weights from a model checkpoint: .safetensors, model.safetensors.index.json, a torch.save "

@@ -21,9 +21,13 @@ StageDiff diff(const StageView& x, const StageView& y) {
         double d = p == q ? 0.0 : std::fabs(p - q);
         if (std::isnan(d)) d = std::numeric_limits<double>::infinity();  // -inf vs a number
         if (d > r.max_abs) r.max_abs = d, at = k;
-        if (std::isfinite(d)) sum += d, ++n;
+        if (std::isfinite(d))
+            sum += d, ++n;
+        else
+            ++r.infinite;
     }
-    r.mean_abs = n ? sum / double(n) : 0.0;
+    r.finite_mean_abs = n ? sum / double(n) : 0.0;
+    r.mean_abs = r.infinite ? std::numeric_limits<double>::infinity() : r.finite_mean_abs;
     if (r.max_abs > 0) {
         r.at.resize(x.shape.size());
         for (std::size_t i = x.shape.size(), rest = at; i-- > 0;) r.at[i] = rest % x.shape[i], rest /= x.shape[i];

@@ -19,6 +19,7 @@
 #include "attnscope/io/read.hpp"
 #include "attnscope/model/model.hpp"
 #include "attnscope/report/check_report.hpp"
+#include "help.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
 
@@ -90,19 +91,28 @@ Subcommand setup_check_command(CLI::App& parent) {
     add_input_options(cmd, a->run);
     cmd->remove_option(cmd->get_option("bundle"));  // the bundle is --against here
     cmd->add_option("--against", a->run.bundle, "The inputs: the bundle (.npz, .json or -) you computed them from")
-        ->required();
+        ->required()
+        ->group(kInputs);
     add_model_options(cmd, a->run);
-    cmd->add_flag("--json", a->json, "Print one JSON document (verdict, stages, first_divergent_stage, diagnosis)");
+    cmd->add_flag("--json", a->json, "Print one JSON document (verdict, stages, first_divergent_stage, diagnosis)")
+        ->group(kOutputs);
     cmd->add_option("--rtol", a->rtol, "Relative tolerance (default: 1e-9 for float64, 2e-5 for float32 arrays)")
-        ->check(CLI::NonNegativeNumber);
-    cmd->add_option("--atol", a->atol, "Absolute tolerance (default: as --rtol)")->check(CLI::NonNegativeNumber);
+        ->check(CLI::NonNegativeNumber)
+        ->group(kComparison);
+    cmd->add_option("--atol", a->atol, "Absolute tolerance (default: as --rtol)")
+        ->check(CLI::NonNegativeNumber)
+        ->group(kComparison);
     cmd->add_option("--axes", a->axes,
                     "NAME=ORDER: the axis order of one of your arrays in the letters b, h, t, d (q, k for scores), "
                     "(..) around merged axes, e.g. q=bthd, z=bt(hd), attn=bhqk; repeat for more")
-        ->allow_extra_args(false);
-    cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)");
+        ->allow_extra_args(false)
+        ->group(kComparison);
+    cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)")
+        ->group(kLimits);
     cmd->add_option("--threads", a->run.threads, "Compute threads for the reference (default: every core)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+        ->group(kLimits);
+    later_options_replace(cmd);
     return {cmd, [a] { return run_check(*a); }};
 }
 

@@ -13,6 +13,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/model/checkpoint.hpp"
+#include "help.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
 
@@ -243,8 +244,9 @@ Subcommand setup_inspect_command(CLI::App& parent) {
         ->required();
     cmd->add_option("--preset", a->preset,
                     "auto (config.json's model_type), gpt2, bert, llama, mistral, qwen2, mha, tl")
-        ->capture_default_str();
-    cmd->add_flag("--json", a->json, "Print one JSON document");
+        ->capture_default_str()
+        ->group(kCheckpoint);
+    cmd->add_flag("--json", a->json, "Print one JSON document")->group(kOutputs);
     return {cmd, [a] { return run_inspect(*a); }};
 }
 

@@ -14,6 +14,7 @@
 #include "attnscope/io/write.hpp"
 #include "attnscope/model/model.hpp"
 #include "attnscope/report/decode_report.hpp"
+#include "help.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
 
@@ -95,23 +96,30 @@ Subcommand setup_decode_command(CLI::App& parent) {
     a->causal = cmd->get_option("--causal");
     cmd->add_option("--prefill", a->prefill,
                     "P: positions 0..P-1 run as one causal prefill that fills the cache (0..T; the rest are steps)")
-        ->required();
+        ->required()
+        ->group(kDecoding);
     std::vector<std::string> bugs;
     for (std::string_view b : bug_names()) bugs.emplace_back(b);
     cmd->add_option("--bug", a->bug,
                     "A teaching experiment, a classic KV-cache bug: rope-position-zero (RoPE at position 0 in every "
                     "step), attend-before-append (the query misses its own key), off-by-one (the query sits at t-1)")
-        ->check(CLI::IsMember(bugs));
-    cmd->add_flag("--json", a->json, "Print one JSON document: config, prefill and every step");
-    cmd->add_flag("--heatmap", a->heatmap, "Each weight row as one line of a character ramp instead of numbers");
+        ->check(CLI::IsMember(bugs))
+        ->group(kDecoding);
+    cmd->add_flag("--json", a->json, "Print one JSON document: config, prefill and every step")->group(kOutputs);
+    cmd->add_flag("--heatmap", a->heatmap, "Each weight row as one line of a character ramp instead of numbers")
+        ->group(kViews);
     cmd->add_option("--dump", a->dump,
                     "FILE.npz: every step's rows (step{t}_weights, _mask, _context, _output, _sink_weight) and the "
-                    "prefill's");
-    cmd->add_flag("--force", a->force, "Replace an existing --dump file");
-    cmd->add_flag("-q,--quiet", a->quiet, "Print nothing (with --dump)");
-    cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)");
+                    "prefill's")
+        ->group(kOutputs);
+    cmd->add_flag("--force", a->force, "Replace an existing --dump file")->group(kOutputs);
+    cmd->add_flag("-q,--quiet", a->quiet, "Print nothing (with --dump)")->group(kOutputs);
+    cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)")
+        ->group(kLimits);
     cmd->add_option("--threads", a->run.threads, "Compute threads (default: every core)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+        ->group(kLimits);
+    later_options_replace(cmd);
     return {cmd, [a] { return run_decode(*a); }};
 }
 

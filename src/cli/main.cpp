@@ -11,6 +11,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/io/write.hpp"
+#include "help.hpp"
 #include "subcommand.hpp"
 
 namespace {
@@ -47,7 +48,9 @@ int main(int argc, char** argv) {
     using namespace attnscope;
     clean_up_on_fatal_signals();
     CLI::App app{"attnscope: inspect transformer attention, stage by stage"};
-    app.set_version_flag("--version", "attnscope 0.1.0");
+    app.formatter(std::make_shared<cli::HelpFormatter>());  // before the subcommands: they inherit it
+    app.set_version_flag("-V,--version", std::string("attnscope ") + cli::kVersion, "Print the version");
+    app.set_help_flag("-h,--help", "Print this help");
     app.require_subcommand(1);
     std::vector<cli::Subcommand> commands;
     std::string names;
@@ -55,6 +58,12 @@ int main(int argc, char** argv) {
         commands.push_back(setup(app));
         names += (names.empty() ? "" : ", ") + commands.back().app->get_name();
     }
+
+    // Generated from the option tree for the build (man page, completions): hidden options.
+    if (argc == 2 && std::string(argv[1]) == "--man") return std::cout << cli::man_page(app), 0;
+    if (argc == 3 && std::string(argv[1]) == "--completion" &&
+        (std::string(argv[2]) == "bash" || std::string(argv[2]) == "zsh"))
+        return std::cout << cli::completion_script(app, argv[2]), 0;
 
     try {
         // Name an unknown command (CLI11 would only say that one is required).
@@ -73,8 +82,8 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
         const auto chosen = app.get_subcommands();
-        const std::string where = chosen.empty() ? "" : chosen[0]->get_name() + " ";
-        std::cerr << "attnscope: error: " << escape_control(e.what()) << " (see attnscope " << where << "--help)\n";
+        std::cerr << "attnscope: error: "
+                  << escape_control(cli::parse_error_message(chosen.empty() ? app : *chosen[0], e)) << '\n';
         return 2;
     } catch (const InputError& e) {
         return fail(e, 2);

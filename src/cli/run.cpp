@@ -34,6 +34,7 @@
 #include "attnscope/model/model.hpp"
 #include "attnscope/model/qkv.hpp"
 #include "attnscope/report/report.hpp"
+#include "help.hpp"
 #include "subcommand.hpp"
 
 namespace attnscope::cli {
@@ -103,8 +104,19 @@ namespace {
 void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) {
     // (With every stage, whether the run has the --svg-stage is known once the bundle is read.)
     const bool all = o.stages.empty() || o.stages == "all";
-    if (!o.svg.empty() && !all && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end())
-        throw UsageError("--svg-stage " + o.svg_stage + ": not among the chosen --stages");
+    if (!o.svg.empty() && !all && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end()) {
+        if (o.given.count("--svg-stage"))
+            throw UsageError("--svg-stage " + o.svg_stage + ": not among the chosen --stages " + o.stages +
+                             "; add it to --stages");
+        // The user chose --stages, not the stage --svg draws by default: say it in those terms.
+        std::string drawable;
+        for (const auto& s : stages)
+            if (stage_info(*find_stage(s)).over_keys()) drawable = drawable.empty() ? s : drawable;
+        throw UsageError(
+            "--svg " + o.svg + ": draws the " + o.svg_stage + " by default, and --stages " + o.stages +
+            " leaves them out; add " + o.svg_stage + " to --stages" +
+            (drawable.empty() ? std::string() : ", or draw " + drawable + " with --svg-stage " + drawable));
+    }
     // Every output path, before any work: a run never computes for minutes and then fails
     // on a missing directory, nor leaves some outputs behind for another one that failed.
     for (const std::string* f : {&o.html, &o.svg, &o.dump})
@@ -222,10 +234,11 @@ void warn_overflow(const Problem<T>& problem, const Trace<T>& trace) {
               << ": the numbers overflow; every later stage it reaches carries it\n";
 }
 
-// The files: --dump (prepared before the computation, committed here), --html, --svg.
-void write_files(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages,
-                 std::optional<Dump>& dump) {
-    if (dump) dump->commit(view);
+// The files: --dump (prepared before the computation, committed here; only the chosen
+// batch items and heads: `selected`), --html, --svg.
+void write_files(const RunOptions& o, const TraceView& view, const TraceView& selected,
+                 const std::vector<std::string>& stages, std::optional<Dump>& dump) {
+    if (dump) dump->commit(selected);
     FigureOptions figure;
     figure.full = o.full;
     figure.range = parse_range(o.range, o.log_scale);
@@ -244,18 +257,27 @@ void write_files(const RunOptions& o, const TraceView& view, const std::vector<s
 }
 
 // Standard output: one JSON document, or the report a person reads.
-void write_stdout(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages, TextOptions text,
-                  const CellRef& cell) {
+void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& selected,
+                  const std::vector<std::string>& stages, TextOptions text, const CellRef& cell) {
     std::vector<RowDiagnostics> diagnostics;
     if (o.diagnose) diagnostics = diagnose(view);
     if (o.json) {
-        write_json(std::cout, view, stages, o.diagnose ? &diagnostics : nullptr);
+        const auto chosen = [](const std::vector<std::size_t>& list, std::size_t i) {
+            return list.empty() || std::find(list.begin(), list.end(), i) != list.end();
+        };
+        diagnostics.erase(std::remove_if(diagnostics.begin(), diagnostics.end(),
+                                         [&](const RowDiagnostics& r) {
+                                             return !chosen(o.batches, r.batch) || !chosen(o.heads_shown, r.head);
+                                         }),
+                          diagnostics.end());
+        write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr);
     } else if (!o.quiet) {
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
-        if (o.panels)
+        if (o.panels) {
+            write_run_header(std::cout, view, text);
             write_panels(std::cout, view, text);
-        else if (o.cell.empty() || !o.stages.empty())
+        } else if (o.cell.empty() || !o.stages.empty())
             write_text(std::cout, view, text);
         if (o.diagnose) write_diagnostics_text(std::cout, view, diagnostics, text);
         if (!o.cell.empty()) write_cell(std::cout, view, cell, o.decimals);
@@ -318,9 +340,11 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     check_memory_limit(bundle, problem, how, limit);
     // A directory dump is prepared first: large stages are computed in their files.
     std::optional<Dump> dump;
+    const bool selecting = !o.batches.empty() || !o.heads_shown.empty();
     if (!o.dump.empty()) {
         dump.emplace(o.dump, stages, o.force);
-        how.place = [&dump](Stage s, std::size_t bytes) { return dump->place(stage_name(s), bytes); };
+        if (!selecting)  // a selection is copied out of the stages: nothing is computed in place
+            how.place = [&dump](Stage s, std::size_t bytes) { return dump->place(stage_name(s), bytes); };
     }
     std::atomic<std::size_t> done{0}, total{0};
     how.progress_done = &done;
@@ -333,8 +357,12 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     const TraceView view = view_of(bundle.source, problem, trace);
     warn_fully_masked(trace.fully_masked, problem.batched);
     warn_overflow(problem, trace);
-    write_files(o, view, stages, dump);
-    write_stdout(o, view, stages, text, cell);
+    // --json and --dump write stages whole: only the chosen batch items and heads.
+    const TraceView selected =
+        (o.json || dump) && selecting ? select_view(view, o.batches, o.heads_shown) : TraceView();
+    const TraceView& whole = (o.json || dump) && selecting ? selected : view;
+    write_files(o, view, whole, stages, dump);
+    write_stdout(o, view, whole, stages, text, cell);
     if (o.timings) {
         char line[128];
         std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,
@@ -373,12 +401,12 @@ void add_input_options(CLI::App* run, RunOptions& o) {
     run->add_option("bundle", o.bundle,
                     "Named arrays: a .npz archive, a .json object, or - for JSON on stdin "
                     "(x, memory, W_Q, W_K, W_V, W_O, b_Q, b_K, b_V, b_O, key_padding_mask, query_tokens, key_tokens)");
-    auto* arrays = run->add_option_group("Arrays from their own files (.npy or .json; override the bundle)");
+    auto* arrays = run->add_option_group(kInputs);
     for (const char* name : kArrayOptions)
         arrays->add_option_function<std::string>(
             std::string("--") + name, [&o, name](const std::string& f) { o.array_files[name] = f; },
-            std::string("File holding ") + name);
-    auto* ckpt = run->add_option_group("Checkpoint (README: .safetensors, sharded, torch.save state dicts)");
+            std::string(name) + " from this .npy or .json file, not the bundle");
+    auto* ckpt = run->add_option_group(kCheckpoint);
     ckpt->add_option("--checkpoint", o.checkpoint,
                      "Weights from a model checkpoint: .safetensors, model.safetensors.index.json, a torch.save "
                      "file (.pt, .pth, .bin) or a directory holding one (x comes from the bundle or --x)");
@@ -407,17 +435,20 @@ void add_input_options(CLI::App* run, RunOptions& o) {
 void add_model_options(CLI::App* run, RunOptions& o) {
     run->add_option("--heads", o.heads, "Number of heads H (splits the projected widths)")
         ->capture_default_str()
-        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
-    run->add_flag("--causal,!--no-causal", o.causal, "Causal mask: query i sees only keys j <= i");
+        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+        ->group(kModel);
+    run->add_flag("--causal,!--no-causal", o.causal, "Causal mask: query i sees only keys j <= i")->group(kMasks);
     run->add_option("--causal-align", o.causal_align,
                     "top-left (like torch.tril) or bottom-right (query i sits at i + Tk - Tq, the KV-cache view)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"top-left", "bottom-right"}));
-    run->add_option("--scale", o.scale_text, "Score scale: a number, or none (= 1); default 1/sqrt(Dk)");
+        ->check(CLI::IsMember({"top-left", "bottom-right"}))
+        ->group(kMasks);
+    run->add_option("--scale", o.scale_text, "Score scale: a number, or none (= 1); default 1/sqrt(Dk)")->group(kModel);
     run->add_option("--dtype", o.dtype, "Arithmetic precision")
         ->capture_default_str()
-        ->check(CLI::IsMember({"float32", "float64"}));
-    auto* modern = run->add_option_group("Modern attention (README: grouped K/V heads, positions, biases)");
+        ->check(CLI::IsMember({"float32", "float64"}))
+        ->group(kModel);
+    auto* modern = run->add_option_group(kModern);
     modern
         ->add_option_function<std::size_t>(
             "--kv-heads", [&o](std::size_t g) { o.kv_heads = g; },
@@ -457,7 +488,8 @@ void add_model_options(CLI::App* run, RunOptions& o) {
                     "Weight layout: math (in, out), Q = x · W_Q; torch (out, in) as nn.Linear and "
                     "nn.MultiheadAttention store them; tl: TransformerLens's W_Q (H, Dm, Dk), W_O (H, Dv, Dm)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"math", "torch", "tl"}));
+        ->check(CLI::IsMember({"math", "torch", "tl"}))
+        ->group(kModel);
 }
 
 namespace {
@@ -465,38 +497,49 @@ namespace {
 // What is shown and written, and the limits of a run.
 void add_output_options(CLI::App* run, RunOptions& o) {
     run->add_option("--stages", o.stages,
-                    "Comma-separated stages to show/dump (default all): "
-                    "Q,K,V,scores,mask,masked_scores,weights,context,output, or none");
-    run->add_option("--batch", o.batches, "Batch items to print or draw (text, heatmaps, --html; default all)")
+                    "Stages to show and dump, comma-separated, e.g. scores,weights (default all; none: no stage): Q, "
+                    "K, V, scores, mask, masked_scores, weights, context, output; with the variants Q_rot, K_rot, "
+                    "bias, sink_weight; head_output when asked for")
+        ->group(kOutputs);
+    run->add_option("--batch", o.batches, "Batch items shown in every output (default all)")
         ->delimiter(',')
-        ->check(kIndex);
-    run->add_option("--head", o.heads_shown, "Heads to print or draw (text, heatmaps, --html; default all)")
+        ->check(kIndex)
+        ->group(kSelections);
+    run->add_option("--head", o.heads_shown, "Heads shown in every output (default all)")
         ->delimiter(',')
-        ->check(kIndex);
+        ->check(kIndex)
+        ->group(kSelections);
     run->add_option("--decimals", o.decimals, "Decimals in the printed report")
         ->capture_default_str()
-        ->check(CLI::Range(0, 17));
+        ->check(CLI::Range(0, 17))
+        ->group(kViews);
     run->add_option("--edgeitems", o.edgeitems, "Rows/columns shown at each end of a long axis")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1000));
+        ->check(CLI::Range(1, 1000))
+        ->group(kViews);
     run->add_flag("--full", o.full,
                   "Never summarise: every number, every key of a heatmap, every cell of --html and --svg. "
                   "Without it a long axis shows its first and last cells around a gap (…): printed numbers beyond "
                   "2*edgeitems+2 or the width, heatmap keys beyond the width, HTML beyond 2048 cells (and about 8 "
-                  "million cells a page), SVG beyond 256");
-    run->add_option("--dump", o.dump, "Write each stage as NAME.npy into this directory, or into one .npz archive");
-    run->add_flag("--json", o.json, "Print one JSON document instead of the report");
-    run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)");
+                  "million cells a page), SVG beyond 256")
+        ->group(kViews);
+    run->add_option("--dump", o.dump, "Write each stage as NAME.npy into this directory, or into one .npz archive")
+        ->group(kOutputs);
+    run->add_flag("--json", o.json, "Print one JSON document instead of the report")->group(kOutputs);
+    run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)")->group(kOutputs);
     run->add_option("--threads", o.threads, "Compute threads (default: every core)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
-    run->add_flag("--timings", o.timings, "Print the seconds spent loading, computing and writing to stderr");
+        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+        ->group(kLimits);
+    run->add_flag("--timings", o.timings, "Print the seconds spent loading, computing and writing to stderr")
+        ->group(kLimits);
     run->add_option("--max-memory", o.max_memory,
-                    "Refuse runs needing more memory than this (e.g. 8G, 512M; default 3/4 of physical memory)");
-    run->add_flag("--force", o.force, "Replace existing outputs (--dump, --html, --svg)");
+                    "Refuse runs needing more memory than this (e.g. 8G, 512M; default 3/4 of physical memory)")
+        ->group(kLimits);
+    run->add_flag("--force", o.force, "Replace existing outputs (--dump, --html, --svg)")->group(kOutputs);
 }
 
 void add_experiment_options(CLI::App* run, RunOptions& o) {
-    auto* experiments = run->add_option_group("Experiments");
+    auto* experiments = run->add_option_group(kExperiments);
     experiments->add_option("--temperature", o.temperature, "Scale 1/(sqrt(Dk) * T): T > 1 flattens, T < 1 sharpens");
     experiments
         ->add_option_function<std::size_t>(
@@ -504,12 +547,14 @@ void add_experiment_options(CLI::App* run, RunOptions& o) {
             "Set key vector J to 0 in every head (its score column collapses)")
         ->check(kIndex);
     experiments->add_flag("--ignore-padding", o.ignore_padding, "Drop the key padding mask");
-    experiments->add_option("--compare", o.compare,
-                            "Compare with a second run that adds these options, e.g. --compare \"--scale none\"");
+    experiments->add_option(
+        "--compare", o.compare,
+        "Compare with run B: these options added to this run's (one given again replaces its value), "
+        "e.g. --compare '--scale none'");
 }
 
 void add_view_options(CLI::App* run, RunOptions& o) {
-    auto* views = run->add_option_group("Views");
+    auto* views = run->add_option_group(kViews);
     views->add_flag("--diagnose", o.diagnose,
                     "Per head and query: entropy, effective keys, max weight, uniform/one-hot flags, ||w·v||");
     views->add_option("--cell", o.cell, "One weight's arithmetic: B,H,I,J (H,I,J for a 2-D x)")
@@ -535,22 +580,37 @@ void add_view_options(CLI::App* run, RunOptions& o) {
                     "Colour weights and sink_weight by log10 (long rows, where 0..1 leaves every cell dark)");
     views->add_option("--width", o.width, "Terminal width for heads side by side (default: the terminal's)")
         ->check(CLI::Range(std::size_t{20}, std::size_t{10000}));
-    run->add_option("--html", o.html, "Write a self-contained HTML report of the chosen stages (opens offline)");
-    run->add_option("--svg", o.svg, "Write one stage of one head as an SVG heatmap (the first --batch and --head)");
+    run->add_option("--html", o.html, "Write a self-contained HTML report of the chosen stages (opens offline)")
+        ->group(kOutputs);
+    run->add_option("--svg", o.svg, "Write one stage of one head as an SVG heatmap (the first --batch and --head)")
+        ->group(kOutputs);
     run->add_option("--svg-stage", o.svg_stage, "Stage drawn by --svg")
         ->capture_default_str()
-        ->check(CLI::IsMember(matrix_stage_names()));
+        ->check(CLI::IsMember(matrix_stage_names()))
+        ->group(kOutputs);
 }
 
 }  // namespace
 
+void later_options_replace(CLI::App* cmd) {
+    for (CLI::Option* opt : cmd->get_options())
+        if (opt->get_expected_max() == 1 && opt->get_type_size_max() == 1)
+            opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    for (CLI::App* group : cmd->get_subcommands([](CLI::App* a) { return a->get_name().empty(); }))
+        later_options_replace(group);
+}
+
 CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     auto* run = app.add_subcommand("run", "Compute attention on a bundle of arrays and show every stage");
+    run->footer(
+        "Selections (--batch, --head) apply to every output: the report, --json, --dump, --html, --svg, the "
+        "heatmaps and views; each output records what was run (options, masks, experiments, selections).");
     add_input_options(run, o);
-    auto* own = run->add_option_group("Your own Q, K, V (README: fused kernels never return weights)");
+    auto* own = run->add_option_group(kOwnQKV);
     own->add_option("--qkv", o.qkv,
-                    "Start at the scores from your q, k and v (an .npz, JSON object or directory of NAME.npy; "
-                    "names q/query, k/key, v/value); the bundle, if given, adds masks, positions and tokens");
+                    "Start at the scores from your q, k and v, as fused kernels take them (an .npz, JSON object or "
+                    "directory of NAME.npy; names q/query, k/key, v/value); the bundle, if given, adds masks, "
+                    "positions and tokens");
     own->add_option("--axes", o.axes,
                     "NAME=ORDER: the axis order of one --qkv array in the letters b, h, t, d with (..) around merged "
                     "axes, e.g. q=bthd or k=bt(hd); repeat for more")
@@ -559,6 +619,7 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     add_output_options(run, o);
     add_experiment_options(run, o);
     add_view_options(run, o);
+    later_options_replace(run);
     return run;
 }
 
@@ -649,7 +710,11 @@ Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec) {
                              " as a .npy or .json file");
         bundle.arrays[name] = load_array(file, name, limit);
     }
-    if (o.ignore_padding) bundle.arrays.erase("key_padding_mask");
+    if (o.ignore_padding) {
+        spec.padding_dropped = bundle.arrays.erase("key_padding_mask") > 0;
+        if (!spec.padding_dropped)
+            std::cerr << "attnscope: note: --ignore-padding: the inputs hold no key_padding_mask; nothing dropped\n";
+    }
     if (!o.checkpoint.empty()) {
         add_checkpoint_layer(o, limit, bundle, spec);
     } else if (o.layout == "tl") {
@@ -716,7 +781,7 @@ RunOptions second_run(const RunOptions& a, const std::vector<std::string>& extra
     try {
         app.parse(reversed);
     } catch (const CLI::ParseError& e) {
-        throw UsageError("--compare \"" + a.compare + "\": " + e.what());
+        throw UsageError("--compare '" + a.compare + "': " + parse_error_message(*run, e));
     }
     if (!b->compare.empty()) throw UsageError("--compare: cannot be nested");
     return *b;
@@ -770,15 +835,22 @@ int run_compare(const RunOptions& a) {
     for (const auto& w : extra) std::cout << ' ' << w;
     std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale << " ("
               << B.view.scale_source << ")\n\n";
+    const std::vector<StageDiff> diffs = compare_stages(A.view, B.view);
+    // Where a mask changed, some differences are infinite: two more columns say how many,
+    // and the mean of the others.
+    const bool infinite = std::any_of(diffs.begin(), diffs.end(), [](const StageDiff& d) { return d.infinite > 0; });
     std::vector<std::vector<std::string>> table = {
         {"stage", "shape A", "shape B", "max |A - B|", "at", "mean |A - B|"}};
-    for (const StageDiff& d : compare_stages(A.view, B.view)) {
+    if (infinite) table[0].insert(table[0].end(), {"inf cells", "finite mean"});
+    for (const StageDiff& d : diffs) {
         std::vector<std::string> row = {stage_name(d.id), shape_str(d.shape_a), shape_str(d.shape_b)};
         if (!d.same_shape)
             row.insert(row.end(), {"(shapes differ)", "", ""});
         else
             row.insert(row.end(),
                        {number("%.4g", d.max_abs), d.at.empty() ? "" : shape_str(d.at), number("%.4g", d.mean_abs)});
+        if (infinite && d.same_shape)
+            row.insert(row.end(), {std::to_string(d.infinite), number("%.4g", d.finite_mean_abs)});
         table.push_back(row);
     }
     print_table(table);
@@ -796,9 +868,35 @@ Subcommand setup_run_command(CLI::App& parent) {
     return {app, [opts] { return run_run(*opts); }};
 }
 
+namespace {
+
+// Views that only the report shows are refused with --json, never dropped in silence.
+void check_json_options(const RunOptions& o) {
+    if (!o.json) return;
+    const std::pair<bool, const char*> text_only[] = {
+        {o.explain, "--explain"}, {!o.cell.empty(), "--cell"}, {o.heatmap, "--heatmap"}, {o.panels, "--panels"}};
+    for (const auto& [given, flag] : text_only)
+        if (given)
+            throw UsageError(std::string(flag) +
+                             ": a view of the printed report, which --json replaces; run it without --json "
+                             "(the JSON holds every number it shows)");
+}
+
+// --panels draws the chosen among scores, masked_scores and weights: one at least.
+void check_panels_options(const RunOptions& o) {
+    if (!o.panels || o.stages.empty() || o.stages == "all") return;
+    for (const auto& s : parse_stage_list(o.stages))
+        if (s == "scores" || s == "masked_scores" || s == "weights") return;
+    throw UsageError("--panels: draws scores, masked_scores and weights; --stages " + o.stages + " names none of them");
+}
+
+}  // namespace
+
 int run_run(const RunOptions& o) {
     const auto t0 = Clock::now();
     Spec spec = spec_of(o);
+    check_json_options(o);
+    check_panels_options(o);
     if (!o.compare.empty()) return run_compare(o);
     check_outputs(o, parse_stage_list(o.stages));
     const std::size_t limit = memory_limit(o);

@@ -86,5 +86,8 @@ Bundle load_named_arrays(const std::string& path, std::size_t limit);
 // {checkpoint}'s layer into `bundle` (which must hold no weights), `spec` completed (checkpoint.cpp).
 void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec);
 std::size_t memory_limit(const RunOptions& o);
+// An option of one value given twice takes the later value (--heads 2 ... --heads 1, and
+// --compare's run B over run A), as in most command lines; call once every option is added.
+void later_options_replace(CLI::App* cmd);
 
 }  // namespace attnscope::cli

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <sstream>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/suggest.hpp"
 
 namespace attnscope {
 
@@ -59,8 +62,13 @@ std::vector<std::string> parse_stage_list(const std::string& list) {
             const auto id = find_stage(item);
             if (!id) {
                 std::string names;
-                for (const StageInfo& s : stage_table()) names += (names.empty() ? "" : ", ") + std::string(s.name);
-                throw UsageError("{stages}: unknown stage '" + item + "' (expected some of: " + names + ")");
+                std::vector<std::string> known;
+                for (const StageInfo& s : stage_table()) {
+                    names += (names.empty() ? "" : ", ") + std::string(s.name);
+                    known.emplace_back(s.name);
+                }
+                throw UsageError("{stages}: unknown stage '" + item + "'" + did_you_mean(item, known) +
+                                 " (expected some of: " + names + ", or all, or none)");
             }
             chosen.set(*id);
         }
@@ -178,6 +186,83 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     add(kOutput, p.W_O ? "concat(heads) · W_O" + plus(p.b_O, "b_O") : std::string("concat(heads) (no W_O given)"),
         tr.output);
     return v;
+}
+
+TraceView select_view(const TraceView& v, const std::vector<std::size_t>& batches,
+                      const std::vector<std::size_t>& heads) {
+    TraceView out = v;
+    out.selected_batches = batches;
+    out.selected_heads = heads;
+    if (batches.empty() && heads.empty()) return out;
+    const auto all = [](std::size_t n) {
+        std::vector<std::size_t> r(n);
+        for (std::size_t k = 0; k < n; ++k) r[k] = k;
+        return r;
+    };
+    const auto b_list = batches.empty() ? all(v.dims.B) : batches;
+    const auto h_list = heads.empty() ? all(v.dims.H) : heads;
+    auto store = std::make_shared<std::vector<std::vector<unsigned char>>>();
+    store->reserve(v.stages.size());
+    for (StageView& s : out.stages) {
+        // 1) Per axis the indices kept: the chosen ones on B, H and G, every one elsewhere.
+        std::vector<std::vector<std::size_t>> keep(s.shape.size());
+        std::size_t last = s.shape.size();  // the last axis cut (none: the stage is kept as it is)
+        for (std::size_t a = 0; a < s.shape.size(); ++a) {
+            if (s.axes[a] == "B" && !batches.empty()) {
+                keep[a] = b_list;
+            } else if (s.axes[a] == "H" && !heads.empty()) {
+                keep[a] = h_list;
+            } else if (s.axes[a] == "G" && !heads.empty()) {
+                for (std::size_t h : h_list)
+                    if (std::find(keep[a].begin(), keep[a].end(), h / s.group) == keep[a].end())
+                        keep[a].push_back(h / s.group);
+            } else {
+                keep[a] = all(s.shape[a]);
+                continue;
+            }
+            last = a;
+        }
+        if (last == s.shape.size()) continue;
+        // 2) Copy the contiguous blocks below the last axis cut, in C order.
+        const std::size_t item = s.dtype == DType::boolean ? sizeof(bool) : s.dtype == DType::float32 ? 4 : 8;
+        std::size_t block = item;
+        for (std::size_t a = last + 1; a < s.shape.size(); ++a) block *= s.shape[a];
+        std::vector<std::size_t> shape(s.shape.size());
+        std::size_t blocks = 1;
+        for (std::size_t a = 0; a < s.shape.size(); ++a) shape[a] = keep[a].size();
+        for (std::size_t a = 0; a <= last; ++a) blocks *= shape[a];
+        std::vector<unsigned char> data(blocks * block);
+        std::vector<std::size_t> idx(last + 1, 0);
+        const auto* from = static_cast<const unsigned char*>(s.data);
+        for (std::size_t k = 0; k < blocks; ++k) {
+            std::size_t offset = 0;  // block index in the source
+            for (std::size_t a = 0; a <= last; ++a) offset = offset * s.shape[a] + keep[a][idx[a]];
+            if (block) std::memcpy(data.data() + k * block, from + offset * block, block);
+            for (std::size_t a = last + 1; a-- > 0;) {
+                if (++idx[a] < shape[a]) break;
+                idx[a] = 0;
+            }
+        }
+        s.shape = shape;
+        store->push_back(std::move(data));
+        s.data = store->back().data();
+    }
+    // 3) Tokens of the chosen items; the fully masked rows among them.
+    if (!batches.empty()) {
+        const auto pick = [&b_list](const TokenLabels& t) {
+            if (t.empty()) return t;
+            std::vector<std::vector<std::string>> lists;
+            for (std::size_t b : b_list) lists.push_back(t[b]);
+            return TokenLabels::per_item(std::move(lists));
+        };
+        out.query_tokens = pick(v.query_tokens);
+        out.key_tokens = pick(v.key_tokens);
+        out.fully_masked.clear();
+        for (const MaskedRow& r : v.fully_masked)
+            if (std::find(b_list.begin(), b_list.end(), r.batch) != b_list.end()) out.fully_masked.push_back(r);
+    }
+    out.owned = store;
+    return out;
 }
 
 template TraceView view_of<float>(const std::string&, const Problem<float>&, const Trace<float>&);

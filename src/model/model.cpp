@@ -10,6 +10,7 @@
 #include <set>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/suggest.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/model/qkv.hpp"
 
@@ -57,8 +58,8 @@ std::string join(const std::vector<std::string>& v);
 void check_array_name(const std::string& source, const std::string& name) {
     const auto& known = known_array_names();
     if (std::find(known.begin(), known.end(), name) == known.end())
-        throw InputError(source + ": unknown array '" + escape_control(clip_fragment(name)) +
-                         "' (a bundle may hold: " + join(known) + ")");
+        throw InputError(source + ": unknown array '" + escape_control(clip_fragment(name)) + "'" +
+                         escape_control(did_you_mean(name, known)) + " (a bundle may hold: " + join(known) + ")");
 }
 
 namespace {

@@ -315,7 +315,13 @@ void write_heatmaps(std::ostream& out, const TraceView& v, const StageView& s, c
 }
 
 void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
-    const Stage shown_stages[] = {kScores, kMaskedScores, kWeights};
+    // The panels the chosen stages name (every one when no stage is chosen).
+    std::vector<Stage> shown_stages;
+    for (const Stage id : {kScores, kMaskedScores, kWeights})
+        if (o.stages.empty() || std::find(o.stages.begin(), o.stages.end(), stage_name(id)) != o.stages.end())
+            shown_stages.push_back(id);
+    if (shown_stages.empty())
+        throw UsageError("{panels}: draws scores, masked_scores and weights; {stages} names none of them");
     // (kPanelsNeeds also keeps the mask and, when the run has one, the bias; the cells
     // hidden are the mask rule's and a -inf bias's: text::sees.)
     v.require(StageSet().set(kScores).set(kMaskedScores).set(kWeights), "panels");
@@ -332,9 +338,12 @@ void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
         for (std::size_t h : heads) {
             std::vector<Panel> panels;
             for (std::size_t k = 0; k < stages.size(); ++k)
-                panels.push_back(render(v, *stages[k], b, h, scales[k], o, (o.width > 12 ? o.width - 12 : 12) / 3));
-            out << "\n== " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
-                << ": scores -> masked_scores -> weights (softmax along each row)\n";
+                panels.push_back(
+                    render(v, *stages[k], b, h, scales[k], o, (o.width > 12 ? o.width - 12 : 12) / stages.size()));
+            std::string names;
+            for (const Stage id : shown_stages) names += (names.empty() ? "" : " -> ") + stage_name(id);
+            out << "\n== " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h << ": "
+                << names << (shown_stages.back() == kWeights ? " (softmax along each row)" : "") << '\n';
             if (v.dims.G && v.dims.G != v.dims.H)
                 out << "   query head " << h << " reads K/V head " << v.dims.kv_head(h) << " ("
                     << serves(v.dims, v.dims.kv_head(h)) << ")\n";

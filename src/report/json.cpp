@@ -150,6 +150,26 @@ void put_config(std::ostream& out, const TraceView& v) {
         out << "null";
     else
         text::put_json_string(out, v.given_from);
+    // Experiments and selections: everything that makes this output differ from a plain run.
+    out << ",\"temperature\":";
+    text::put_json_number(out, v.spec.temperature);
+    out << ",\"zero_key\":";
+    if (v.spec.zero_key)
+        out << *v.spec.zero_key;
+    else
+        out << "null";
+    out << ",\"key_padding_mask_dropped\":" << (v.spec.padding_dropped ? "true" : "false")
+        << ",\"selection\":{\"batch\":";
+    if (v.selected_batches.empty())
+        out << "null";
+    else
+        put_index(out, v.selected_batches);
+    out << ",\"head\":";
+    if (v.selected_heads.empty())
+        out << "null";
+    else
+        put_index(out, v.selected_heads);
+    out << '}';
     out << "},\n\"dims\":{\"B\":" << d.B << ",\"Tq\":" << d.Tq << ",\"Tk\":" << d.Tk << ",\"Dm\":" << d.Dm
         << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"G\":" << (d.G ? d.G : d.H) << ",\"Dk\":" << d.Dk
         << ",\"Dv\":" << d.Dv << ",\"Dout\":" << d.Dout << "},\n\"tokens\":{\"query\":";
@@ -234,6 +254,8 @@ void write_compare_json(std::ostream& out, const std::vector<std::string>& b_add
                 put_index(out, d.at);
             out << ",\"mean_abs_diff\":";
             text::put_json_number(out, d.mean_abs);
+            out << ",\"infinite_diffs\":" << d.infinite << ",\"finite_mean_abs_diff\":";
+            text::put_json_number(out, d.finite_mean_abs);
         }
         out << '}';
     }

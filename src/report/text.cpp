@@ -73,8 +73,12 @@ void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const ch
                              " does not exist (expected 0.." + std::to_string(n - 1) + ")");
 }
 
-// The header: what ran, on which sizes, with which scale and masks, and the rows that see no key.
-void write_run_header(std::ostream& out, const TraceView& v, std::size_t width) {
+}  // namespace
+
+// The header: what ran, on which sizes, with which scale, masks and experiments, what is
+// shown, and the rows that see no key.
+void write_run_header(std::ostream& out, const TraceView& v, const TextOptions& o) {
+    const std::size_t width = o.width;
     const Dims& d = v.dims;
     out << "attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H
         << (d.H == 1 ? " head" : " heads") << ", " << v.dtype << ", " << escape_control(v.source) << '\n';
@@ -90,7 +94,23 @@ void write_run_header(std::ostream& out, const TraceView& v, std::size_t width) 
     };
     if (!v.given_from.empty())
         field("  given   ", escape_control(v.given_from) + " (the run starts at Q, K and V: no x, no weights)");
-    field("  masks   ", masks_line(v));
+    field("  masks   ",
+          masks_line(v) +
+              (v.spec.padding_dropped ? "; the bundle's key_padding_mask was dropped (--ignore-padding)" : ""));
+    if (v.spec.zero_key)
+        field("  zeroed  ", "key " + std::to_string(*v.spec.zero_key) +
+                                "'s vector set to 0 in every head and batch item (--zero-key)");
+    if (!o.batches.empty() || !o.heads.empty()) {
+        const auto list = [](const std::vector<std::size_t>& chosen, std::size_t n) {
+            std::string s;
+            for (std::size_t i : chosen) s += (s.empty() ? "" : ",") + std::to_string(i);
+            return (chosen.size() == 1 ? " " : "s ") + s + " of " + std::to_string(n);
+        };
+        std::string shown;
+        if (!o.batches.empty()) shown += "batch item" + list(o.batches, v.dims.B);
+        if (!o.heads.empty()) shown += (shown.empty() ? "head" : "; head") + list(o.heads, v.dims.H);
+        field("  shown   ", shown + " (--batch, --head)");
+    }
     if (v.dims.G && v.dims.G != v.dims.H) field("  K/V     ", sharing_line(d));
     if (v.spec.rope) {
         const Rope& r = *v.spec.rope;
@@ -110,6 +130,8 @@ void write_run_header(std::ostream& out, const TraceView& v, std::size_t width) 
         out << '\n';
     }
 }
+
+namespace {
 
 // One stage: its formula and shape, the explanation when asked, then its heatmaps or
 // each chosen matrix.
@@ -145,7 +167,7 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
     check_selection(o, v.dims);
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = chosen_or_all(o.heads, v.dims.H);
-    write_run_header(out, v, o.width);
+    write_run_header(out, v, o);
     for (const auto& name : o.stages) write_stage(out, v, v.stage(name), o, batches, heads);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ struct TraceView {
     // ALiBi), a float attn_mask added to the scores, and the sink logits (H; empty without).
     std::vector<double> alibi_slopes, sinks;
     bool float_mask = false;
+    // A selected view (select_view): its batch items and query heads in the run's
+    // numbering (empty: all), and the copies its stages point into.
+    std::vector<std::size_t> selected_batches, selected_heads;
+    std::shared_ptr<const void> owned;
 
     bool has_padding() const { return mask_rule.has_padding(); }
     const StageView* find(Stage id) const;   // nullptr when absent
@@ -66,6 +71,14 @@ TraceView view_of(const std::string& source, const Problem<T>& problem, const Tr
 
 extern template TraceView view_of<float>(const std::string&, const Problem<float>&, const Trace<float>&);
 extern template TraceView view_of<double>(const std::string&, const Problem<double>&, const Trace<double>&);
+
+// The view cut to batch items `batches` and query heads `heads` (either empty: all), in
+// the order given, for the outputs that write stages whole (--json, --dump): every stage
+// with a B or H axis is copied with only those (a "G" axis keeps the K/V heads the chosen
+// heads read); tokens keep the chosen items; dims, the mask rule and fully_masked keep
+// the run's numbering (fully_masked only the chosen items' rows). Owns its copies.
+TraceView select_view(const TraceView& view, const std::vector<std::size_t>& batches,
+                      const std::vector<std::size_t>& heads);
 
 // Checks a comma-separated stage list against the stage table (UsageError naming the
 // field {stages} otherwise); "" or "all" means every stage every run has (the classic

@@ -64,6 +64,8 @@ struct Spec {
     // Experiments
     double temperature = 1;               // default scale becomes 1/(sqrt(Dk) * temperature)
     std::optional<std::size_t> zero_key;  // set key vector j (every head, every item) to 0
+    // For reports only: the bundle's key_padding_mask was given and dropped (--ignore-padding).
+    bool padding_dropped = false;
 };
 
 // Sizes, in the names of the shape legend (see attention.hpp).

@@ -111,6 +111,10 @@ std::vector<std::string> explain_stage(const TraceView& view, const StageView& s
 // by a front end before it writes anything, so a bad choice leaves no output behind.
 void check_selection(const TextOptions& options, const Dims& dims);
 
+// The header of the readable report: what ran (sizes, scale, masks, experiments), which
+// batch items and heads are shown, and the rows that see no key.
+void write_run_header(std::ostream& out, const TraceView& view, const TextOptions& options);
+
 // The readable report: a header, then each chosen stage with its formula, shape and values.
 void write_text(std::ostream& out, const TraceView& view, const TextOptions& options);
 

@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <sstream>
 
 #include "attnscope/base/suggest.hpp"
+#include "attnscope/base/text.hpp"
 #include "attnscope/core/stages.hpp"
 
 namespace attnscope::cli {
@@ -218,16 +220,33 @@ std::string examples_text(const std::string& command, std::size_t width) {
     return out;
 }
 
-// roff: backslashes, hyphens (so they stay ASCII and searchable), a leading dot or quote.
+// roff: backslashes, hyphens (so they stay ASCII and searchable), a leading dot or quote,
+// and every character beyond ASCII as groff's \[uXXXX] (troff reads its input as Latin-1).
 std::string roff(const std::string& s) {
     std::string out;
-    for (char c : s) {
+    for (std::size_t k = 0; k < s.size();) {
+        const unsigned char c = static_cast<unsigned char>(s[k]);
+        if (c >= 0x80) {
+            const std::size_t n = utf8_sequence_length(s, k);
+            if (n == 0) {  // not UTF-8: never in our own help text
+                ++k;
+                continue;
+            }
+            std::uint32_t cp = c & (0xFF >> (n + 1));
+            for (std::size_t i = 1; i < n; ++i) cp = cp << 6 | (static_cast<unsigned char>(s[k + i]) & 0x3F);
+            char buf[16];
+            std::snprintf(buf, sizeof buf, "\\[u%04X]", static_cast<unsigned>(cp));
+            out += buf;
+            k += n;
+            continue;
+        }
         if (c == '\\')
             out += "\\e";
         else if (c == '-')
             out += "\\-";
         else
-            out += c;
+            out += char(c);
+        ++k;
     }
     if (!out.empty() && (out[0] == '.' || out[0] == '\'')) out = "\\&" + out;
     return out;

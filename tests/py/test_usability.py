@@ -198,7 +198,8 @@ class Panels(CliTestCase):
         self.assertNotIn("scores", r.out.split("== head 0")[1])
         r = run_root("run", "data/causal.json", "--causal", "--panels", "--stages", "scores,weights")
         self.assertIn("\n== head 0: scores -> weights (softmax along each row)\n", r.out)
-        self.assertNotIn("masked_scores", r.out.split("== head 0")[1])
+        panels = r.out.split("== head 0")[1].split("  legend")[0]  # (the legend states the shared rule)
+        self.assertNotIn("masked_scores", panels)
         r = run_root("run", "data/causal.json", "--panels", "--stages", "Q")
         self.assert_error(r, "--panels", "--stages")
 
@@ -231,7 +232,7 @@ class DidYouMean(CliTestCase):
             (["run", "data/sentence.json", "--heads", "0"], "--heads: expected a number from 1 to 1048576, found '0'"),
             (["run", "data/sentence.json", "--cell", "1,2"], "--cell: expected at least 3 values, found 2"),
             (["run", "data/sentence.json", "--heads"], "--heads: expected a value (--heads H)"),
-            ([], "expected a command (run, check, decode, inspect)"),
+            ([], "expected a command (run, check, decode, inspect, report)"),
         ]
         for args, want in cases:
             with self.subTest(args=args):
@@ -503,7 +504,8 @@ class Completion(CliTestCase):
         return lines[:-1]
 
     def test_bash_completes_commands_options_and_values(self):
-        self.assertEqual(self.bash_complete("attnscope", "r"), ["run"])
+        self.assertEqual(sorted(self.bash_complete("attnscope", "r")), ["report", "run"])
+        self.assertEqual(self.bash_complete("attnscope", "ru"), ["run"])
         self.assertEqual(sorted(self.bash_complete("attnscope", "run", "data/sentence.json", "--hea")),
                          ["--head", "--heads", "--heatmap"])
         self.assertEqual(self.bash_complete("attnscope", "run", "--dtype", ""), ["float32", "float64"])

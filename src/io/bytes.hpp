@@ -2,8 +2,11 @@
 // order, file names, memory-limit messages, UTF-8). Not installed; src/io/ only.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -70,5 +73,21 @@ inline void append_utf8(std::string& out, std::uint32_t cp) {
         out += char(0x80 | (cp & 0x3F));
     }
 }
+
+// IEEE half precision (float16) to double: exact.
+inline double half_to_double(std::uint16_t h) {
+    const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    double v;
+    if (exp == 0)
+        v = std::ldexp(double(mant), -24);
+    else if (exp == 31)
+        v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    else
+        v = std::ldexp(double(mant | 0x400), exp - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+// bfloat16 is the high half of a float32: exact.
+inline double bf16_to_double(std::uint16_t b) { return double(std::bit_cast<float>(std::uint32_t(b) << 16)); }
 
 }  // namespace attnscope::io_detail

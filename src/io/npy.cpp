@@ -231,18 +231,6 @@ ElementType parse_descr(const std::string& descr, const std::string& origin) {
     return {kind, size, big && std::endian::native == std::endian::little};
 }
 
-double half_to_double(std::uint16_t h) {
-    int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    double v;
-    if (exp == 0)
-        v = std::ldexp(double(mant), -24);
-    else if (exp == 31)
-        v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-    else
-        v = std::ldexp(double(mant | 0x400), exp - 25);
-    return sign ? -v : v;
-}
-
 template <typename U>
 U load_raw(const char* p, bool swap) {
     unsigned char b[sizeof(U)];
@@ -256,7 +244,7 @@ U load_raw(const char* p, bool swap) {
 double load_number(const char* p, const ElementType& t) {
     switch (t.kind) {
         case 'f':
-            if (t.size == 2) return half_to_double(load_raw<std::uint16_t>(p, t.swap));
+            if (t.size == 2) return io_detail::half_to_double(load_raw<std::uint16_t>(p, t.swap));
             if (t.size == 4) return double(load_raw<float>(p, t.swap));
             return load_raw<double>(p, t.swap);
         case 'i':

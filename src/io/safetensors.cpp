@@ -102,27 +102,6 @@ const Dtype* find_dtype(std::string_view name) {
     return nullptr;
 }
 
-// IEEE half precision to double: exact.
-double half_to_double(std::uint16_t h) {
-    const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    double v;
-    if (exp == 0)
-        v = std::ldexp(double(mant), -24);
-    else if (exp == 31)
-        v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-    else
-        v = std::ldexp(double(mant | 0x400), exp - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-// bfloat16 is the high half of a float32: exact.
-double bf16_to_double(std::uint16_t b) {
-    const std::uint32_t bits = std::uint32_t(b) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return double(f);
-}
-
 // The little-endian n-byte unsigned integer at p.
 template <int n>
 std::uint64_t le_at(const char* p) {
@@ -137,9 +116,9 @@ void widen(const char* p, Kind kind, std::size_t count, double* out) {
     };
     switch (kind) {
         case Kind::f16:
-            return each(2, [](const char* q) { return half_to_double(std::uint16_t(le_at<2>(q))); });
+            return each(2, [](const char* q) { return io_detail::half_to_double(std::uint16_t(le_at<2>(q))); });
         case Kind::bf16:
-            return each(2, [](const char* q) { return bf16_to_double(std::uint16_t(le_at<2>(q))); });
+            return each(2, [](const char* q) { return io_detail::bf16_to_double(std::uint16_t(le_at<2>(q))); });
         case Kind::i64:
             return each(8, [](const char* q) { return double(std::int64_t(le_at<8>(q))); });
         case Kind::i32:

@@ -110,18 +110,6 @@ bool dtype_of(std::string_view name, Elem& out) {
     return false;
 }
 
-double half_to_double(std::uint16_t h) {
-    const int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    double v;
-    if (exp == 0)
-        v = std::ldexp(double(mant), -24);
-    else if (exp == 31)
-        v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-    else
-        v = std::ldexp(double(mant | 0x400), exp - 25);
-    return sign ? -v : v;
-}
-
 template <typename T>
 T load(const char* p) {
     T v;
@@ -137,9 +125,9 @@ double widen(const char* p, Elem e) {
         case Elem::f64:
             return load<double>(p);
         case Elem::f16:
-            return half_to_double(load<std::uint16_t>(p));
+            return io_detail::half_to_double(load<std::uint16_t>(p));
         case Elem::bf16:
-            return double(std::bit_cast<float>(std::uint32_t(load<std::uint16_t>(p)) << 16));
+            return io_detail::bf16_to_double(load<std::uint16_t>(p));
         case Elem::i64:
             return double(load<std::int64_t>(p));
         case Elem::i32:

@@ -898,6 +898,19 @@ void choose_scale(const Spec& spec, Problem<T>& p) {
                          std::to_string(d.Tk - 1) + ")");
 }
 
+// 5.-7., once the sizes are known: the mask rule, the variants, the token labels, the scale.
+template <typename T>
+void read_rest(const Builder& bld, const Spec& spec, Problem<T>& p, NonFiniteLog& nonfinite) {
+    const Dims& d = p.dims;
+    read_mask(bld, spec, p);                 // 5. the mask rule
+    read_variants(bld, spec, p, nonfinite);  // 6. RoPE, ALiBi, attn_mask, sinks
+    p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
+    p.key_tokens = tokens(bld, "key_tokens", d.B, d.source_keys(), p.batched, "Tk");
+    if (p.key_tokens.empty() && !p.cross) p.key_tokens = p.query_tokens;
+    if (d.extra_keys) p.key_tokens = with_extra_labels(p.key_tokens, p.bias_k.has_value(), spec.add_zero_attn, d);
+    choose_scale(spec, p);  // 7. scale
+}
+
 }  // namespace
 
 template <typename T>
@@ -915,15 +928,7 @@ Problem<T> make_problem(const Bundle& bundle, const Spec& spec) {
     read_biases(bld, d, w);                                   // 4. biases
     copy_weights(bundle, w, p, nonfinite);
     read_extra_keys(bld, spec, p, nonfinite);  // 4b. <bias_kv>, <zero>
-    read_mask(bld, spec, p);                   // 5. the mask rule
-    read_variants(bld, spec, p, nonfinite);    // 6. RoPE, ALiBi, attn_mask, sinks
-    // Token labels.
-    p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
-    p.key_tokens = tokens(bld, "key_tokens", d.B, d.source_keys(), p.batched, "Tk");
-    if (p.key_tokens.empty() && !p.cross) p.key_tokens = p.query_tokens;
-    if (d.extra_keys) p.key_tokens = with_extra_labels(p.key_tokens, p.bias_k.has_value(), spec.add_zero_attn, d);
-
-    choose_scale(spec, p);  // 7. scale
+    read_rest(bld, spec, p, nonfinite);        // 5.-7. masks, variants, labels, scale
     return p;
 }
 
@@ -973,12 +978,7 @@ Problem<T> make_problem_qkv(const Bundle& bundle, const GivenQKV& qkv, const Spe
     p.given_v = given(qkv.v, d.Tk, d.G * d.Dv, qkv.v_name);
     p.given_from = qkv.source + ": " + qkv.q_name + " as " + qkv.q_order + ", " + qkv.k_name + " as " + qkv.k_order +
                    ", " + qkv.v_name + " as " + qkv.v_order;
-    read_mask(bld, spec, p);                 // 5. the mask rule
-    read_variants(bld, spec, p, nonfinite);  // 6. RoPE, ALiBi, attn_mask, sinks
-    p.query_tokens = tokens(bld, "query_tokens", d.B, d.Tq, p.batched, "Tq");
-    p.key_tokens = tokens(bld, "key_tokens", d.B, d.Tk, p.batched, "Tk");
-    if (p.key_tokens.empty() && !p.cross) p.key_tokens = p.query_tokens;
-    choose_scale(spec, p);  // 7. scale
+    read_rest(bld, spec, p, nonfinite);  // 5.-7. masks, variants, labels, scale
     return p;
 }
 

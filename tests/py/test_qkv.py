@@ -20,20 +20,7 @@ import common  # noqa: E402
 from common import CliTestCase, run_text  # noqa: E402
 
 import modern_reference as mref  # noqa: E402  (scripts/, on the path through common)
-
-FLAGS = {"kv_heads": "--kv-heads", "window": "--window", "softcap": "--softcap"}
-
-
-def argv_of(heads, options):
-    args = ["--heads", str(heads)]
-    for k, v in options.items():
-        if k in ("rope", "alibi", "causal"):
-            if v:
-                args.append("--" + k)
-        else:
-            args += [FLAGS[k], str(v)]
-    return args
-
+from test_modern import argv_of  # noqa: E402  (the reference's keywords as options)
 
 def problem(seed, B=2, Tq=6, Tk=6, Dm=10, H=4, G=None, Dk=3, Dv=2, cross=False, **extra):
     """A random bundle (no W_O: the output is the merged heads) and its reference trace."""

@@ -8,7 +8,7 @@ namespace attnscope::cli {
 
 std::string flag_of(std::string_view field) {
     // Fields whose flag is not simply "--" + field.
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kSpelled = {{
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 10> kSpelled = {{
         {"add_zero_attn", "--add-zero-attn"},
         {"zero_key", "--zero-key"},
         {"svg_stage", "--svg-stage"},
@@ -18,6 +18,7 @@ std::string flag_of(std::string_view field) {
         {"rope_base", "--rope-base"},
         {"rope_dim", "--rope-dim"},
         {"attn_mask_means", "--attn-mask-means"},
+        {"sink_keys", "--sink-keys"},
     }};
     for (const auto& [f, flag] : kSpelled)
         if (f == field) return std::string(flag);
@@ -56,7 +57,11 @@ std::string flag_of(std::string_view field) {
                                                  "softcap",
                                                  "axes",
                                                  "prefill",
-                                                 "bug"};
+                                                 "bug",
+                                                 "summary",
+                                                 "topk",
+                                                 "local",
+                                                 "jsonl"};
     for (std::string_view f : kSame)
         if (f == field) return "--" + std::string(field);
     return "{" + std::string(field) + "}";

@@ -30,6 +30,8 @@
 #include "attnscope/io/write.hpp"
 #include "attnscope/model/model.hpp"
 #include "attnscope/report/report.hpp"
+#include "attnscope/report/summary_report.hpp"
+#include "long_run.hpp"
 #include "subcommand.hpp"
 
 namespace attnscope::cli {
@@ -124,8 +126,8 @@ void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) 
 // a terminal; silent otherwise (pipes, files, CI logs).
 class Progress {
    public:
-    Progress(const std::atomic<std::size_t>& done, const std::atomic<std::size_t>& total) {
-        if (!::isatty(STDERR_FILENO)) return;
+    Progress(const std::atomic<std::size_t>& done, const std::atomic<std::size_t>& total, bool quiet) {
+        if (quiet || !::isatty(STDERR_FILENO)) return;
         thread_ = std::thread([this, &done, &total] {
             const auto start = Clock::now();
             bool shown = false;
@@ -133,8 +135,11 @@ class Progress {
             while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
                 const double s = std::chrono::duration<double>(Clock::now() - start).count();
                 if (s < 1.0 || total == 0) continue;
-                std::fprintf(stderr, "\rattnscope: computing %3.0f%% (%.0f s)", 100.0 * double(done) / double(total),
-                             s);
+                // tiles of query rows done, their rate, and the time left at that rate
+                const double f = double(done) / double(total), left = f > 0 ? s * (1 - f) / f : 0;
+                std::fprintf(stderr,
+                             "\rattnscope: computing %3.0f%% (%zu/%zu tiles, %.1f/s, %.0f s, ~%.0f s left)\033[K",
+                             100.0 * f, std::size_t(done), std::size_t(total), double(done) / s, s, left);
                 shown = true;
             }
             if (shown) std::fprintf(stderr, "\r\033[K");
@@ -219,8 +224,8 @@ void warn_overflow(const Problem<T>& problem, const Trace<T>& trace) {
 
 // The files: --dump (prepared before the computation, committed here), --html, --svg.
 void write_files(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages,
-                 std::optional<Dump>& dump) {
-    if (dump) dump->commit(view);
+                 std::optional<Dump>& dump, const Summary* summary) {
+    if (dump) dump->commit(view, summary ? summary_arrays(*summary, view.batched) : std::vector<OutArray>{});
     if (!o.html.empty()) {
         AtomicTextFile f(o.html, o.force);
         write_html(f, view, stages, o.batches, o.heads_shown);
@@ -236,11 +241,20 @@ void write_files(const RunOptions& o, const TraceView& view, const std::vector<s
 
 // Standard output: one JSON document, or the report a person reads.
 void write_stdout(const RunOptions& o, const TraceView& view, const std::vector<std::string>& stages, TextOptions text,
-                  const CellRef& cell) {
+                  const CellRef& cell, const Summary* summary) {
     std::vector<RowDiagnostics> diagnostics;
     if (o.diagnose) diagnostics = diagnose(view);
+    if (o.jsonl == "-") return;  // standard output holds the line-delimited JSON
     if (o.json) {
-        write_json(std::cout, view, stages, o.diagnose ? &diagnostics : nullptr);
+        std::function<void(std::ostream&)> extra;
+        if (summary)
+            extra = [&](std::ostream& out) {
+                out << "\"summary\":";
+                write_summary_json(out, *summary, view.batched);
+            };
+        write_json(std::cout, view, stages, o.diagnose ? &diagnostics : nullptr, extra);
+    } else if (!o.quiet && summary && stages.empty()) {
+        write_summary_text(std::cout, *summary, view.batched, o.batches, o.heads_shown);
     } else if (!o.quiet) {
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
@@ -250,6 +264,7 @@ void write_stdout(const RunOptions& o, const TraceView& view, const std::vector<
             write_text(std::cout, view, text);
         if (o.diagnose) write_diagnostics_text(std::cout, view, diagnostics, text);
         if (!o.cell.empty()) write_cell(std::cout, view, cell, o.decimals);
+        if (summary) write_summary_text(std::cout, *summary, view.batched, o.batches, o.heads_shown);
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
@@ -259,6 +274,7 @@ void write_stdout(const RunOptions& o, const TraceView& view, const std::vector<
 // default, every stage the problem has but head_output.
 std::vector<std::string> stages_of_run(const RunOptions& o, StageSet has) {
     std::vector<std::string> out;
+    if (o.summary && o.stages.empty()) return out;  // the summaries alone: no (Tq, Tk) stage
     if (o.stages.empty() || o.stages == "all") {
         for (Stage id : stages_in(has & default_stages())) out.push_back(stage_name(id));
         return out;
@@ -290,7 +306,16 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     Compute how;
     how.keep = kept_stages(o, stages);
     how.threads = o.threads;
+    if (o.summary) how.summary = SummarySpec{o.topk, o.sink_keys, o.local};
     check_memory_limit(bundle, problem, how, limit);
+    std::optional<JsonlOutput> jsonl;
+    if (!o.jsonl.empty()) {
+        jsonl.emplace(o.jsonl, o.force, bundle.source, problem.dims, problem.batched);
+        if (o.summary)
+            how.on_summary = [&jsonl](const Summary& s, std::size_t b, std::size_t h, std::size_t i0, std::size_t n) {
+                jsonl->rows(s, b, h, i0, n);
+            };
+    }
     // A directory dump is prepared first: large stages are computed in their files.
     std::optional<Dump> dump;
     if (!o.dump.empty()) {
@@ -300,7 +325,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     std::atomic<std::size_t> done{0}, total{0};
     how.progress_done = &done;
     how.progress_total = &total;
-    Progress progress(done, total);
+    Progress progress(done, total, o.quiet);
     Trace<T> trace = attend(problem, how);
     progress.stop();
     const double compute_s = seconds_since(t1);
@@ -308,8 +333,9 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     const TraceView view = view_of(bundle.source, problem, trace);
     warn_fully_masked(trace.fully_masked, problem.batched);
     warn_overflow(problem, trace);
-    write_files(o, view, stages, dump);
-    write_stdout(o, view, stages, text, cell);
+    write_files(o, view, stages, dump, trace.summary.get());
+    if (jsonl) jsonl->finish(view, stages, trace.summary.get());
+    write_stdout(o, view, stages, text, cell, trace.summary.get());
     if (o.timings) {
         char line[128];
         std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,
@@ -488,6 +514,7 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     add_output_options(run, o);
     add_experiment_options(run, o);
     add_view_options(run, o);
+    add_long_options(run, o);
     return run;
 }
 

@@ -55,6 +55,9 @@ struct RunOptions {
     std::optional<std::size_t> zero_key;
     bool ignore_padding = false;
     std::string compare;  // options of a second run to compare with
+    bool summary = false;  // per-row summaries (long contexts)
+    std::size_t topk = 8, sink_keys = 4, local = 64;
+    std::string jsonl;  // line-delimited JSON: a path, or - for standard output
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

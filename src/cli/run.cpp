@@ -334,8 +334,9 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     warn_fully_masked(trace.fully_masked, problem.batched);
     warn_overflow(problem, trace);
     write_files(o, view, stages, dump, trace.summary.get());
-    if (jsonl) jsonl->finish(view, stages, trace.summary.get());
     write_stdout(o, view, stages, text, cell, trace.summary.get());
+    // last: a run killed while writing its report (a closed pipe) leaves no .jsonl behind
+    if (jsonl) jsonl->finish(view, stages, trace.summary.get());
     if (o.timings) {
         char line[128];
         std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,

@@ -110,7 +110,8 @@ void write_summary_text(std::ostream& out, const Summary& s, bool batched, const
                         const std::vector<std::size_t>& heads) {
     static const char* const kBars[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
     out << "== summary: " << (batched ? "(B, H, Tq) = (" + std::to_string(s.B) + ", " : "(H, Tq) = (") << s.H << ", "
-        << s.Tq << "), Tk = " << s.Tk << "; top " << s.K << " keys per row (--dump, --json, --jsonl)\n";
+        << s.Tq << "), Tk = " << s.Tk << "\n   per row (in --dump, --json, --jsonl): entropy, top " << s.K
+        << " keys, masses, distance\n";
     out << "   sink: mass on keys 0.." << s.spec.sink_keys << "-1; local: on q-" << s.spec.local
         << " < k <= q; diag, prev: at distance 0, 1\n";
     out << "   eff = exp(entropy); dist = sum w|q-k|; means over the rows that see a key\n";

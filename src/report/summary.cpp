@@ -112,8 +112,8 @@ void write_summary_text(std::ostream& out, const Summary& s, bool batched, const
     out << "== summary: " << (batched ? "(B, H, Tq) = (" + std::to_string(s.B) + ", " : "(H, Tq) = (") << s.H << ", "
         << s.Tq << "), Tk = " << s.Tk << "\n   per row (in --dump, --json, --jsonl): entropy, top " << s.K
         << " keys, masses, distance\n";
-    out << "   sink: mass on keys 0.." << s.spec.sink_keys << "-1; local: on q-" << s.spec.local
-        << " < k <= q; diag, prev: at distance 0, 1\n";
+    out << "   mass: sink on keys 0.." << s.spec.sink_keys << "-1, local on q-" << s.spec.local
+        << " < k <= q, diag/prev at distance 0/1\n";
     out << "   eff = exp(entropy); dist = sum w|q-k|; means over the rows that see a key\n";
     char line[160];
     std::snprintf(line, sizeof line, "%3s %3s  %-14s %6s %6s %6s %6s %8s %8s  %s\n", "b", "h", "class", "sink", "local",

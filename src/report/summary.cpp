@@ -116,7 +116,7 @@ void write_summary_text(std::ostream& out, const Summary& s, bool batched, const
         << " < k <= q, diag/prev at distance 0/1\n";
     out << "   eff = exp(entropy); dist = sum w|q-k|; means over the rows that see a key\n";
     char line[160];
-    std::snprintf(line, sizeof line, "%3s %3s  %-14s %6s %6s %6s %6s %8s %8s  %s\n", "b", "h", "class", "sink", "local",
+    std::snprintf(line, sizeof line, "%2s %2s %-14s %5s %5s %5s %5s %7s %7s %s\n", "b", "h", "class", "sink", "local",
                   "diag", "prev", "eff", "dist", "profile");
     out << line;
     for (std::size_t b = 0; b < s.B; ++b) {
@@ -128,15 +128,15 @@ void write_summary_text(std::ostream& out, const Summary& s, bool batched, const
             double top = 0;
             for (std::size_t k = 0; k < s.bins; ++k) top = std::max(top, prof[k]);
             std::string spark;
-            for (std::size_t k = 0; k < std::min<std::size_t>(s.bins, 24); ++k)
+            for (std::size_t k = 0; k < std::min<std::size_t>(s.bins, 19); ++k)
                 spark += kBars[top > 0 ? std::size_t(std::lround(prof[k] / top * 8)) : 0];
-            std::snprintf(line, sizeof line, "%3zu %3zu  %-14s %6.3f %6.3f %6.3f %6.3f %8.1f %8.1f  ", b, h,
+            std::snprintf(line, sizeof line, "%2zu %2zu %-14s %5.3f %5.3f %5.3f %5.3f %7.1f %7.1f ", b, h,
                           c.label.c_str(), c.sink, c.local, c.diagonal, c.previous, c.effective_keys, c.distance);
             out << line << spark << '\n';
         }
     }
     out << "   profile: the mass at distance 0 | 1 | 2-3 | 4-7 | ... (one bin a character, "
-        << std::min<std::size_t>(s.bins, 24) << " bins; █ the head's largest)\n";
+        << std::min<std::size_t>(s.bins, 19) << " bins; █ the head's largest)\n";
     for (const auto& l : text::wrap("classes: " + head_class_rule(s.spec), 77)) out << "   " << l << '\n';
 }
 

@@ -135,8 +135,7 @@ void write_summary_text(std::ostream& out, const Summary& s, bool batched, const
             out << line << spark << '\n';
         }
     }
-    out << "   profile: the mass at distance 0 | 1 | 2-3 | 4-7 | ... (one bin a character, "
-        << std::min<std::size_t>(s.bins, 19) << " bins; █ the head's largest)\n";
+    out << "   profile: mass at distance 0 | 1 | 2-3 | 4-7 | ..., a character each (█: the largest)\n";
     for (const auto& l : text::wrap("classes: " + head_class_rule(s.spec), 77)) out << "   " << l << '\n';
 }
 

@@ -135,7 +135,7 @@ void write_summary_text(std::ostream& out, const Summary& s, bool batched, const
             out << line << spark << '\n';
         }
     }
-    out << "   profile: mass at distance 0 | 1 | 2-3 | 4-7 | ..., a character each (█: the largest)\n";
+    out << "   profile: mass at distance 0, 1, 2-3, 4-7, ... (█: the head's largest)\n";
     for (const auto& l : text::wrap("classes: " + head_class_rule(s.spec), 77)) out << "   " << l << '\n';
 }
 

@@ -225,6 +225,8 @@ class Attention {
         if (how.summary) need_ |= with_prerequisites(StageSet().set(kWeights)) & has;
         // Only the kept (query, key) stages need every key of a tile.
         narrow_ = !(keep_[kScores] || keep_[kMaskedScores] || keep_[kWeights] || keep_[kBias]);
+        // ... and each row only its own keys, without flags, when the span is exactly them
+        exact_ = narrow_ && !p.has_bias() && p.mask.span_exact();
         threads_ = flop() < how.parallel_min_flop ? 1 : thread_count(how);
         tr_.dims = d_;
         tr_.batched = p.batched;
@@ -497,6 +499,9 @@ class Attention {
     void attend_tiles() {
         const Dims& d = d_;
         rows_ = tile_rows(d, sizeof(T));
+        // Skipping what the mask hides needs short tiles: a tile computes every key any of
+        // its rows sees (128 rows: the triangle wasted on the diagonal is 64 / Tk of a row).
+        if (narrow_ && (p_.mask.causal() || p_.mask.window())) rows_ = std::min<std::size_t>(rows_, 128);
         const std::size_t tiles = (d.Tq + rows_ - 1) / rows_;
         std::vector<Scratch> scratch(std::min(threads_, d.B * d.H * tiles));
         if (how_.progress_total) *how_.progress_total = d.B * d.H * tiles;
@@ -561,9 +566,16 @@ class Attention {
         double* bins = sum ? &tile_bins_[((b * H + h) * ((Tq + rows_ - 1) / rows_) + i0 / rows_) * sum->bins] : nullptr;
         for (std::size_t r = 0; r < n; ++r) {
             const std::size_t i = i0 + r;
-            if (p_.masking())
+            // The row's keys [a, z) within the tile's: without flags when they are exact.
+            std::size_t a = lo, z = hi;
+            if (exact_) {
+                const auto span = p_.mask.key_span(b, i);
+                a = std::clamp(span.first, lo, hi), z = std::clamp(span.second, a, hi);
+            }
+            const bool flags = masking && !exact_;
+            if (flags && p_.masking())
                 p_.mask.row(b, i, lo, hi, visible);
-            else if (masking)
+            else if (flags)
                 std::fill(visible, visible + width, true);
             // The logits: softcap(scores) + bias, into the weights' row (softmax runs in place).
             const T* L = S + r * width;
@@ -588,15 +600,22 @@ class Attention {
                 L = out;
             }
             T* M = keep_[kMaskedScores] && !tr_.masked_is_scores ? &tr_.masked_scores(b, h, i, 0) : nullptr;
+            const std::size_t o = a - lo;  // (M is null when a != lo: narrowing keeps no such stage)
+            T* Wr = W + r * width;
+            const bool* vis = flags ? visible + o : nullptr;
             if (p_.sinks)
-                sink_softmax_row(L, masking ? visible : nullptr, M, W + r * width, width, (*p_.sinks)(h),
+                sink_softmax_row(L + o, vis, M, Wr + o, z - a, (*p_.sinks)(h),
                                  keep_[kSinkWeight] ? &tr_.sink_weight(b, h, i) : nullptr);
             else
-                kernels::masked_softmax_row(L, masking ? visible : nullptr, M, W + r * width, width);
+                kernels::masked_softmax_row(L + o, vis, M, Wr + o, z - a);
+            if (need_[kContext]) {  // the keys outside the row's own weigh 0
+                std::fill(Wr, Wr + o, T(0));
+                std::fill(Wr + (z - lo), Wr + width, T(0));
+            }
             if (sum)
-                summary_detail::summarize_row(W + r * width, L, masking ? visible : nullptr, lo, hi,
-                                              p_.mask.query_position(b, i), positions ? sc.key_pos.data() : nullptr,
-                                              p_.sinks.has_value(), *sum, sum->row(b, h, i), bins);
+                summary_detail::summarize_row(Wr + o, L + o, vis, a, z, p_.mask.query_position(b, i),
+                                              positions ? sc.key_pos.data() + o : nullptr, p_.sinks.has_value(),
+                                              *sum, sum->row(b, h, i), bins);
         }
         if (sum && how_.on_summary) how_.on_summary(*sum, b, h, i0, n);
         if (how_.progress_done) ++*how_.progress_done;
@@ -695,7 +714,7 @@ class Attention {
     StageSet keep_, need_;
     std::size_t threads_ = 1, rows_ = 1;
     Trace<T> tr_;
-    bool scan_scores_ = false, narrow_ = false;
+    bool scan_scores_ = false, narrow_ = false, exact_ = false;
     std::vector<double> tile_bins_;  // (B, H, tiles, bins) with a summary
     std::mutex nonfinite_lock_;
     Buffer<T> qf_, kf_, vf_, merged_;  // (B, Tq, H*Dk), (B, Tk, G*Dk), (B, Tk, G*Dv), (B, Tq, H*Dv)

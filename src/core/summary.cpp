@@ -94,13 +94,19 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) Sums segment(const d
     return segment_body(w, x, n, d0, step, xm);
 }
 
-// Whether any of 8 weights beats t.
+// The largest of 32 weights (NaN aside), in lanes that vectorise.
 template <typename T>
-inline bool any_above(const T* w, T t) {
-    bool hit = false;
-    for (std::size_t l = 0; l < 8; ++l) hit |= w[l] > t;
-    return hit;
+inline __attribute__((always_inline)) T max32_body(const T* w) {
+    T m[8];
+    for (std::size_t l = 0; l < 8; ++l) m[l] = w[l];
+    for (std::size_t k = 8; k < 32; k += 8)
+        for (std::size_t l = 0; l < 8; ++l) m[l] = w[k + l] > m[l] ? w[k + l] : m[l];
+    T r = m[0];
+    for (std::size_t l = 1; l < 8; ++l) r = m[l] > r ? m[l] : r;
+    return r;
 }
+__attribute__((target_clones("arch=x86-64-v3", "default"))) float max32(const float* w) { return max32_body(w); }
+__attribute__((target_clones("arch=x86-64-v3", "default"))) double max32(const double* w) { return max32_body(w); }
 
 // The K largest (weight, key), largest first, ties to the lower key: keys arrive in
 // increasing order, so a key enters only past weights strictly below its own.
@@ -150,10 +156,10 @@ void summarize_row(const T* w, const T* x, const bool* visible, std::size_t lo, 
         for (; j < n && top.filled < Kk; ++j) top.offer(double(w[j]), std::int64_t(lo + j));
     }
     // Once full, hidden keys (weight 0) can never enter: no flags needed.
-    for (; j < n && j % 8; ++j) top.offer(double(w[j]), std::int64_t(lo + j));
-    for (; j + 8 <= n; j += 8) {
-        if (!any_above(w + j, T(wt[Kk - 1]))) continue;
-        for (std::size_t l = 0; l < 8; ++l) top.offer(double(w[j + l]), std::int64_t(lo + j + l));
+    // (a NaN weight never enters: it beats no weight)
+    for (; j + 32 <= n; j += 32) {
+        if (!(double(max32(w + j)) > wt[Kk - 1])) continue;
+        for (std::size_t l = 0; l < 32; ++l) top.offer(double(w[j + l]), std::int64_t(lo + j + l));
     }
     for (; j < n; ++j) top.offer(double(w[j]), std::int64_t(lo + j));
     s.visible_keys[row] = std::int64_t(seen);

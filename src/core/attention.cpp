@@ -401,6 +401,15 @@ class Attention {
             PlaceNext at(place(kMask, d.B * d.Tq * d.Tk, sizeof(bool)));
             tr_.mask = Tensor<bool, 3>::from_shape({d.B, d.Tq, d.Tk});
         }
+        // The rows with no key: from the key span alone when it is exact (no pass over Tk keys).
+        if (!keep_[kMask] && p_.mask.span_exact()) {
+            for (std::size_t b = 0; b < d.B; ++b)
+                for (std::size_t i = 0; i < d.Tq; ++i) {
+                    const auto span = p_.mask.key_span(b, i);
+                    if (span.first >= span.second) tr_.fully_masked.push_back({b, i});
+                }
+            return;
+        }
         for (std::size_t b = 0; b < d.B; ++b)
             for (std::size_t i = 0; i < d.Tq; ++i) {
                 bool* out = keep_[kMask] ? &tr_.mask(b, i, 0) : reinterpret_cast<bool*>(row.data());
@@ -614,8 +623,8 @@ class Attention {
             }
             if (sum)
                 summary_detail::summarize_row(Wr + o, L + o, vis, a, z, p_.mask.query_position(b, i),
-                                              positions ? sc.key_pos.data() + o : nullptr, p_.sinks.has_value(),
-                                              *sum, sum->row(b, h, i), bins);
+                                              positions ? sc.key_pos.data() + o : nullptr, p_.sinks.has_value(), *sum,
+                                              sum->row(b, h, i), bins);
         }
         if (sum && how_.on_summary) how_.on_summary(*sum, b, h, i0, n);
         if (how_.progress_done) ++*how_.progress_done;

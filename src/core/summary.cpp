@@ -65,13 +65,15 @@ struct Sums {
 // (their logit may be -inf). Eight lanes, so that the loop vectorises.
 template <typename T>
 inline __attribute__((always_inline)) Sums segment_body(const T* w, const T* x, std::size_t n, T d0, T step, T xm) {
-    T aw[8] = {}, ad[8] = {}, ax[8] = {};
+    T aw[8] = {}, ad[8] = {}, ax[8] = {}, d[8];
+    for (std::size_t l = 0; l < 8; ++l) d[l] = d0 + step * T(l);  // distances, stepped by 8 (exact integers)
     const std::size_t full = n / 8 * 8;
     for (std::size_t j = 0; j < full; j += 8)
         for (std::size_t l = 0; l < 8; ++l) {
             const T v = w[j + l];
             aw[l] += v;
-            ad[l] += v * (d0 + step * T(j + l));
+            ad[l] += v * d[l];
+            d[l] += T(8) * step;
             ax[l] += v > T(0) ? v * (x[j + l] - xm) : T(0);
         }
     Sums s;

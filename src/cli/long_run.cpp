@@ -31,6 +31,7 @@ void add_long_options(CLI::App* run, RunOptions& o) {
 JsonlOutput::JsonlOutput(const std::string& path, bool force, std::string source, const Dims& dims, bool batched)
     : out_(&std::cout), source_(std::move(source)), dims_(dims), batched_(batched) {
     if (path != "-") {
+        check_output_target(path, force, "{jsonl} " + path);  // before any work
         file_ = std::make_unique<AtomicTextFile>(path, force);
         out_ = file_.get();
     }

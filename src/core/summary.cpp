@@ -224,6 +224,7 @@ void summarize_row(const T* w, const T* x, const bool* visible, std::size_t lo, 
     }
     double H = wt[0] > 0 ? -wx - total * std::log(wt[0]) : 0;
     if (normalise && total > 0) H = H / total + std::log(total);
+    H = H > 0 ? H : 0.0;  // never below 0 (nor -0) by rounding
     s.entropy[row] = H;
     s.effective_keys[row] = std::exp(H);
     s.sink_mass[row] = sink;

@@ -34,7 +34,9 @@
 #include "attnscope/model/model.hpp"
 #include "attnscope/model/qkv.hpp"
 #include "attnscope/report/report.hpp"
+#include "attnscope/report/summary_report.hpp"
 #include "help.hpp"
+#include "long_run.hpp"
 #include "subcommand.hpp"
 
 namespace attnscope::cli {
@@ -140,8 +142,8 @@ void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) 
 // a terminal; silent otherwise (pipes, files, CI logs).
 class Progress {
    public:
-    Progress(const std::atomic<std::size_t>& done, const std::atomic<std::size_t>& total) {
-        if (!::isatty(STDERR_FILENO)) return;
+    Progress(const std::atomic<std::size_t>& done, const std::atomic<std::size_t>& total, bool quiet) {
+        if (quiet || !::isatty(STDERR_FILENO)) return;
         thread_ = std::thread([this, &done, &total] {
             const auto start = Clock::now();
             bool shown = false;
@@ -149,8 +151,11 @@ class Progress {
             while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stop_; })) {
                 const double s = std::chrono::duration<double>(Clock::now() - start).count();
                 if (s < 1.0 || total == 0) continue;
-                std::fprintf(stderr, "\rattnscope: computing %3.0f%% (%.0f s)", 100.0 * double(done) / double(total),
-                             s);
+                // tiles of query rows done, their rate, and the time left at that rate
+                const double f = double(done) / double(total), left = f > 0 ? s * (1 - f) / f : 0;
+                std::fprintf(stderr,
+                             "\rattnscope: computing %3.0f%% (%zu/%zu tiles, %.1f/s, %.0f s, ~%.0f s left)\033[K",
+                             100.0 * f, std::size_t(done), std::size_t(total), double(done) / s, s, left);
                 shown = true;
             }
             if (shown) std::fprintf(stderr, "\r\033[K");
@@ -235,10 +240,10 @@ void warn_overflow(const Problem<T>& problem, const Trace<T>& trace) {
 }
 
 // The files: --dump (prepared before the computation, committed here; only the chosen
-// batch items and heads: `selected`), --html, --svg.
+// batch items and heads: `selected`, with the summaries when asked for), --html, --svg.
 void write_files(const RunOptions& o, const TraceView& view, const TraceView& selected,
-                 const std::vector<std::string>& stages, std::optional<Dump>& dump) {
-    if (dump) dump->commit(selected);
+                 const std::vector<std::string>& stages, std::optional<Dump>& dump, const Summary* summary) {
+    if (dump) dump->commit(selected, summary ? summary_arrays(*summary, view.batched) : std::vector<OutArray>{});
     FigureOptions figure;
     figure.full = o.full;
     figure.range = parse_range(o.range, o.log_scale);
@@ -258,9 +263,11 @@ void write_files(const RunOptions& o, const TraceView& view, const TraceView& se
 
 // Standard output: one JSON document, or the report a person reads.
 void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& selected,
-                  const std::vector<std::string>& stages, TextOptions text, const CellRef& cell) {
+                  const std::vector<std::string>& stages, TextOptions text, const CellRef& cell,
+                  const Summary* summary) {
     std::vector<RowDiagnostics> diagnostics;
     if (o.diagnose) diagnostics = diagnose(view);
+    if (o.jsonl == "-") return;  // standard output holds the line-delimited JSON
     if (o.json) {
         const auto chosen = [](const std::vector<std::size_t>& list, std::size_t i) {
             return list.empty() || std::find(list.begin(), list.end(), i) != list.end();
@@ -270,7 +277,15 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
                                              return !chosen(o.batches, r.batch) || !chosen(o.heads_shown, r.head);
                                          }),
                           diagnostics.end());
-        write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr);
+        std::function<void(std::ostream&)> extra;
+        if (summary)
+            extra = [&](std::ostream& out) {
+                out << "\"summary\":";
+                write_summary_json(out, *summary, view.batched);
+            };
+        write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
+    } else if (!o.quiet && summary && stages.empty()) {
+        write_summary_text(std::cout, *summary, view.batched, o.batches, o.heads_shown);
     } else if (!o.quiet) {
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
@@ -281,6 +296,7 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
             write_text(std::cout, view, text);
         if (o.diagnose) write_diagnostics_text(std::cout, view, diagnostics, text);
         if (!o.cell.empty()) write_cell(std::cout, view, cell, o.decimals);
+        if (summary) write_summary_text(std::cout, *summary, view.batched, o.batches, o.heads_shown);
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
@@ -290,6 +306,7 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
 // default, every stage the problem has but head_output.
 std::vector<std::string> stages_of_run(const RunOptions& o, StageSet has) {
     std::vector<std::string> out;
+    if (o.summary && o.stages.empty()) return out;  // the summaries alone: no (Tq, Tk) stage
     if (o.stages.empty() || o.stages == "all") {
         for (Stage id : stages_in(has & default_stages())) out.push_back(stage_name(id));
         return out;
@@ -337,7 +354,16 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     Compute how;
     how.keep = kept_stages(o, stages);
     how.threads = o.threads;
+    if (o.summary) how.summary = SummarySpec{o.topk, o.sink_keys, o.local};
     check_memory_limit(bundle, problem, how, limit);
+    std::optional<JsonlOutput> jsonl;
+    if (!o.jsonl.empty()) {
+        jsonl.emplace(o.jsonl, o.force, bundle.source, problem.dims, problem.batched);
+        if (o.summary)
+            how.on_summary = [&jsonl](const Summary& s, std::size_t b, std::size_t h, std::size_t i0, std::size_t n) {
+                jsonl->rows(s, b, h, i0, n);
+            };
+    }
     // A directory dump is prepared first: large stages are computed in their files.
     std::optional<Dump> dump;
     const bool selecting = !o.batches.empty() || !o.heads_shown.empty();
@@ -349,7 +375,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     std::atomic<std::size_t> done{0}, total{0};
     how.progress_done = &done;
     how.progress_total = &total;
-    Progress progress(done, total);
+    Progress progress(done, total, o.quiet);
     Trace<T> trace = attend(problem, how);
     progress.stop();
     const double compute_s = seconds_since(t1);
@@ -361,8 +387,10 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     const TraceView selected =
         (o.json || dump) && selecting ? select_view(view, o.batches, o.heads_shown) : TraceView();
     const TraceView& whole = (o.json || dump) && selecting ? selected : view;
-    write_files(o, view, whole, stages, dump);
-    write_stdout(o, view, whole, stages, text, cell);
+    write_files(o, view, whole, stages, dump, trace.summary.get());
+    write_stdout(o, view, whole, stages, text, cell, trace.summary.get());
+    // last: a run killed while writing its report (a closed pipe) leaves no .jsonl behind
+    if (jsonl) jsonl->finish(view, stages, trace.summary.get());
     if (o.timings) {
         char line[128];
         std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,
@@ -619,6 +647,7 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
     add_output_options(run, o);
     add_experiment_options(run, o);
     add_view_options(run, o);
+    add_long_options(run, o);
     later_options_replace(run);
     return run;
 }

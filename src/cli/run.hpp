@@ -50,7 +50,7 @@ struct RunOptions {
     std::string color = "auto";
     std::string range = "auto";  // --range auto|fixed|row|LO,HI
     bool log_scale = false;      // --log-scale
-    std::size_t width = 0;  // 0: the terminal's, or $COLUMNS, or 80
+    std::size_t width = 0;       // 0: the terminal's, or $COLUMNS, or 80
     bool diagnose = false;
     std::vector<std::size_t> cell;  // batch,head,query,key (batch omitted for a 2-D x)
     std::string scale_text;         // a number, or "none" (= 1)
@@ -63,10 +63,14 @@ struct RunOptions {
     std::optional<std::size_t> layer;
     std::string preset = "auto";
     std::string prefix;
-    std::set<std::string> given;
+    std::set<std::string> given;  // the options given on the command line ("--heads", "--causal", …)
     // Bring your own Q, K, V: the run starts at the scores (model/qkv.hpp)
     std::string qkv;
-    std::vector<std::string> axes;  // NAME=ORDER  // the options given on the command line ("--heads", "--causal", …)
+    std::vector<std::string> axes;  // NAME=ORDER
+    // Long contexts (README "Long contexts")
+    bool summary = false;  // per-row summaries
+    std::size_t topk = 8, sink_keys = 4, local = 64;
+    std::string jsonl;  // line-delimited JSON: a path, or - for standard output
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

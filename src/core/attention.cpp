@@ -159,6 +159,13 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
     if (k[kMask]) total = add(total, mul(mul(d.B, d.Tq), d.Tk));
     if (k[kContext]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dv)));
     if (k[kOutput]) total = add(total, mul(vs, mul(mul(d.B, d.Tq), d.Dout)));
+    if (how.summary) {
+        // the arrays (at most 64 distance bins), and per thread a row of logits and the tiles' bin sums
+        const std::size_t K = how.summary->topk;
+        total = add(total, mul(mul(bh, d.Tq), add(8 * 9 + 8 * 2, mul(K, 16))));
+        total = add(total, mul(mul(bh, 64 * 8), add(2, d.Tq / std::max<std::size_t>(tile_rows(d, vs), 1))));
+        total = add(total, mul(tile_workers(d, vs, how), mul(vs, d.Tk)));
+    }
     return total;
 }
 
@@ -183,6 +190,11 @@ void check_memory_limit(const Bundle& bundle, const Problem<T>& p, const Compute
     one.threads = 1;
     const std::size_t extra = run - std::min(run, planned_bytes(d, sizeof(T), one, !p.masked_is_scores()));
     const bool threads_cost = extra > run / 2;
+    // The (B, H, Tq, Tk) stages: when they are most of it, per-row summaries are the way.
+    std::size_t dense = 0;
+    for (Stage s : {kScores, kBias, kMaskedScores, kWeights})
+        if (how.keep[s]) dense += sizeof(T) * d.B * d.H * d.Tq * d.Tk;
+    const bool dense_cost = !threads_cost && dense > run / 2;
     throw MemoryLimitError("the run needs " + format_bytes(total) + " (inputs " + format_bytes(read + typed) +
                            ", stages and working set " + format_bytes(run) +
                            (threads_cost ? ", of which " + format_bytes(extra) + " for the tiles of " +
@@ -190,7 +202,11 @@ void check_memory_limit(const Bundle& bundle, const Problem<T>& p, const Compute
                                          : std::string()) +
                            "), over the memory limit of " + format_bytes(limit) +
                            (threads_cost ? "; use fewer {threads}, or raise {max_memory}"
-                                         : "; keep fewer stages with {stages}, or raise {max_memory}"));
+                            : dense_cost
+                                ? "; the (B, H, Tq, Tk) stages take " + format_bytes(dense) +
+                                      ": use {summary} (per-row entropy, masses and {topk} keys, memory growing "
+                                      "with Tq) with {stages} output, or raise {max_memory}"
+                                : "; keep fewer stages with {stages}, or raise {max_memory}"));
 }
 
 template void check_memory_limit<float>(const Bundle&, const Problem<float>&, const Compute&, std::size_t);
@@ -206,6 +222,11 @@ class Attention {
         const StageSet has = stages_of(p);
         keep_ = how.keep & has;
         need_ = with_prerequisites(keep_) & has;  // everything up to the last stage asked for
+        if (how.summary) need_ |= with_prerequisites(StageSet().set(kWeights)) & has;
+        // Only the kept (query, key) stages need every key of a tile.
+        narrow_ = !(keep_[kScores] || keep_[kMaskedScores] || keep_[kWeights] || keep_[kBias]);
+        // ... and each row only its own keys, without flags, when the span is exactly them
+        exact_ = narrow_ && !p.has_bias() && p.mask.span_exact();
         threads_ = flop() < how.parallel_min_flop ? 1 : thread_count(how);
         tr_.dims = d_;
         tr_.batched = p.batched;
@@ -220,6 +241,7 @@ class Attention {
         allocate_tile_stages();  // 3) scores .. context, by tiles of query rows
         scan_scores_ = !scores_bounded();
         attend_tiles();
+        if (how_.summary) finish_summary();
         note_nonfinite_heads(kContext, merged_, d_.Tq, d_.H, d_.Dv);
         if (need_[kHeadOutput]) head_output();  // 4) per-head outputs, when asked for
         if (need_[kOutput]) output();           //    output
@@ -396,6 +418,15 @@ class Attention {
             PlaceNext at(place(kMask, d.B * d.Tq * d.Tk, sizeof(bool)));
             tr_.mask = Tensor<bool, 3>::from_shape({d.B, d.Tq, d.Tk});
         }
+        // The rows with no key: from the key span alone when it is exact (no pass over Tk keys).
+        if (!keep_[kMask] && p_.mask.span_exact()) {
+            for (std::size_t b = 0; b < d.B; ++b)
+                for (std::size_t i = 0; i < d.Tq; ++i) {
+                    const auto span = p_.mask.key_span(b, i);
+                    if (span.first >= span.second) tr_.fully_masked.push_back({b, i});
+                }
+            return;
+        }
         for (std::size_t b = 0; b < d.B; ++b)
             for (std::size_t i = 0; i < d.Tq; ++i) {
                 bool* out = keep_[kMask] ? &tr_.mask(b, i, 0) : reinterpret_cast<bool*>(row.data());
@@ -430,17 +461,77 @@ class Attention {
     }
 
     struct Scratch {
-        std::vector<T> s, w, bias;
+        std::vector<T> s, w, bias, logits;
         std::vector<char> visible;
+        std::vector<long long> key_pos;
     };
+
+    // Per-row summaries: the arrays, and one set of distance-bin sums per tile (added
+    // up in tile order afterwards, so the result does not depend on the threads).
+    void allocate_summary(std::size_t tiles) {
+        const Dims& d = d_;
+        auto s = std::make_shared<Summary>();
+        s->B = d.B, s->H = d.H, s->Tq = d.Tq, s->Tk = d.Tk, s->spec = *how_.summary, s->K = s->spec.topk;
+        // bins up to the largest |q_pos - k_pos|
+        unsigned long long far = 0;
+        if (d.Tq && d.Tk) {
+            long long qlo = 0, qhi = 0, klo = 0, khi = 0;
+            bool first = true;
+            for (std::size_t b = 0; b < d.B; ++b) {
+                if (b > 0 && !p_.mask.explicit_positions()) break;
+                for (std::size_t i = 0; i < d.Tq; ++i) {
+                    const long long q = p_.mask.query_position(b, i);
+                    qlo = first || q < qlo ? q : qlo, qhi = first || q > qhi ? q : qhi, first = false;
+                }
+                for (std::size_t j = 0; j < d.Tk; ++j) {
+                    const long long k = p_.mask.key_position(b, j);
+                    klo = j == 0 && b == 0 ? k : std::min(klo, k), khi = j == 0 && b == 0 ? k : std::max(khi, k);
+                }
+            }
+            far = std::max((unsigned long long)std::max(0LL, qhi - klo), (unsigned long long)std::max(0LL, khi - qlo));
+        }
+        s->bins = distance_bin(far) + 1;
+        const std::size_t rows = d.B * d.H * d.Tq;
+        for (auto* v : {&s->entropy, &s->effective_keys, &s->max_weight, &s->sink_mass, &s->local_mass,
+                        &s->mean_distance, &s->row_sum})
+            v->assign(rows, 0.0);
+        s->max_key.assign(rows, -1);
+        s->visible_keys.assign(rows, 0);
+        s->topk_index.assign(rows * s->K, -1);
+        s->topk_weight.assign(rows * s->K, 0.0);
+        s->distance_profile.assign(d.B * d.H * s->bins, 0.0);
+        s->profile_rows.assign(d.B * d.H, 0);
+        tile_bins_.assign(d.B * d.H * tiles * s->bins, 0.0);
+        tr_.summary = std::move(s);
+    }
+
+    void finish_summary() {
+        Summary& s = *tr_.summary;
+        const std::size_t tiles = (d_.Tq + rows_ - 1) / rows_;
+        for (std::size_t bh = 0; bh < d_.B * d_.H; ++bh) {
+            std::int64_t n = 0;
+            for (std::size_t i = 0; i < d_.Tq; ++i) n += s.visible_keys[bh * d_.Tq + i] > 0;
+            s.profile_rows[bh] = n;
+            double* prof = &s.distance_profile[bh * s.bins];
+            for (std::size_t t = 0; t < tiles; ++t)
+                for (std::size_t k = 0; k < s.bins; ++k) prof[k] += tile_bins_[(bh * tiles + t) * s.bins + k];
+            if (n > 0)
+                for (std::size_t k = 0; k < s.bins; ++k) prof[k] /= double(n);
+        }
+        tile_bins_ = {};
+    }
 
     // 3) Per (batch, head, tile of query rows), on our threads with single-threaded BLAS.
     void attend_tiles() {
         const Dims& d = d_;
         rows_ = tile_rows(d, sizeof(T));
+        // Skipping what the mask hides needs short tiles: a tile computes every key any of
+        // its rows sees (128 rows: the triangle wasted on the diagonal is 64 / Tk of a row).
+        if (narrow_ && (p_.mask.causal() || p_.mask.window())) rows_ = std::min<std::size_t>(rows_, 128);
         const std::size_t tiles = (d.Tq + rows_ - 1) / rows_;
         std::vector<Scratch> scratch(std::min(threads_, d.B * d.H * tiles));
         if (how_.progress_total) *how_.progress_total = d.B * d.H * tiles;
+        if (how_.summary) allocate_summary(tiles);
         parallel_for(d.B * d.H * tiles, threads_, [&](std::size_t item, std::size_t worker) {
             tile(item / (d.H * tiles), item / tiles % d.H, item % tiles * rows_, scratch[worker]);
         });
@@ -460,40 +551,70 @@ class Attention {
         const Dims& d = d_;
         const std::size_t H = d.H, G = d.G, g = d.kv_head(h), Tq = d.Tq, Tk = d.Tk, Dk = d.Dk, Dv = d.Dv;
         const std::size_t n = std::min(rows_, Tq - i0);
+        // The tile's keys [lo, hi): every key, or (no (query, key) stage kept) only those
+        // its rows may see; a tile that sees none computes nothing.
+        std::size_t lo = 0, hi = Tk;
+        if (narrow_) {
+            lo = Tk, hi = 0;
+            for (std::size_t r = 0; r < n; ++r) {
+                const auto [a, z] = p_.mask.key_span(b, i0 + r);
+                if (a < z) lo = std::min(lo, a), hi = std::max(hi, z);
+            }
+            if (lo >= hi) lo = hi = 0;
+        }
+        const std::size_t width = hi - lo;  // the tile's row stride
         T* S = tile_buffer(kScores, tr_.scores, b, h, i0, sc.s);
-        T* W = keep_[kWeights]  ? &tr_.weights(b, h, i0, 0)
-               : keep_[kScores] ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w)
-                                : S;
-        gemm<T>(false, true, n, Tk, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
-                kf_.data() + b * Tk * G * Dk + g * Dk, G * Dk, T(0), S, Tk);
+        Summary* sum = tr_.summary.get();
+        // Weights apart from the logits when a summary reads both.
+        T* W = keep_[kWeights]         ? &tr_.weights(b, h, i0, 0)
+               : keep_[kScores] || sum ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w)
+                                       : S;
+        gemm<T>(false, true, n, width, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
+                kf_.data() + (b * Tk + lo) * G * Dk + g * Dk, G * Dk, T(0), S, width);
         if (scan_scores_)
-            for (std::size_t k = 0; k < n * Tk; ++k)
+            for (std::size_t k = 0; k < n * width; ++k)
                 if (!std::isfinite(S[k])) {
-                    note_nonfinite(kScores, {b, h, i0 + k / Tk, k % Tk}, 4);
+                    note_nonfinite(kScores, {b, h, i0 + k / width, lo + k % width}, 4);
                     break;
                 }
         const bool bias = p_.has_bias(), softcap = p_.spec.softcap.has_value();
         const bool masking = p_.masking() || bias;  // a -inf bias hides its key too
-        if (masking) sc.visible.resize(Tk);
+        if (masking) sc.visible.resize(std::max<std::size_t>(width, 1));
         if (bias && !keep_[kBias]) sc.bias.resize(Tk);
+        if (sum && (bias || softcap) && keep_[kScores]) sc.logits.resize(width);
+        const bool positions = sum && p_.mask.explicit_positions();
+        if (positions) {
+            sc.key_pos.resize(width);
+            for (std::size_t j = lo; j < hi; ++j) sc.key_pos[j - lo] = p_.mask.key_position(b, j);
+        }
         bool* visible = reinterpret_cast<bool*>(sc.visible.data());
         const T cap = softcap ? T(*p_.spec.softcap) : T(1);
+        double* bins = sum ? &tile_bins_[((b * H + h) * ((Tq + rows_ - 1) / rows_) + i0 / rows_) * sum->bins] : nullptr;
         for (std::size_t r = 0; r < n; ++r) {
             const std::size_t i = i0 + r;
-            if (p_.masking())
-                p_.mask.row(b, i, visible);
-            else if (masking)
-                std::fill(visible, visible + Tk, true);
+            // The row's keys [a, z) within the tile's: without flags when they are exact.
+            std::size_t a = lo, z = hi;
+            if (exact_) {
+                const auto span = p_.mask.key_span(b, i);
+                a = std::clamp(span.first, lo, hi), z = std::clamp(span.second, a, hi);
+            }
+            const bool flags = masking && !exact_;
+            if (flags && p_.masking())
+                p_.mask.row(b, i, lo, hi, visible);
+            else if (flags)
+                std::fill(visible, visible + width, true);
             // The logits: softcap(scores) + bias, into the weights' row (softmax runs in place).
-            const T* L = S + r * Tk;
+            const T* L = S + r * width;
             if (bias || softcap) {
                 T* Brow = nullptr;
                 if (bias) {
                     Brow = keep_[kBias] ? &tr_.bias(b, h, i, 0) : sc.bias.data();
                     p_.bias_row(b, h, i, Brow);
+                    Brow += lo;
                 }
-                T* out = W + r * Tk;
-                for (std::size_t j = 0; j < Tk; ++j) {
+                // (a summary reads the logits after the softmax: they go where the weights do not)
+                T* out = !sum ? W + r * width : keep_[kScores] ? sc.logits.data() : S + r * width;
+                for (std::size_t j = 0; j < width; ++j) {
                     T v = L[j];
                     if (softcap) v = cap * std::tanh(v / cap);
                     if (Brow) {
@@ -505,16 +626,33 @@ class Attention {
                 L = out;
             }
             T* M = keep_[kMaskedScores] && !tr_.masked_is_scores ? &tr_.masked_scores(b, h, i, 0) : nullptr;
+            const std::size_t o = a - lo;  // (M is null when a != lo: narrowing keeps no such stage)
+            T* Wr = W + r * width;
+            const bool* vis = flags ? visible + o : nullptr;
             if (p_.sinks)
-                kernels::sink_softmax_row(L, masking ? visible : nullptr, M, W + r * Tk, Tk, (*p_.sinks)(h),
+                kernels::sink_softmax_row(L + o, vis, M, Wr + o, z - a, (*p_.sinks)(h),
                                           keep_[kSinkWeight] ? &tr_.sink_weight(b, h, i) : nullptr);
             else
-                kernels::masked_softmax_row(L, masking ? visible : nullptr, M, W + r * Tk, Tk);
+                kernels::masked_softmax_row(L + o, vis, M, Wr + o, z - a);
+            if (need_[kContext]) {  // the keys outside the row's own weigh 0
+                std::fill(Wr, Wr + o, T(0));
+                std::fill(Wr + (z - lo), Wr + width, T(0));
+            }
+            if (sum)
+                summary_detail::summarize_row(Wr + o, L + o, vis, a, z, p_.mask.query_position(b, i),
+                                              positions ? sc.key_pos.data() + o : nullptr, p_.sinks.has_value(), *sum,
+                                              sum->row(b, h, i), bins);
         }
+        if (sum && how_.on_summary) how_.on_summary(*sum, b, h, i0, n);
         if (how_.progress_done) ++*how_.progress_done;
         if (!need_[kContext]) return;
         T* C = merged_.data() + (b * Tq + i0) * H * Dv + h * Dv;
-        gemm<T>(false, false, n, Dv, Tk, T(1), W, Tk, vf_.data() + b * Tk * G * Dv + g * Dv, G * Dv, T(0), C, H * Dv);
+        if (width == 0) {  // no key: a zero context
+            for (std::size_t r = 0; r < n; ++r) std::fill_n(C + r * H * Dv, Dv, T(0));
+        } else {
+            gemm<T>(false, false, n, Dv, width, T(1), W, width, vf_.data() + (b * Tk + lo) * G * Dv + g * Dv, G * Dv,
+                    T(0), C, H * Dv);
+        }
         if (keep_[kContext])
             for (std::size_t r = 0; r < n; ++r)
                 std::copy(C + r * H * Dv, C + r * H * Dv + Dv, &tr_.context(b, h, i0 + r, 0));
@@ -578,7 +716,8 @@ class Attention {
     StageSet keep_, need_;
     std::size_t threads_ = 1, rows_ = 1;
     Trace<T> tr_;
-    bool scan_scores_ = false;
+    bool scan_scores_ = false, narrow_ = false, exact_ = false;
+    std::vector<double> tile_bins_;  // (B, H, tiles, bins) with a summary
     std::mutex nonfinite_lock_;
     Buffer<T> qf_, kf_, vf_, merged_;  // (B, Tq, H*Dk), (B, Tk, G*Dk), (B, Tk, G*Dv), (B, Tq, H*Dv)
 };

@@ -20,6 +20,8 @@ double StageView::at(std::size_t k) const {
             return static_cast<const double*>(data)[k];
         case DType::boolean:
             return static_cast<const bool*>(data)[k] ? 1.0 : 0.0;
+        case DType::int64:
+            return double(static_cast<const std::int64_t*>(data)[k]);
     }
     return 0;
 }

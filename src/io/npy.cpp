@@ -30,6 +30,8 @@ std::size_t dtype_size(DType dtype) {
             return 8;
         case DType::boolean:
             return 1;
+        case DType::int64:
+            return 8;
     }
     return 0;
 }
@@ -434,7 +436,10 @@ Array parse_npy(std::string_view bytes, const std::string& given_origin, std::si
 }
 
 std::string npy_header(const OutArray& a, std::size_t align) {
-    const char* descr = a.dtype == DType::float32 ? "<f4" : a.dtype == DType::float64 ? "<f8" : "|b1";
+    const char* descr = a.dtype == DType::float32   ? "<f4"
+                        : a.dtype == DType::float64 ? "<f8"
+                        : a.dtype == DType::int64   ? "<i8"
+                                                    : "|b1";
     std::string dict =
         std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape_str(a.shape) + ", }";
     // Pad with spaces and a final newline so the data starts on an `align`-byte boundary.

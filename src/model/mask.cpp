@@ -44,22 +44,39 @@ bool MaskRule::visible(std::size_t b, std::size_t i, std::size_t j) const {
     return true;
 }
 
-bool MaskRule::row(std::size_t b, std::size_t i, bool* out) const {
+bool MaskRule::row(std::size_t b, std::size_t i, bool* out) const { return row(b, i, 0, Tk_, out); }
+
+bool MaskRule::row(std::size_t b, std::size_t i, std::size_t lo, std::size_t hi, bool* out) const {
     bool any = false;
     if (!p_.window && !p_.allow && !p_.k_positions) {  // the classic rule, fast
         const long long last = p_.causal ? query_position(b, i) : (long long)Tk_;
         const std::size_t first_extra = Tk_ - p_.extra_keys;
-        for (std::size_t j = 0; j < Tk_; ++j) {
-            out[j] = j >= first_extra || (!padded(b, j) && (long long)j <= last);
-            any |= out[j];
+        for (std::size_t j = lo; j < hi; ++j) {
+            out[j - lo] = j >= first_extra || (!padded(b, j) && (long long)j <= last);
+            any |= out[j - lo];
         }
         return any;
     }
-    for (std::size_t j = 0; j < Tk_; ++j) {
-        out[j] = visible(b, i, j);
-        any |= out[j];
+    for (std::size_t j = lo; j < hi; ++j) {
+        out[j - lo] = visible(b, i, j);
+        any |= out[j - lo];
     }
     return any;
+}
+
+std::pair<std::size_t, std::size_t> MaskRule::key_span(std::size_t b, std::size_t i) const {
+    if (p_.extra_keys || explicit_positions() || (!p_.causal && !p_.window)) return {0, Tk_};
+    const long long q = query_position(b, i), T = (long long)Tk_;
+    long long first = 0, last = T;  // keys [first, last)
+    if (p_.causal) last = std::min(T, q + 1);
+    if (p_.window) {
+        const long long w = (long long)std::min<std::size_t>(*p_.window, std::size_t{1} << 60);
+        first = std::max(first, q - w + 1);
+        if (!p_.causal) last = std::min(last, q + w);
+    }
+    first = std::clamp(first, 0LL, T);
+    last = std::clamp(last, first, T);
+    return {std::size_t(first), std::size_t(last)};
 }
 
 std::string MaskRule::causal_rule() const {

@@ -236,9 +236,10 @@ void move_into_place(Dump::Impl& d) {
 
 }  // namespace
 
-void Dump::commit(const TraceView& v) {
+void Dump::commit(const TraceView& v, const std::vector<OutArray>& extra) {
     Impl& d = *impl_;
     auto arrays = arrays_of(v, d.stages);
+    arrays.insert(arrays.end(), extra.begin(), extra.end());
     if (d.npz) {
         AtomicFile f(d.path, d.replace);
         write_npz(f, arrays);

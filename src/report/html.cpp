@@ -168,6 +168,8 @@ std::string exact_number(const StageView& s, std::size_t k) {
             return shortest(static_cast<const double*>(s.data)[k]);
         case DType::boolean:
             return static_cast<const bool*>(s.data)[k] ? "1" : "0";
+        case DType::int64:
+            return std::to_string(static_cast<const std::int64_t*>(s.data)[k]);
     }
     return {};
 }

@@ -45,6 +45,9 @@ void put_stage_data(std::ostream& out, const StageView& s) {
             case DType::boolean:
                 out << (static_cast<const bool*>(s.data)[k] ? "true" : "false");
                 break;
+            case DType::int64:
+                out << static_cast<const std::int64_t*>(s.data)[k];
+                break;
         }
         // Advance, closing a bracket for every axis that wraps.
         for (std::size_t a = nd; a-- > 0;) {
@@ -196,7 +199,7 @@ void put_stage(std::ostream& out, const TraceView& v, const StageView& s) {
 }  // namespace
 
 void write_json(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
-                const std::vector<RowDiagnostics>* diagnostics) {
+                const std::vector<RowDiagnostics>* diagnostics, const std::function<void(std::ostream&)>& extra) {
     // 1) config, dims, tokens; fully masked rows; warnings; diagnostics when asked for.
     put_config(out, v);
     out << ",\n\"fully_masked_rows\":[";
@@ -213,6 +216,10 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
     if (diagnostics) {
         out << "\"diagnostics\":";
         write_diagnostics_json(out, *diagnostics);
+        out << ",\n";
+    }
+    if (extra) {
+        extra(out);
         out << ",\n";
     }
     // 2) The chosen stages, in the order asked.

@@ -43,6 +43,7 @@
 
 #include "attnscope/base/buffer.hpp"
 #include "attnscope/core/stages.hpp"
+#include "attnscope/core/summary.hpp"
 #include "attnscope/model/model.hpp"
 
 namespace attnscope {
@@ -68,6 +69,14 @@ struct Compute {
     // file it will be dumped to), or null for ordinary memory. Called on the calling
     // thread, once per kept stage, before that stage is computed.
     std::function<std::shared_ptr<Placement>(Stage, std::size_t bytes)> place;
+    // Optional: per-row summaries of the weights (summary.hpp), computed tile by tile; the
+    // weights need not be kept. When no (B, H, Tq, Tk) stage is kept, a tile's keys are
+    // only those the mask rule can let its rows see (causal: tiles above the diagonal are
+    // never computed).
+    std::optional<SummarySpec> summary;
+    // Optional: called as the summaries of query rows [i0, i0 + n) of (b, h) are complete
+    // (from the computing threads, one call at a time per tile: the callee serialises).
+    std::function<void(const Summary&, std::size_t b, std::size_t h, std::size_t i0, std::size_t n)> on_summary;
 };
 
 // A query row that can see no key at all (padding and/or causal mask): its weights are
@@ -98,6 +107,7 @@ struct Trace {
     Tensor<T, 4> head_output;    // (B, Tq, H, Dout)
     Tensor<T, 3> output;         // (B, Tq, Dout)
     std::vector<MaskedRow> fully_masked;
+    std::shared_ptr<Summary> summary;  // with Compute::summary
     // The first stage (in pipeline order) where a NaN or an infinity appears, and its
     // index in that stage's shape, e.g. scores at (0, 1, 3, 2) when the dot products
     // overflow. Masked cells' -inf do not count. With finite inputs, this is where the

@@ -11,7 +11,7 @@
 
 namespace attnscope {
 
-enum class DType { float32, float64, boolean };
+enum class DType { float32, float64, boolean, int64 };
 
 // A borrowed view of a contiguous C-order array to be written.
 struct OutArray {

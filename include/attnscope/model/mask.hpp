@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 #include <xtensor/xtensor.hpp>
 
 namespace attnscope {
@@ -63,6 +64,14 @@ class MaskRule {
     bool visible(std::size_t b, std::size_t i, std::size_t j) const;
     // Fills visible[0, Tk) for query i of batch item b; returns whether any key is visible.
     bool row(std::size_t b, std::size_t i, bool* visible) const;
+    // The same for keys [lo, hi) only: visible[0, hi - lo).
+    bool row(std::size_t b, std::size_t i, std::size_t lo, std::size_t hi, bool* visible) const;
+    // Keys [first, last) outside which query i of item b sees none: narrowed by the causal
+    // mask and the window when positions are the default ones, else [0, Tk).
+    std::pair<std::size_t, std::size_t> key_span(std::size_t b, std::size_t i) const;
+    // Whether key_span is exactly the keys a query sees (no padding, attn_mask, explicit
+    // positions or appended keys): then no per-key flags are needed.
+    bool span_exact() const { return !has_padding() && !p_.allow && !explicit_positions() && !p_.extra_keys; }
 
     // In words, for headings: "causal: j <= i", "key j is not PAD", "not PAD, and j <= i + Tk - Tq".
     std::string causal_rule() const;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
@@ -121,8 +122,10 @@ void write_text(std::ostream& out, const TraceView& view, const TextOptions& opt
 // One JSON document (RFC 8259): config, dims, tokens, masked rows, and the chosen stages
 // as nested lists. -inf, inf and NaN are written as the strings "-inf", "inf", "nan",
 // which numpy.array(..., dtype=float) turns back into numbers. Streamed, never held whole.
+// `extra`: writes more members of the document (`"name":value`), e.g. a run's summaries.
 void write_json(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages,
-                const std::vector<RowDiagnostics>* diagnostics = nullptr);
+                const std::vector<RowDiagnostics>* diagnostics = nullptr,
+                const std::function<void(std::ostream&)>& extra = {});
 
 // A self-contained HTML page (no network access, no external files; its script is
 // inline): every chosen stage and head as a heatmap with token labels (a table with the
@@ -173,7 +176,8 @@ class Dump {
     // Memory for stage `name` of `bytes` bytes, or null (ordinary memory) when it is not
     // dumped, small, an .npz member, or the file system cannot map it.
     std::shared_ptr<Placement> place(const std::string& name, std::size_t bytes);
-    void commit(const TraceView& view);
+    // `extra`: arrays written beside the stages (e.g. a run's summaries).
+    void commit(const TraceView& view, const std::vector<OutArray>& extra = {});
 
     struct Impl;
 

@@ -1,0 +1,89 @@
+// attnscope — core: per-row summaries of the attention weights, computed tile by tile.
+//
+// For long contexts the (B, H, Tq, Tk) weights cannot be held (T = 65,536, H = 8: 128 GiB
+// in float32). attend() with Compute::summary computes, for every (batch, head, query) row,
+// the quantities below from each tile of weights as it is made, then drops the tile: memory
+// grows with Tq, never with Tq·Tk.
+//
+// Per row (B, H, Tq), positions as the mask rule gives them (q = q_pos(i), k = k_pos(j)):
+//   entropy        -Σ_j w_ij ln w_ij (natural log; with a sink, of w / Σ_j w, as --diagnose)
+//   effective_keys exp(entropy); 0 for a row that sees no key
+//   max_weight     the largest weight; max_key its key (lowest index on ties; -1: no key)
+//   topk_index     (B, H, Tq, K) the K largest weights' keys, largest first; ties go to
+//   topk_weight      the lower key index; slots beyond the visible keys hold -1 and 0
+//   sink_mass      Σ w_ij over keys with 0 <= k < s            (--sink-keys s)
+//   local_mass     Σ w_ij over keys with q - w < k <= q        (--local w)
+//   mean_distance  Σ_j w_ij · |q - k|
+//   visible_keys   the keys the mask rule lets the row see
+//   row_sum        Σ_j w_ij (1, or 1 - the sink's share, or 0 with no key)
+// Per head (B, H, bins):
+//   distance_profile  bin 0: distance 0; bin k >= 1: distances 2^(k-1) .. 2^k - 1; the mass
+//                     of each row in each bin, averaged over the rows that see a key
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnscope {
+
+struct SummarySpec {
+    std::size_t topk = 8;
+    std::size_t sink_keys = 4;
+    std::size_t local = 64;
+};
+
+struct Summary {
+    std::size_t B = 0, H = 0, Tq = 0, Tk = 0, K = 0, bins = 0;
+    SummarySpec spec;
+    // (B, H, Tq)
+    std::vector<double> entropy, effective_keys, max_weight, sink_mass, local_mass, mean_distance, row_sum;
+    std::vector<std::int64_t> max_key, visible_keys;
+    // (B, H, Tq, K)
+    std::vector<std::int64_t> topk_index;
+    std::vector<double> topk_weight;
+    // (B, H, bins), and the rows each head's profile averages: (B, H)
+    std::vector<double> distance_profile;
+    std::vector<std::int64_t> profile_rows;
+
+    std::size_t row(std::size_t b, std::size_t h, std::size_t i) const { return (b * H + h) * Tq + i; }
+    // Bytes the arrays take for these sizes (for the memory plan).
+    static std::size_t bytes(std::size_t B, std::size_t H, std::size_t Tq, std::size_t K, std::size_t bins);
+};
+
+// Distance bin of |q - k|: 0 for 0, else bit_width(d) (2^(k-1) <= d < 2^k).
+inline std::size_t distance_bin(unsigned long long d) { return d == 0 ? 0 : std::size_t(64 - __builtin_clzll(d)); }
+
+// The one-line classification of a head, from its rows' means. The thresholds are
+// printed with it; the first rule that holds names the head.
+struct HeadClass {
+    std::string label;  // sink, diagonal, previous-token, local, broad (or "no rows")
+    double sink = 0, diagonal = 0, previous = 0, local = 0, effective_keys = 0, distance = 0;  // means over rows
+};
+inline constexpr double kSinkHead = 0.5;      // mean sink_mass >= this: sink
+inline constexpr double kDiagonalHead = 0.5;  // mean mass at distance 0 >= this: diagonal
+inline constexpr double kPreviousHead = 0.5;  // mean mass at distance 1 >= this: previous-token
+inline constexpr double kLocalHead = 0.8;     // mean local_mass >= this: local; else broad
+HeadClass classify_head(const Summary& s, std::size_t b, std::size_t h);
+std::string head_class_rule(const SummarySpec& spec);  // the thresholds in words
+
+namespace summary_detail {
+
+// One row's summary. w: weights of keys [lo, hi) (hidden keys 0); x: the logits they
+// came from (any value where hidden); visible: flags of [lo, hi), or null for all;
+// key_pos: null when k_pos(j) = j, else k_pos of keys [lo, hi). `normalise`: a sink took
+// part of the row (entropy of w / Σ w). Writes the row's entries of s and adds its bin
+// masses to bins[0, s.bins).
+template <typename T>
+void summarize_row(const T* w, const T* x, const bool* visible, std::size_t lo, std::size_t hi, long long q,
+                   const long long* key_pos, bool normalise, Summary& s, std::size_t row, double* bins);
+
+extern template void summarize_row<float>(const float*, const float*, const bool*, std::size_t, std::size_t, long long,
+                                          const long long*, bool, Summary&, std::size_t, double*);
+extern template void summarize_row<double>(const double*, const double*, const bool*, std::size_t, std::size_t,
+                                           long long, const long long*, bool, Summary&, std::size_t, double*);
+
+}  // namespace summary_detail
+
+}  // namespace attnscope

@@ -1,0 +1,65 @@
+// `attnscope run` for long contexts (long_run.hpp).
+#include "long_run.hpp"
+
+#include <iostream>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/report/summary_report.hpp"
+
+namespace attnscope::cli {
+
+void add_long_options(CLI::App* run, RunOptions& o) {
+    auto* g = run->add_option_group("Long contexts (README: per-row summaries)");
+    g->add_flag("--summary", o.summary,
+                "Per row, tile by tile, never holding a (Tq, Tk) stage: entropy, effective keys, max weight and "
+                "key, top-k keys, sink and local mass, mean distance; per head a distance profile and class");
+    g->add_option("--topk", o.topk, "Keys (and weights) kept per row by --summary, largest first (implies --summary)")
+        ->check(CLI::Range(std::size_t{0}, std::size_t{4096}))
+        ->each([&o](const std::string&) { o.summary = true; })
+        ->capture_default_str();
+    g->add_option("--sink-keys", o.sink_keys, "--summary's sink mass: the weight on keys at positions 0..s-1")
+        ->each([&o](const std::string&) { o.summary = true; })
+        ->capture_default_str();
+    g->add_option("--local", o.local, "--summary's local mass: the weight on keys at positions i-w < j <= i")
+        ->each([&o](const std::string&) { o.summary = true; })
+        ->capture_default_str();
+    g->add_option("--jsonl", o.jsonl,
+                  "Line-delimited JSON into this file (- : standard output): a line per summary row and head, "
+                  "a line per dense stage, batch item and head");
+}
+
+JsonlOutput::JsonlOutput(const std::string& path, bool force, std::string source, const Dims& dims, bool batched)
+    : out_(&std::cout), source_(std::move(source)), dims_(dims), batched_(batched) {
+    if (path != "-") {
+        check_output_target(path, force, "{jsonl} " + path);  // before any work
+        file_ = std::make_unique<AtomicTextFile>(path, force);
+        out_ = file_.get();
+    }
+}
+
+void JsonlOutput::header(const Summary* s) {
+    if (started_) return;
+    started_ = true;
+    write_jsonl_header(*out_, source_, dims_, batched_, s);
+}
+
+void JsonlOutput::rows(const Summary& s, std::size_t b, std::size_t h, std::size_t i0, std::size_t n) {
+    std::lock_guard<std::mutex> g(lock_);
+    header(&s);
+    write_jsonl_rows(*out_, s, batched_, b, h, i0, n);
+    if (!file_) out_->flush();  // a pipe reader sees rows as they come
+}
+
+void JsonlOutput::finish(const TraceView& view, const std::vector<std::string>& stages, const Summary* s) {
+    std::lock_guard<std::mutex> g(lock_);
+    header(s);
+    for (const auto& name : stages) write_jsonl_stage(*out_, view.stage(name), batched_);
+    if (s) write_jsonl_heads(*out_, *s, batched_);
+    out_->flush();
+    if (file_)
+        file_->commit();
+    else if (!*out_)
+        throw RuntimeFailure("<stdout>: cannot write the line-delimited JSON");
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,43 @@
+// `attnscope run` for long contexts: --summary, --topk, --sink-keys, --local, --jsonl.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "attnscope/core/attention.hpp"
+#include "attnscope/core/view.hpp"
+#include "attnscope/io/write.hpp"
+#include "run.hpp"
+
+namespace attnscope::cli {
+
+// The options, in their own group of `run`.
+void add_long_options(CLI::App* run, RunOptions& o);
+
+// --jsonl PATH (or - for standard output): one JSON object a line, written as computed;
+// a path is written under a temporary name and renamed by finish() (a run that fails or is
+// killed leaves nothing behind).
+class JsonlOutput {
+   public:
+    JsonlOutput(const std::string& path, bool force, std::string source, const Dims& dims, bool batched);
+    // For Compute::on_summary: the rows of a finished tile.
+    void rows(const Summary& s, std::size_t b, std::size_t h, std::size_t i0, std::size_t n);
+    // The dense stages (a line per stage, batch item and head) and the per-head summaries;
+    // then the file is complete.
+    void finish(const TraceView& view, const std::vector<std::string>& stages, const Summary* s);
+
+   private:
+    void header(const Summary* s);
+    std::unique_ptr<AtomicTextFile> file_;
+    std::ostream* out_;
+    std::mutex lock_;
+    std::string source_;
+    Dims dims_;
+    bool batched_, started_ = false;
+};
+
+}  // namespace attnscope::cli

@@ -1,0 +1,258 @@
+// Views of the per-row summaries (summary_report.hpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+
+#include "attnscope/report/report.hpp"
+#include "attnscope/report/summary_report.hpp"
+#include "text_util.hpp"
+
+namespace attnscope {
+namespace {
+
+using text::put_json_number;
+
+std::vector<std::size_t> rows_shape(const Summary& s, bool batched, std::size_t last) {
+    std::vector<std::size_t> shape;
+    if (batched) shape.push_back(s.B);
+    shape.push_back(s.H);
+    shape.push_back(last);
+    return shape;
+}
+
+// "0", "1", "2-3", "4-7", ...: the distances of bin k.
+std::string bin_label(std::size_t k) {
+    if (k < 2) return std::to_string(k);
+    return std::to_string(1ULL << (k - 1)) + "-" + std::to_string((1ULL << k) - 1);
+}
+
+void put_row_fields(std::ostream& out, const Summary& s, std::size_t r) {
+    out << ",\"visible_keys\":" << s.visible_keys[r] << ",\"row_sum\":";
+    put_json_number(out, s.row_sum[r]);
+    out << ",\"entropy\":";
+    put_json_number(out, s.entropy[r]);
+    out << ",\"effective_keys\":";
+    put_json_number(out, s.effective_keys[r]);
+    out << ",\"max_weight\":";
+    put_json_number(out, s.max_weight[r]);
+    out << ",\"max_key\":" << s.max_key[r] << ",\"sink_mass\":";
+    put_json_number(out, s.sink_mass[r]);
+    out << ",\"local_mass\":";
+    put_json_number(out, s.local_mass[r]);
+    out << ",\"mean_distance\":";
+    put_json_number(out, s.mean_distance[r]);
+    out << ",\"topk_index\":[";
+    for (std::size_t k = 0; k < s.K; ++k) out << (k ? "," : "") << s.topk_index[r * s.K + k];
+    out << "],\"topk_weight\":[";
+    for (std::size_t k = 0; k < s.K; ++k) {
+        if (k) out << ',';
+        put_json_number(out, s.topk_weight[r * s.K + k]);
+    }
+    out << ']';
+}
+
+void put_head_fields(std::ostream& out, const Summary& s, std::size_t b, std::size_t h) {
+    const HeadClass c = classify_head(s, b, h);
+    out << ",\"class\":\"" << c.label << "\",\"rows\":" << s.profile_rows[b * s.H + h] << ",\"mean_sink_mass\":";
+    put_json_number(out, c.sink);
+    out << ",\"mean_local_mass\":";
+    put_json_number(out, c.local);
+    out << ",\"mean_effective_keys\":";
+    put_json_number(out, c.effective_keys);
+    out << ",\"mean_distance\":";
+    put_json_number(out, c.distance);
+    out << ",\"distance_profile\":[";
+    for (std::size_t k = 0; k < s.bins; ++k) {
+        if (k) out << ',';
+        put_json_number(out, s.distance_profile[(b * s.H + h) * s.bins + k]);
+    }
+    out << ']';
+}
+
+void put_options(std::ostream& out, const Summary& s) {
+    out << "\"topk\":" << s.K << ",\"sink_keys\":" << s.spec.sink_keys << ",\"local\":" << s.spec.local
+        << ",\"distance_bins\":[";
+    for (std::size_t k = 0; k < s.bins; ++k) out << (k ? ",\"" : "\"") << bin_label(k) << '"';
+    out << "],\"classes\":\"" << head_class_rule(s.spec) << '"';
+}
+
+bool chosen(const std::vector<std::size_t>& list, std::size_t k) {
+    return list.empty() || std::find(list.begin(), list.end(), k) != list.end();
+}
+
+}  // namespace
+
+std::vector<OutArray> summary_arrays(const Summary& s, bool batched) {
+    const auto rows = rows_shape(s, batched, s.Tq);
+    auto with = [&](std::size_t last) {
+        auto v = rows;
+        v.push_back(last);
+        return v;
+    };
+    return {
+        {"entropy", rows, DType::float64, s.entropy.data()},
+        {"effective_keys", rows, DType::float64, s.effective_keys.data()},
+        {"max_weight", rows, DType::float64, s.max_weight.data()},
+        {"max_key", rows, DType::int64, s.max_key.data()},
+        {"topk_index", with(s.K), DType::int64, s.topk_index.data()},
+        {"topk_weight", with(s.K), DType::float64, s.topk_weight.data()},
+        {"sink_mass", rows, DType::float64, s.sink_mass.data()},
+        {"local_mass", rows, DType::float64, s.local_mass.data()},
+        {"mean_distance", rows, DType::float64, s.mean_distance.data()},
+        {"visible_keys", rows, DType::int64, s.visible_keys.data()},
+        {"row_sum", rows, DType::float64, s.row_sum.data()},
+        {"distance_profile", rows_shape(s, batched, s.bins), DType::float64, s.distance_profile.data()},
+    };
+}
+
+void write_summary_text(std::ostream& out, const Summary& s, bool batched, const std::vector<std::size_t>& batches,
+                        const std::vector<std::size_t>& heads) {
+    static const char* const kBars[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+    out << "== summary: " << (batched ? "(B, H, Tq) = (" + std::to_string(s.B) + ", " : "(H, Tq) = (") << s.H << ", "
+        << s.Tq << "), Tk = " << s.Tk << "\n   per row (in --dump, --json, --jsonl): entropy, top " << s.K
+        << " keys, masses, distance\n";
+    out << "   mass: sink on keys 0.." << s.spec.sink_keys << "-1, local on q-" << s.spec.local
+        << " < k <= q, diag/prev at distance 0/1\n";
+    out << "   eff = exp(entropy); dist = sum w|q-k|; means over the rows that see a key\n";
+    char line[160];
+    std::snprintf(line, sizeof line, "%2s %2s %-14s %5s %5s %5s %5s %7s %7s %s\n", "b", "h", "class", "sink", "local",
+                  "diag", "prev", "eff", "dist", "profile");
+    out << line;
+    for (std::size_t b = 0; b < s.B; ++b) {
+        if (!chosen(batches, b)) continue;
+        for (std::size_t h = 0; h < s.H; ++h) {
+            if (!chosen(heads, h)) continue;
+            const HeadClass c = classify_head(s, b, h);
+            const double* prof = &s.distance_profile[(b * s.H + h) * s.bins];
+            double top = 0;
+            for (std::size_t k = 0; k < s.bins; ++k) top = std::max(top, prof[k]);
+            std::string spark;
+            for (std::size_t k = 0; k < std::min<std::size_t>(s.bins, 19); ++k)
+                spark += kBars[top > 0 ? std::size_t(std::lround(prof[k] / top * 8)) : 0];
+            std::snprintf(line, sizeof line, "%2zu %2zu %-14s %5.3f %5.3f %5.3f %5.3f %7.1f %7.1f ", b, h,
+                          c.label.c_str(), c.sink, c.local, c.diagonal, c.previous, c.effective_keys, c.distance);
+            out << line << spark << '\n';
+        }
+    }
+    out << "   profile: mass at distance 0, 1, 2-3, 4-7, ... (█: the head's largest)\n";
+    for (const auto& l : text::wrap("classes: " + head_class_rule(s.spec), 77)) out << "   " << l << '\n';
+}
+
+void write_summary_json(std::ostream& out, const Summary& s, bool batched) {
+    out << '{';
+    put_options(out, s);
+    out << ",\"heads\":[";
+    bool first = true;
+    for (std::size_t b = 0; b < s.B; ++b)
+        for (std::size_t h = 0; h < s.H; ++h) {
+            out << (first ? "\n{" : ",\n{");
+            first = false;
+            if (batched) out << "\"batch\":" << b << ',';
+            out << "\"head\":" << h;
+            put_head_fields(out, s, b, h);
+            out << '}';
+        }
+    out << "],\n\"rows\":[";
+    first = true;
+    for (std::size_t b = 0; b < s.B; ++b)
+        for (std::size_t h = 0; h < s.H; ++h)
+            for (std::size_t i = 0; i < s.Tq; ++i) {
+                out << (first ? "\n{" : ",\n{");
+                first = false;
+                if (batched) out << "\"batch\":" << b << ',';
+                out << "\"head\":" << h << ",\"query\":" << i;
+                put_row_fields(out, s, s.row(b, h, i));
+                out << '}';
+            }
+    out << "]}";
+}
+
+void write_jsonl_header(std::ostream& out, const std::string& source, const Dims& d, bool batched, const Summary* s) {
+    out << "{\"kind\":\"run\",\"source\":";
+    std::string src;
+    for (char c : source) {
+        if (c == '"' || c == '\\') src += '\\';
+        if (static_cast<unsigned char>(c) < 0x20) continue;
+        src += c;
+    }
+    out << '"' << src << "\",\"dims\":{\"B\":" << d.B << ",\"H\":" << d.H << ",\"G\":" << d.G << ",\"Tq\":" << d.Tq
+        << ",\"Tk\":" << d.Tk << ",\"Dk\":" << d.Dk << ",\"Dv\":" << d.Dv
+        << "},\"batched\":" << (batched ? "true" : "false");
+    if (s) {
+        out << ",\"summary\":{";
+        put_options(out, *s);
+        out << '}';
+    }
+    out << "}\n";
+}
+
+void write_jsonl_rows(std::ostream& out, const Summary& s, bool batched, std::size_t b, std::size_t h, std::size_t i0,
+                      std::size_t n) {
+    for (std::size_t i = i0; i < i0 + n; ++i) {
+        out << "{\"kind\":\"row\",";
+        if (batched) out << "\"batch\":" << b << ',';
+        out << "\"head\":" << h << ",\"query\":" << i;
+        put_row_fields(out, s, s.row(b, h, i));
+        out << "}\n";
+    }
+}
+
+void write_jsonl_heads(std::ostream& out, const Summary& s, bool batched) {
+    for (std::size_t b = 0; b < s.B; ++b)
+        for (std::size_t h = 0; h < s.H; ++h) {
+            out << "{\"kind\":\"head\",";
+            if (batched) out << "\"batch\":" << b << ',';
+            out << "\"head\":" << h;
+            put_head_fields(out, s, b, h);
+            out << "}\n";
+        }
+}
+
+void write_jsonl_stage(std::ostream& out, const StageView& st, bool batched) {
+    // Leading axes split into lines: the batch (when there is one), then a head axis.
+    std::size_t lead = batched ? 1 : 0;
+    if (st.axes.size() > lead + 1 && (st.axes[lead] == "H" || st.axes[lead] == "G")) ++lead;
+    std::size_t lines = 1, per = 1;
+    for (std::size_t a = 0; a < st.shape.size(); ++a) (a < lead ? lines : per) *= st.shape[a];
+    for (std::size_t l = 0; l < lines; ++l) {
+        out << "{\"kind\":\"stage\",\"stage\":\"" << st.name << '"';
+        std::size_t rest = l;
+        std::vector<std::size_t> at(lead);
+        for (std::size_t a = lead; a-- > 0;) at[a] = rest % st.shape[a], rest /= st.shape[a];
+        for (std::size_t a = 0; a < lead; ++a)
+            out << ",\"" << (st.axes[a] == "B" ? "batch" : st.axes[a] == "G" ? "kv_head" : "head") << "\":" << at[a];
+        out << ",\"axes\":[";
+        for (std::size_t a = lead; a < st.axes.size(); ++a) out << (a > lead ? ",\"" : "\"") << st.axes[a] << '"';
+        out << "],\"shape\":[";
+        for (std::size_t a = lead; a < st.shape.size(); ++a) out << (a > lead ? "," : "") << st.shape[a];
+        out << "],\"data\":";
+        // nested lists over the remaining axes
+        const std::size_t nd = st.shape.size() - lead;
+        std::vector<std::size_t> idx(nd, 0);
+        for (std::size_t a = 0; a < nd; ++a) out << '[';
+        for (std::size_t k = 0; k < per; ++k) {
+            if (k > 0) {
+                std::size_t closes = 0;
+                for (std::size_t a = nd; a-- > 0;) {
+                    if (++idx[a] < st.shape[lead + a]) break;
+                    idx[a] = 0, ++closes;
+                }
+                for (std::size_t c = 0; c < closes; ++c) out << ']';
+                out << ',';
+                for (std::size_t c = 0; c < closes; ++c) out << '[';
+            }
+            const std::size_t f = l * per + k;
+            if (st.dtype == DType::boolean)
+                out << (st.at(f) != 0 ? "true" : "false");
+            else if (st.dtype == DType::float32)
+                put_json_number(out, static_cast<const float*>(st.data)[f]);
+            else
+                put_json_number(out, st.at(f));
+        }
+        for (std::size_t a = 0; a < nd; ++a) out << ']';
+        out << "}\n";
+    }
+}
+
+}  // namespace attnscope

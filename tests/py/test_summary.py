@@ -1,0 +1,316 @@
+#!/usr/bin/python3
+"""Long contexts: `run --summary` (per-row summaries computed tile by tile), --topk,
+--sink-keys, --local, --jsonl, and the memory plan, run as a user runs them.
+
+Every summary array is checked against scripts/summary_reference.py, which computes the
+same quantities the plain way from the dense weights of the independent float64
+reference scripts/modern_reference.py (float64: 1e-12; float32: from the float32-rounded
+inputs, 2e-5), with every mask and variant.
+
+    /usr/bin/python3 tests/py/test_summary.py     (env ATTNSCOPE_BIN, ATTNSCOPE_ROOT)
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+import common  # noqa: E402
+from common import BIN, CliTestCase, run_text  # noqa: E402
+
+import summary_reference as sref  # noqa: E402  (scripts/, on the path through common)
+
+ARRAYS = ["entropy", "effective_keys", "max_weight", "max_key", "topk_index", "topk_weight", "sink_mass",
+          "local_mass", "mean_distance", "visible_keys", "row_sum", "distance_profile"]
+
+FLAGS = {"kv_heads": "--kv-heads", "rope_dim": "--rope-dim", "window": "--window", "softcap": "--softcap",
+         "attn_mask_means": "--attn-mask-means", "causal_align": "--causal-align"}
+
+
+def argv_of(heads, options):
+    args = ["--heads", str(heads)]
+    for k, v in options.items():
+        if k in ("rope", "alibi", "causal"):
+            if v:
+                args.append("--" + k)
+        else:
+            args += [FLAGS[k], str(v)]
+    return args
+
+
+def bundle(seed, B=2, Tq=37, Tk=None, Dm=12, H=4, G=None, Dk=3, Dv=2, sharp=1.0, **extra):
+    """Random self-attention (cross-attention when Tk is given) with H query heads."""
+    rng = np.random.default_rng(seed)
+    G = G or H
+    b = {"x": rng.standard_normal((B, Tq, Dm)),
+         "W_Q": rng.standard_normal((Dm, H * Dk)) * sharp, "W_K": rng.standard_normal((Dm, G * Dk)) * sharp,
+         "W_V": rng.standard_normal((Dm, G * Dv)) / 2}
+    if Tk is not None:
+        b["memory"] = rng.standard_normal((B, Tk, Dm))
+    b.update(extra)
+    return b
+
+
+def padding(B, Tk, lengths):
+    return np.arange(Tk)[None, :] >= np.asarray(lengths)[:, None]
+
+
+class Against(CliTestCase):
+    """Every summary array equals the reference's, mask by mask, variant by variant."""
+
+    def check(self, b, heads, dtype="float64", topk=8, sink_keys=4, local=64, **options):
+        src = self.save_npz("b.npz", **b)
+        out = self.path("out.npz")
+        argv = ["run", src, *argv_of(heads, options), "--dtype", dtype, "--summary", "--topk", str(topk),
+                "--sink-keys", str(sink_keys), "--local", str(local), "--dump", out, "-q", "--force"]
+        r = run_text(*argv)
+        self.assertEqual(r.code, 0, r)
+        self.assertTrue(all(line.startswith(common.WARNING_PREFIX) for line in r.err.splitlines()), r)
+        theirs = dict(np.load(src))
+        if dtype == "float32":
+            theirs = common.as_float32_inputs(theirs)
+        want = sref.from_modern(theirs, heads, topk=topk, sink_keys=sink_keys, local=local, **options)
+        tol = 1e-12 if dtype == "float64" else 2e-5
+        with np.load(out) as got:
+            self.assertEqual(sorted(got.files), sorted(ARRAYS))
+            for n in ARRAYS:
+                g, w = got[n], want[n]
+                self.assertEqual(g.shape, w.shape, n)
+                if n in ("max_key", "topk_index", "visible_keys"):
+                    self.assertEqual(g.dtype, np.int64, n)
+                    if dtype == "float64":
+                        np.testing.assert_array_equal(g, w, err_msg=f"{n} {options}")
+                    else:  # float32 weights that differ in the last bit may swap near-ties
+                        bad = g != w
+                        if n != "visible_keys" and bad.any():
+                            gw = got["topk_weight"] if n == "topk_index" else got["max_weight"]
+                            self.assertLess(np.abs(gw - (want["topk_weight"] if n == "topk_index" else want["max_weight"]))[bad].max(), tol)
+                        else:
+                            np.testing.assert_array_equal(g, w, err_msg=f"{n} {options}")
+                    continue
+                diff = float(np.max(np.abs(g - w))) if g.size else 0.0
+                # relative for quantities that grow with Tk (effective keys, distances)
+                scale = np.maximum(1.0, np.abs(w))
+                self.assertTrue(np.all(np.abs(g - w) <= tol * scale), f"{n} {options}: maxdiff = {diff:.3e}")
+        return want
+
+    def test_no_mask(self):
+        self.check(bundle(1), 4)
+
+    def test_causal_with_padding(self):
+        b = bundle(2, key_padding_mask=padding(2, 37, [37, 21]))
+        self.check(b, 4, causal=True, topk=5, sink_keys=3, local=5)
+
+    def test_fully_masked_rows(self):
+        # item 1 pads its first 10 keys: causal rows 0..9 see nothing (zeros, -1 keys)
+        pad = np.zeros((2, 37), bool)
+        pad[1, :10] = True
+        b = bundle(3, H=2, key_padding_mask=pad)
+        want = self.check(b, 2, causal=True)
+        self.assertTrue((want["visible_keys"][1, :, :10] == 0).all())
+
+    def test_bottom_right_cross_attention(self):
+        b = bundle(4, Tq=9, Tk=40, key_padding_mask=padding(2, 40, [40, 33]))
+        self.check(b, 4, causal=True, causal_align="bottom-right", local=4)
+
+    def test_windows(self):
+        self.check(bundle(5), 4, causal=True, window=6, local=3)
+        self.check(bundle(6), 4, window=5)
+
+    def test_gqa_rope(self):
+        self.check(bundle(7, H=4, G=2, Dk=4), 4, kv_heads=2, rope=True, causal=True)
+        self.check(bundle(8, H=4, G=1, Dk=4), 4, kv_heads=1, rope=True, rope_dim=2, causal=True, window=9)
+
+    def test_alibi_softcap(self):
+        self.check(bundle(9, sharp=2.0), 4, alibi=True, causal=True, softcap=5.0)
+
+    def test_sinks(self):
+        pad = np.zeros((2, 37), bool)
+        pad[1, :4] = True
+        b = bundle(10, key_padding_mask=pad, sinks=np.array([0.5, 2.0, -1.0, 3.0]))
+        self.check(b, 4, causal=True)
+
+    def test_attn_masks(self):
+        rng = np.random.default_rng(11)
+        allow = rng.random((37, 37)) < 0.6
+        self.check(bundle(11, attn_mask=allow), 4, attn_mask_means="allow", causal=True)
+        fmask = rng.standard_normal((37, 37))
+        fmask[rng.random((37, 37)) < 0.3] = -np.inf
+        self.check(bundle(12, attn_mask=fmask), 4)
+
+    def test_explicit_positions(self):
+        rng = np.random.default_rng(13)
+        q = np.sort(rng.choice(200, 37, replace=False))
+        self.check(bundle(13, Dk=4, q_positions=q, k_positions=q), 4, causal=True, rope=True, local=20, sink_keys=50)
+
+    def test_topk_beyond_visible_keys(self):
+        want = self.check(bundle(14, Tq=20), 4, causal=True, topk=30)
+        self.assertTrue((want["topk_index"][:, :, 0, 1:] == -1).all())
+
+    def test_ties_go_to_the_lower_key(self):
+        # W_Q = 0: every score 0, every row uniform: all weights tie
+        b = bundle(15, Tq=12)
+        b["W_Q"] = np.zeros_like(b["W_Q"])
+        self.check(b, 4, topk=5)
+        out = np.load(self.path("out.npz"))
+        np.testing.assert_array_equal(out["topk_index"], np.broadcast_to(np.arange(5), (2, 4, 12, 5)))
+        b["key_padding_mask"] = padding(2, 12, [12, 3])
+        self.check(b, 4, topk=5, causal=True)
+        out = np.load(self.path("out.npz"))
+        np.testing.assert_array_equal(out["topk_index"][1, 0, 7], [0, 1, 2, -1, -1])
+
+    def test_long_rows_and_many_tiles(self):
+        # 600 keys: rows of several 8-key blocks and segments; causal tiles skipped
+        self.check(bundle(16, B=1, Tq=600, H=2, Dk=8, sharp=0.7), 2, causal=True, topk=16, local=100)
+        self.check(bundle(17, B=1, Tq=300, H=2, Dk=8), 2, causal=True, window=50)
+
+    def test_float32(self):
+        self.check(bundle(18, key_padding_mask=padding(2, 37, [37, 25])), 4, dtype="float32", causal=True)
+        self.check(bundle(19, B=1, Tq=500, H=2, Dk=8), 2, dtype="float32", causal=True, window=300, local=40)
+        self.check(bundle(20, sinks=np.array([0.5, 2.0, -1.0, 3.0])), 4, dtype="float32", alibi=True)
+
+
+class DenseStagesToo(CliTestCase):
+    """Summaries with dense stages kept (every key of each tile) equal those without."""
+
+    def test_same_with_weights_kept(self):
+        src = self.save_npz("b.npz", **bundle(21, key_padding_mask=padding(2, 37, [37, 30])))
+        a, b = self.path("a.npz"), self.path("b2.npz")
+        r = run_text("run", src, "--heads", "4", "--causal", "--summary", "--dump", a, "-q")
+        self.assertEqual(r.code, 0, r)
+        r = run_text("run", src, "--heads", "4", "--causal", "--summary", "--stages", "scores,weights,output",
+                     "--dump", b, "-q")
+        self.assertEqual(r.code, 0, r)
+        with np.load(a) as x, np.load(b) as y:
+            self.assertEqual(sorted(y.files), sorted(ARRAYS + ["scores", "weights", "output"]))
+            for n in ARRAYS:
+                np.testing.assert_allclose(x[n], y[n], rtol=0, atol=1e-14, err_msg=n)
+
+
+class Jsonl(CliTestCase):
+    """--jsonl parses line by line with json.loads, and agrees with the dump."""
+
+    def test_lines(self):
+        src = self.save_npz("b.npz", **bundle(22, B=2, Tq=15, H=2))
+        out, dump = self.path("s.jsonl"), self.path("s.npz")
+        r = run_text("run", src, "--heads", "2", "--causal", "--topk", "3", "--stages", "weights,output",
+                     "--jsonl", out, "--dump", dump, "-q")
+        self.assertEqual(r.code, 0, r)
+        lines = out.read_text().splitlines()
+        objs = [json.loads(line) for line in lines]
+        self.assertEqual(objs[0]["kind"], "run")
+        self.assertEqual(objs[0]["summary"]["topk"], 3)
+        rows = [o for o in objs if o["kind"] == "row"]
+        heads = [o for o in objs if o["kind"] == "head"]
+        stages = [o for o in objs if o["kind"] == "stage"]
+        self.assertEqual(len(rows), 2 * 2 * 15)
+        self.assertEqual(len(heads), 2 * 2)
+        self.assertEqual(sorted((o["stage"], o["batch"], o.get("head")) for o in stages),
+                         sorted([("weights", b, h) for b in range(2) for h in range(2)] +
+                                [("output", b, None) for b in range(2)]))
+        with np.load(dump) as d:
+            for o in rows:
+                at = (o["batch"], o["head"], o["query"])
+                for n in ("entropy", "sink_mass", "local_mass", "mean_distance", "row_sum", "max_weight"):
+                    self.assertEqual(o[n], float(d[n][at]), n)
+                self.assertEqual(o["topk_index"], d["topk_index"][at].tolist())
+                self.assertEqual(o["topk_weight"], d["topk_weight"][at].tolist())
+            for o in stages:
+                if o["stage"] == "weights":
+                    np.testing.assert_array_equal(np.array(o["data"]), d["weights"][o["batch"], o["head"]])
+            for o in heads:
+                np.testing.assert_array_equal(o["distance_profile"], d["distance_profile"][o["batch"], o["head"]])
+
+    def test_stdout_stream_and_head(self):
+        # a reader that stops early (head): the run ends by SIGPIPE, what it read parses
+        src = self.save_npz("b.npz", **bundle(23, B=1, Tq=3000, H=2, Dk=4))
+        p1 = subprocess.Popen([str(BIN), "run", str(src), "--heads", "2", "--causal", "--summary", "--jsonl", "-"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        head = [p1.stdout.readline() for _ in range(5)]
+        p1.stdout.close()
+        p1.wait(timeout=60)
+        for line in head:
+            json.loads(line)
+        self.assertIn(p1.returncode, (0, -signal.SIGPIPE))
+
+    def test_killed_by_sigpipe_leaves_no_file(self):
+        # the report on stdout goes to a reader that closes at once: the .jsonl is not left half-written
+        src = self.save_npz("b.npz", **bundle(24, B=1, Tq=400, H=2, Dk=4))
+        out = self.path("s.jsonl")
+        p = subprocess.Popen([str(BIN), "run", str(src), "--heads", "2", "--causal", "--summary", "--stages",
+                              "weights", "--full", "--jsonl", str(out)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        p.stdout.read(10)
+        p.stdout.close()
+        p.wait(timeout=60)
+        self.assertEqual(p.returncode, -signal.SIGPIPE)
+        self.assertFalse(out.exists())
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["b.npz"])
+
+
+class Views(CliTestCase):
+    def test_text_fits_80_columns(self):
+        src = self.save_npz("b.npz", **bundle(25, B=1, Tq=3000, H=3, Dk=4))
+        r = run_text("run", src, "--heads", "3", "--causal", "--summary", "--sink-keys", "2", "--local", "16")
+        self.assertEqual(r.code, 0, r)
+        self.assertIn("== summary", r.out)
+        self.assertIn("classes: sink", r.out)
+        for line in r.out.splitlines():
+            self.assertLessEqual(len(line), 80, line)
+        self.assertEqual(r.err, "")  # no progress bar into a pipe
+
+    def test_json_document(self):
+        src = self.save_npz("b.npz", **bundle(26, B=1, Tq=10, H=2))
+        r = run_text("run", src, "--heads", "2", "--causal", "--summary", "--json")
+        self.assertEqual(r.code, 0, r)
+        doc = json.loads(r.out)
+        self.assertEqual(len(doc["summary"]["rows"]), 20)
+        self.assertEqual(len(doc["summary"]["heads"]), 2)
+        self.assertEqual(doc["stages"], {})
+
+    def test_memory_refusal_suggests_summary(self):
+        src = self.save_npz("b.npz", **bundle(27, B=1, Tq=2000, H=4, Dk=4))
+        r = run_text("run", src, "--heads", "4", "--causal", "--max-memory", "200M")
+        self.assert_error(r, "--summary", "--topk", "--max-memory")
+        r = run_text("run", src, "--heads", "4", "--causal", "--summary", "--max-memory", "200M", "-q")
+        self.assertEqual(r.code, 0, r)
+
+
+class LongSmoke(CliTestCase):
+    """65,536 tokens with a small model width: bounded, and each row sees its prefix."""
+
+    def test_65536_tokens(self):
+        T = 65536
+        rng = np.random.default_rng(28)
+        src = self.save_npz("b.npz", x=rng.standard_normal((1, T, 4)).astype(np.float32),
+                            W_Q=rng.standard_normal((4, 4)).astype(np.float32),
+                            W_K=rng.standard_normal((4, 4)).astype(np.float32),
+                            W_V=rng.standard_normal((4, 4)).astype(np.float32))
+        out = self.path("s.npz")
+        r = run_text("run", src, "--heads", "1", "--causal", "--dtype", "float32", "--summary", "--topk", "4",
+                     "--dump", out, "-q", "--max-memory", "1G")
+        self.assertEqual(r.code, 0, r)
+        with np.load(out) as d:
+            self.assertEqual(d["visible_keys"][0, 0].tolist(), list(range(1, T + 1)))
+            np.testing.assert_allclose(d["row_sum"], 1.0, atol=1e-4)
+            # a few rows against the reference, from their own scores
+            b = {k: np.load(src)[k].astype(np.float64) for k in ("x", "W_Q", "W_K")}
+            q = b["x"][0] @ b["W_Q"] / 2.0
+            k = b["x"][0] @ b["W_K"]
+            for i in (0, 1, 4097, T - 1):
+                s = k[: i + 1] @ q[i]
+                w = np.exp(s - s.max())
+                w /= w.sum()
+                want = sref.summarize(w[None, None, None, :], np.ones((1, 1, 1, i + 1), bool), [[i]],
+                                      [np.arange(i + 1)], topk=4)
+                for n in ("entropy", "sink_mass", "local_mass", "mean_distance", "max_weight"):
+                    self.assertLess(abs(d[n][0, 0, i] - want[n][0, 0, 0]), 1e-3 * max(1, abs(want[n][0, 0, 0])),
+                                    f"{n} row {i}")
+
+
+if __name__ == "__main__":
+    common.main("test_summary")

@@ -16,8 +16,8 @@ Summary one_row(std::size_t K, std::size_t bins) {
     Summary s;
     s.B = s.H = s.Tq = 1, s.Tk = 64, s.K = K, s.bins = bins;
     s.spec.topk = K, s.spec.sink_keys = 2, s.spec.local = 2;
-    for (auto* v : {&s.entropy, &s.effective_keys, &s.max_weight, &s.sink_mass, &s.local_mass, &s.mean_distance,
-                    &s.row_sum})
+    for (auto* v :
+         {&s.entropy, &s.effective_keys, &s.max_weight, &s.sink_mass, &s.local_mass, &s.mean_distance, &s.row_sum})
         v->assign(1, 0.0);
     s.max_key.assign(1, 0), s.visible_keys.assign(1, 0);
     s.topk_index.assign(K, 0), s.topk_weight.assign(K, 0.0);

@@ -225,8 +225,9 @@ class Attention {
         if (how.summary) need_ |= with_prerequisites(StageSet().set(kWeights)) & has;
         // Only the kept (query, key) stages need every key of a tile.
         narrow_ = !(keep_[kScores] || keep_[kMaskedScores] || keep_[kWeights] || keep_[kBias]);
-        // ... and each row only its own keys, without flags, when the span is exactly them
-        exact_ = narrow_ && !p.has_bias() && p.mask.span_exact();
+        // Each row's softmax runs over its own keys, without flags, when the span is exactly
+        // them; kept stages or not, so that what is kept never changes a number.
+        exact_ = !p.has_bias() && p.mask.span_exact();
         threads_ = flop() < how.parallel_min_flop ? 1 : thread_count(how);
         tr_.dims = d_;
         tr_.batched = p.batched;
@@ -527,7 +528,9 @@ class Attention {
         rows_ = tile_rows(d, sizeof(T));
         // Skipping what the mask hides needs short tiles: a tile computes every key any of
         // its rows sees (128 rows: the triangle wasted on the diagonal is 64 / Tk of a row).
-        if (narrow_ && (p_.mask.causal() || p_.mask.window())) rows_ = std::min<std::size_t>(rows_, 128);
+        // The same tiles whatever is kept: a tile's key span is the length of its context
+        // product, and another length may round differently.
+        if (p_.mask.causal() || p_.mask.window()) rows_ = std::min<std::size_t>(rows_, 128);
         const std::size_t tiles = (d.Tq + rows_ - 1) / rows_;
         std::vector<Scratch> scratch(std::min(threads_, d.B * d.H * tiles));
         if (how_.progress_total) *how_.progress_total = d.B * d.H * tiles;
@@ -551,17 +554,17 @@ class Attention {
         const Dims& d = d_;
         const std::size_t H = d.H, G = d.G, g = d.kv_head(h), Tq = d.Tq, Tk = d.Tk, Dk = d.Dk, Dv = d.Dv;
         const std::size_t n = std::min(rows_, Tq - i0);
-        // The tile's keys [lo, hi): every key, or (no (query, key) stage kept) only those
-        // its rows may see; a tile that sees none computes nothing.
-        std::size_t lo = 0, hi = Tk;
-        if (narrow_) {
-            lo = Tk, hi = 0;
-            for (std::size_t r = 0; r < n; ++r) {
-                const auto [a, z] = p_.mask.key_span(b, i0 + r);
-                if (a < z) lo = std::min(lo, a), hi = std::max(hi, z);
-            }
-            if (lo >= hi) lo = hi = 0;
+        // The keys its rows may see, [klo, khi). The softmax and the context run over these
+        // alone whatever is kept (the same sums in the same order: keeping a stage never
+        // changes a number); the scores are computed for them alone, [lo, hi) = [klo, khi),
+        // when no (query, key) stage is kept, else for every key.
+        std::size_t klo = Tk, khi = 0;
+        for (std::size_t r = 0; r < n; ++r) {
+            const auto [a, z] = p_.mask.key_span(b, i0 + r);
+            if (a < z) klo = std::min(klo, a), khi = std::max(khi, z);
         }
+        if (klo >= khi) klo = khi = 0;
+        const std::size_t lo = narrow_ ? klo : 0, hi = narrow_ ? khi : Tk;
         const std::size_t width = hi - lo;  // the tile's row stride
         T* S = tile_buffer(kScores, tr_.scores, b, h, i0, sc.s);
         Summary* sum = tr_.summary.get();
@@ -569,8 +572,15 @@ class Attention {
         T* W = keep_[kWeights]         ? &tr_.weights(b, h, i0, 0)
                : keep_[kScores] || sum ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w)
                                        : S;
-        gemm<T>(false, true, n, width, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
-                kf_.data() + (b * Tk + lo) * G * Dk + g * Dk, G * Dk, T(0), S, width);
+        // The scores of keys [from, to): the keys the rows may see by one product of their own
+        // whatever is kept (a product's numbers may depend on its width), the rest apart.
+        const auto scores = [&](std::size_t from, std::size_t to) {
+            if (to > from)
+                gemm<T>(false, true, n, to - from, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
+                        kf_.data() + (b * Tk + from) * G * Dk + g * Dk, G * Dk, T(0), S + (from - lo), width);
+        };
+        scores(klo, khi);
+        if (!narrow_) scores(0, klo), scores(khi, Tk);
         if (scan_scores_)
             for (std::size_t k = 0; k < n * width; ++k)
                 if (!std::isfinite(S[k])) {
@@ -593,10 +603,10 @@ class Attention {
         for (std::size_t r = 0; r < n; ++r) {
             const std::size_t i = i0 + r;
             // The row's keys [a, z) within the tile's: without flags when they are exact.
-            std::size_t a = lo, z = hi;
+            std::size_t a = klo, z = khi;
             if (exact_) {
                 const auto span = p_.mask.key_span(b, i);
-                a = std::clamp(span.first, lo, hi), z = std::clamp(span.second, a, hi);
+                a = std::clamp(span.first, klo, khi), z = std::clamp(span.second, a, khi);
             }
             const bool flags = masking && !exact_;
             if (flags && p_.masking())
@@ -625,18 +635,22 @@ class Attention {
                 }
                 L = out;
             }
+            // (M, when kept, is a whole row: lo = 0, as narrowing keeps no (query, key) stage)
             T* M = keep_[kMaskedScores] && !tr_.masked_is_scores ? &tr_.masked_scores(b, h, i, 0) : nullptr;
-            const std::size_t o = a - lo;  // (M is null when a != lo: narrowing keeps no such stage)
+            const std::size_t o = a - lo;
             T* Wr = W + r * width;
             const bool* vis = flags ? visible + o : nullptr;
             if (p_.sinks)
-                kernels::sink_softmax_row(L + o, vis, M, Wr + o, z - a, (*p_.sinks)(h),
+                kernels::sink_softmax_row(L + o, vis, M ? M + o : nullptr, Wr + o, z - a, (*p_.sinks)(h),
                                           keep_[kSinkWeight] ? &tr_.sink_weight(b, h, i) : nullptr);
             else
-                kernels::masked_softmax_row(L + o, vis, M, Wr + o, z - a);
-            if (need_[kContext]) {  // the keys outside the row's own weigh 0
-                std::fill(Wr, Wr + o, T(0));
-                std::fill(Wr + (z - lo), Wr + width, T(0));
+                kernels::masked_softmax_row(L + o, vis, M ? M + o : nullptr, Wr + o, z - a);
+            // The keys outside the row's own: weight 0, masked score -inf.
+            std::fill(Wr, Wr + o, T(0));
+            std::fill(Wr + (z - lo), Wr + width, T(0));
+            if (M) {
+                std::fill(M, M + o, -std::numeric_limits<T>::infinity());
+                std::fill(M + (z - lo), M + width, -std::numeric_limits<T>::infinity());
             }
             if (sum)
                 summary_detail::summarize_row(Wr + o, L + o, vis, a, z, p_.mask.query_position(b, i),
@@ -647,11 +661,11 @@ class Attention {
         if (how_.progress_done) ++*how_.progress_done;
         if (!need_[kContext]) return;
         T* C = merged_.data() + (b * Tq + i0) * H * Dv + h * Dv;
-        if (width == 0) {  // no key: a zero context
+        if (khi == klo) {  // no key: a zero context
             for (std::size_t r = 0; r < n; ++r) std::fill_n(C + r * H * Dv, Dv, T(0));
         } else {
-            gemm<T>(false, false, n, Dv, width, T(1), W, width, vf_.data() + (b * Tk + lo) * G * Dv + g * Dv, G * Dv,
-                    T(0), C, H * Dv);
+            gemm<T>(false, false, n, Dv, khi - klo, T(1), W + (klo - lo), width,
+                    vf_.data() + (b * Tk + klo) * G * Dv + g * Dv, G * Dv, T(0), C, H * Dv);
         }
         if (keep_[kContext])
             for (std::size_t r = 0; r < n; ++r)

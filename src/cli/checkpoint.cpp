@@ -20,26 +20,6 @@
 namespace attnscope::cli {
 namespace {
 
-// The bundle names that are weights: a checkpoint gives them, never together with a bundle's.
-const char* const kWeightNames[] = {"W_Q",
-                                    "W_K",
-                                    "W_V",
-                                    "W_O",
-                                    "b_Q",
-                                    "b_K",
-                                    "b_V",
-                                    "b_O",
-                                    "in_proj_weight",
-                                    "in_proj_bias",
-                                    "q_proj_weight",
-                                    "k_proj_weight",
-                                    "v_proj_weight",
-                                    "out_proj.weight",
-                                    "out_proj.bias",
-                                    "bias_k",
-                                    "bias_v",
-                                    "sinks"};
-
 const char* layout_name(Layout l) { return l == Layout::torch ? "torch" : "math"; }
 
 std::string join_facts(const std::vector<std::string>& facts) {
@@ -58,7 +38,10 @@ std::optional<std::size_t> query_width(const CheckpointLayer& l) {
 }  // namespace
 
 void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec) {
-    for (const char* name : kWeightNames)
+    // The weights come from one place (sinks too: a checkpoint may hold them).
+    std::vector<std::string> given_weights = weight_array_names();
+    given_weights.push_back("sinks");
+    for (const std::string& name : given_weights)
         if (bundle.arrays.count(name))
             throw UsageError("--checkpoint: " + escape_control(bundle.source) + " already holds " + name +
                              "; the weights come from the bundle or from the checkpoint, not both");

@@ -51,6 +51,27 @@ const std::vector<std::string>& known_array_names() {
     return names;
 }
 
+const std::vector<std::string>& weight_array_names() {
+    static const std::vector<std::string> names = {"W_Q",
+                                                   "W_K",
+                                                   "W_V",
+                                                   "W_O",
+                                                   "b_Q",
+                                                   "b_K",
+                                                   "b_V",
+                                                   "b_O",
+                                                   "in_proj_weight",
+                                                   "in_proj_bias",
+                                                   "q_proj_weight",
+                                                   "k_proj_weight",
+                                                   "v_proj_weight",
+                                                   "out_proj.weight",
+                                                   "out_proj.bias",
+                                                   "bias_k",
+                                                   "bias_v"};
+    return names;
+}
+
 namespace {
 std::string join(const std::vector<std::string>& v);
 }  // namespace
@@ -944,9 +965,9 @@ Problem<T> make_problem_qkv(const Bundle& bundle, const GivenQKV& qkv, const Spe
     Dims& d = p.dims;
     check_spec(spec);
     bld.check_names();
-    for (const char* n :
-         {"x", "memory", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "in_proj_weight", "in_proj_bias",
-          "q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj.weight", "out_proj.bias", "bias_k", "bias_v"})
+    std::vector<std::string> unused = {"x", "memory"};
+    unused.insert(unused.end(), weight_array_names().begin(), weight_array_names().end());
+    for (const std::string& n : unused)
         if (bld.find(n))
             throw UsageError(bundle.source + ": holds " + n +
                              "; with {qkv} the run starts from the given Q, K and V (no x, memory or weights)");

@@ -161,6 +161,9 @@ struct Problem {
 
 // The array names a bundle may hold (math layout, and PyTorch's names for --layout torch).
 const std::vector<std::string>& known_array_names();
+// Those of them that are projection weights and biases (W_Q, …, in_proj_weight, …, bias_k,
+// bias_v): what a checkpoint supplies and what a run from given Q, K, V has no use for.
+const std::vector<std::string>& weight_array_names();
 // InputError "SOURCE: unknown array 'NAME' (a bundle may hold: ...)" for a name that is
 // not one of them: as io's NameCheck, it refuses such an array before it is read.
 void check_array_name(const std::string& source, const std::string& name);

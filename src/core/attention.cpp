@@ -40,6 +40,11 @@ Tensor<T, 4> split_heads(const Buffer<T>& flat, std::size_t B, std::size_t T_, s
     return out;
 }
 
+// Per-row summaries: query rows per tile, and keys per block of scores (128 x 512 float32
+// scores, 256 KiB, stay in a core's cache while each row reads its part a few times;
+// OpenBLAS's product with Dk = 64 runs at 91 GFLOP/s of a 120 GFLOP/s core here).
+constexpr std::size_t kSummaryRows = 256, kSummaryKeys = 512;
+
 // Query rows per tile: about 16 MiB of scores. Large enough that BLAS's packing of the
 // head's K and V (once per call) is amortised over many rows (T=4096, H=16: 4% faster
 // than 4 MiB tiles); small enough that the working set stays bounded whatever Tq is.
@@ -142,8 +147,11 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
     // working set: flat projections, merged heads, per-thread tiles
     total = add(total, mul(vs, mul(d.B, add(mul(d.Tq, mul(d.H, d.Dk)), mul(d.Tk, mul(G, add(d.Dk, d.Dv)))))));
     total = add(total, mul(vs, mul(mul(d.B, d.Tq), mul(d.H, d.Dv))));
-    // per-thread tiles: only as many threads as there are tiles ever hold one
-    total = add(total, mul(tile_workers(d, vs, how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
+    // per-thread tiles of whole rows (none when the summaries are all a run wants of them):
+    // only as many threads as there are tiles ever hold one
+    const bool dense = !how.summary || k[kScores] || k[kBias] || k[kMaskedScores] || k[kWeights] || k[kSinkWeight] ||
+                       k[kContext] || k[kHeadOutput] || k[kOutput];
+    if (dense) total = add(total, mul(tile_workers(d, vs, how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
     // kept stages
     if (k[kQ]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dk)));
     if (k[kK]) total = add(total, mul(vs, mul(mul(bg, d.Tk), d.Dk)));
@@ -160,11 +168,13 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
     if (k[kContext]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dv)));
     if (k[kOutput]) total = add(total, mul(vs, mul(mul(d.B, d.Tq), d.Dout)));
     if (how.summary) {
-        // the arrays (at most 64 distance bins), and per thread a row of logits and the tiles' bin sums
+        // the arrays (at most 64 distance bins), the tiles' bin sums, and per thread a block of
+        // scores and its rows' states
         const std::size_t K = how.summary->topk;
         total = add(total, mul(mul(bh, d.Tq), add(8 * 9 + 8 * 2, mul(K, 16))));
-        total = add(total, mul(mul(bh, 64 * 8), add(2, d.Tq / std::max<std::size_t>(tile_rows(d, vs), 1))));
-        total = add(total, mul(tile_workers(d, vs, how), mul(vs, d.Tk)));
+        total = add(total, mul(mul(bh, 64 * 8), add(2, d.Tq / kSummaryRows)));
+        total =
+            add(total, mul(thread_count(how), (kSummaryRows + 2) * kSummaryKeys * 8 + kSummaryRows * (64 + 16) * 8));
     }
     return total;
 }
@@ -241,8 +251,15 @@ class Attention {
         if (!need_[kScores]) return std::move(tr_);
         allocate_tile_stages();  // 3) scores .. context, by tiles of query rows
         scan_scores_ = !scores_bounded();
-        attend_tiles();
-        if (how_.summary) finish_summary();
+        // The tiles of whole rows, unless the summaries are all this run wants of them.
+        const bool dense = !how_.summary || keep_[kScores] || keep_[kBias] || keep_[kMaskedScores] || keep_[kWeights] ||
+                           keep_[kSinkWeight] || need_[kContext];
+        std::size_t tiles = 0, summary_tiles = 0;
+        if (dense) tiles = d_.B * d_.H * ((d_.Tq + dense_rows() - 1) / dense_rows());
+        if (how_.summary) summary_tiles = d_.B * d_.H * ((d_.Tq + kSummaryRows - 1) / kSummaryRows);
+        if (how_.progress_total) *how_.progress_total = tiles + summary_tiles;
+        if (dense) attend_tiles();
+        if (how_.summary) summarize(!dense);
         note_nonfinite_heads(kContext, merged_, d_.Tq, d_.H, d_.Dv);
         if (need_[kHeadOutput]) head_output();  // 4) per-head outputs, when asked for
         if (need_[kOutput]) output();           //    output
@@ -462,9 +479,8 @@ class Attention {
     }
 
     struct Scratch {
-        std::vector<T> s, w, bias, logits;
+        std::vector<T> s, w, bias;
         std::vector<char> visible;
-        std::vector<long long> key_pos;
     };
 
     // Per-row summaries: the arrays, and one set of distance-bin sums per tile (added
@@ -508,7 +524,7 @@ class Attention {
 
     void finish_summary() {
         Summary& s = *tr_.summary;
-        const std::size_t tiles = (d_.Tq + rows_ - 1) / rows_;
+        const std::size_t tiles = (d_.Tq + kSummaryRows - 1) / kSummaryRows;
         for (std::size_t bh = 0; bh < d_.B * d_.H; ++bh) {
             std::int64_t n = 0;
             for (std::size_t i = 0; i < d_.Tq; ++i) n += s.visible_keys[bh * d_.Tq + i] > 0;
@@ -522,19 +538,131 @@ class Attention {
         tile_bins_ = {};
     }
 
+    // 3') Per-row summaries, by (batch, head, tile of kSummaryRows query rows), on our threads:
+    //     each tile's keys in blocks of kSummaryKeys, the last block ending at the tile's last
+    //     key (so that in a causal run only the block on the diagonal holds hidden keys); per
+    //     block one product of scores, which stays in cache while each row absorbs its part
+    //     (summary.hpp: an online softmax). Nothing of (Tq, Tk) is held, and no weight formed.
+    //     The same blocks whatever else the run keeps: the summaries never change with it.
+    //     `scan`: look for the first non-finite score (no dense tile does).
+    struct SummaryScratch {
+        std::vector<T> s, x, e;
+        std::vector<char> visible;
+        std::vector<long long> key_pos;
+        std::vector<summary_detail::RowState> state;
+        std::vector<double> bins;
+    };
+
+    void summarize(bool scan) {
+        const Dims& d = d_;
+        const std::size_t tiles = (d.Tq + kSummaryRows - 1) / kSummaryRows;
+        allocate_summary(tiles);
+        std::vector<SummaryScratch> scratch(std::min(threads_, d.B * d.H * tiles));
+        parallel_for(d.B * d.H * tiles, threads_, [&](std::size_t item, std::size_t worker) {
+            summary_tile(item / (d.H * tiles), item / tiles % d.H, item % tiles * kSummaryRows, scratch[worker], scan);
+        });
+        finish_summary();
+    }
+
+    void summary_tile(std::size_t b, std::size_t h, std::size_t i0, SummaryScratch& sc, bool scan) {
+        const Dims& d = d_;
+        Summary& sum = *tr_.summary;
+        const std::size_t H = d.H, G = d.G, g = d.kv_head(h), Tq = d.Tq, Tk = d.Tk, Dk = d.Dk;
+        const std::size_t n = std::min(kSummaryRows, Tq - i0), KB = kSummaryKeys;
+        // Each row's keys [a, z): its exact span, or the tile's with flags.
+        std::size_t klo = Tk, khi = 0;
+        std::size_t span_lo[kSummaryRows], span_hi[kSummaryRows];
+        for (std::size_t r = 0; r < n; ++r) {
+            const auto [a, z] = p_.mask.key_span(b, i0 + r);
+            span_lo[r] = a, span_hi[r] = std::max(a, z);
+            if (a < z) klo = std::min(klo, a), khi = std::max(khi, z);
+        }
+        if (klo >= khi) klo = khi = 0;
+        const bool flags = !p_.mask.span_exact();
+        if (flags)
+            for (std::size_t r = 0; r < n; ++r) span_lo[r] = klo, span_hi[r] = khi;
+        const bool bias = p_.has_bias(), softcap = p_.spec.softcap.has_value();
+        const bool rewrite = bias || softcap || flags;  // logits apart from the scores
+        const bool positions = p_.mask.explicit_positions();
+        sc.s.resize(n * KB), sc.e.resize(KB);
+        if (rewrite) sc.x.resize(KB), sc.visible.resize(KB);
+        if (positions) sc.key_pos.resize(KB);
+        sc.state.assign(n, summary_detail::RowState{});
+        sc.bins.assign(n * sum.bins, 0.0);
+        std::vector<summary_detail::RowSlots> rows(n);
+        for (std::size_t r = 0; r < n; ++r)
+            rows[r] = summary_detail::row_slots(sum, sum.row(b, h, i0 + r), sc.state[r], &sc.bins[r * sum.bins]);
+        const T cap = softcap ? T(*p_.spec.softcap) : T(1);
+        const T neg_inf = -std::numeric_limits<T>::infinity();
+        bool* visible = reinterpret_cast<bool*>(sc.visible.data());
+        // Blocks in increasing key order (the top-k's ties go to the lower key).
+        const std::size_t first = (khi - klo) % KB ? (khi - klo) % KB : KB;
+        for (std::size_t k0 = klo, k1 = std::min(khi, klo + first); k0 < khi; k0 = k1, k1 = std::min(khi, k1 + KB)) {
+            const std::size_t w = k1 - k0;
+            T* S = sc.s.data();
+            gemm<T>(false, true, n, w, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
+                    kf_.data() + (b * Tk + k0) * G * Dk + g * Dk, G * Dk, T(0), S, w);
+            if (scan && scan_scores_)
+                for (std::size_t k = 0; k < n * w; ++k)
+                    if (!std::isfinite(S[k])) {
+                        note_nonfinite(kScores, {b, h, i0 + k / w, k0 + k % w}, 4);
+                        break;
+                    }
+            if (positions)
+                for (std::size_t j = k0; j < k1; ++j) sc.key_pos[j - k0] = p_.mask.key_position(b, j);
+            for (std::size_t r = 0; r < n; ++r) {
+                const std::size_t i = i0 + r, a = std::max(k0, span_lo[r]), z = std::min(k1, span_hi[r]);
+                if (a >= z) continue;
+                const T* x = S + r * w + (a - k0);
+                const bool* vis = nullptr;
+                if (rewrite) {
+                    // softcap(scores) + bias, -inf where hidden (by the mask, or a -inf bias)
+                    T* L = sc.x.data();
+                    if (p_.masking() && flags)
+                        p_.mask.row(b, i, a, z, visible);
+                    else
+                        std::fill(visible, visible + (z - a), true);
+                    if (bias) p_.bias_row(b, h, i, a, z, sc.e.data());
+                    for (std::size_t j = 0; j < z - a; ++j) {
+                        T v = x[j];
+                        if (softcap) v = cap * std::tanh(v / cap);
+                        if (bias) {
+                            v += sc.e[j];
+                            if (sc.e[j] == neg_inf) visible[j] = false;
+                        }
+                        L[j] = visible[j] ? v : neg_inf;
+                    }
+                    x = L;
+                    vis = flags || bias ? visible : nullptr;
+                }
+                summary_detail::absorb(x, vis, a, z, p_.mask.query_position(b, i),
+                                       positions ? sc.key_pos.data() + (a - k0) : nullptr, sum, rows[r], sc.e.data());
+            }
+        }
+        double* tile_bins =
+            &tile_bins_[((b * H + h) * ((Tq + kSummaryRows - 1) / kSummaryRows) + i0 / kSummaryRows) * sum.bins];
+        const double sink = p_.sinks ? double((*p_.sinks)(h)) : 0.0;
+        for (std::size_t r = 0; r < n; ++r)
+            summary_detail::finish(rows[r], p_.sinks ? &sink : nullptr, sum, sum.row(b, h, i0 + r), tile_bins);
+        if (how_.on_summary) how_.on_summary(sum, b, h, i0, n);
+        if (how_.progress_done) ++*how_.progress_done;
+    }
+
     // 3) Per (batch, head, tile of query rows), on our threads with single-threaded BLAS.
+    // Query rows per tile. Skipping what the mask hides needs short tiles: a tile computes
+    // every key any of its rows sees (128 rows: the triangle wasted on the diagonal is
+    // 64 / Tk of a row). The same tiles whatever is kept: a tile's key span is the length
+    // of its context product, and another length may round differently.
+    std::size_t dense_rows() const {
+        const std::size_t rows = tile_rows(d_, sizeof(T));
+        return p_.mask.causal() || p_.mask.window() ? std::min<std::size_t>(rows, 128) : rows;
+    }
+
     void attend_tiles() {
         const Dims& d = d_;
-        rows_ = tile_rows(d, sizeof(T));
-        // Skipping what the mask hides needs short tiles: a tile computes every key any of
-        // its rows sees (128 rows: the triangle wasted on the diagonal is 64 / Tk of a row).
-        // The same tiles whatever is kept: a tile's key span is the length of its context
-        // product, and another length may round differently.
-        if (p_.mask.causal() || p_.mask.window()) rows_ = std::min<std::size_t>(rows_, 128);
+        rows_ = dense_rows();
         const std::size_t tiles = (d.Tq + rows_ - 1) / rows_;
         std::vector<Scratch> scratch(std::min(threads_, d.B * d.H * tiles));
-        if (how_.progress_total) *how_.progress_total = d.B * d.H * tiles;
-        if (how_.summary) allocate_summary(tiles);
         parallel_for(d.B * d.H * tiles, threads_, [&](std::size_t item, std::size_t worker) {
             tile(item / (d.H * tiles), item / tiles % d.H, item % tiles * rows_, scratch[worker]);
         });
@@ -567,11 +695,9 @@ class Attention {
         const std::size_t lo = narrow_ ? klo : 0, hi = narrow_ ? khi : Tk;
         const std::size_t width = hi - lo;  // the tile's row stride
         T* S = tile_buffer(kScores, tr_.scores, b, h, i0, sc.s);
-        Summary* sum = tr_.summary.get();
-        // Weights apart from the logits when a summary reads both.
-        T* W = keep_[kWeights]         ? &tr_.weights(b, h, i0, 0)
-               : keep_[kScores] || sum ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w)
-                                       : S;
+        T* W = keep_[kWeights]  ? &tr_.weights(b, h, i0, 0)
+               : keep_[kScores] ? tile_buffer(kWeights, tr_.weights, b, h, i0, sc.w)
+                                : S;
         // The scores of keys [from, to): the keys the rows may see by one product of their own
         // whatever is kept (a product's numbers may depend on its width), the rest apart.
         const auto scores = [&](std::size_t from, std::size_t to) {
@@ -591,15 +717,8 @@ class Attention {
         const bool masking = p_.masking() || bias;  // a -inf bias hides its key too
         if (masking) sc.visible.resize(std::max<std::size_t>(width, 1));
         if (bias && !keep_[kBias]) sc.bias.resize(Tk);
-        if (sum && (bias || softcap) && keep_[kScores]) sc.logits.resize(width);
-        const bool positions = sum && p_.mask.explicit_positions();
-        if (positions) {
-            sc.key_pos.resize(width);
-            for (std::size_t j = lo; j < hi; ++j) sc.key_pos[j - lo] = p_.mask.key_position(b, j);
-        }
         bool* visible = reinterpret_cast<bool*>(sc.visible.data());
         const T cap = softcap ? T(*p_.spec.softcap) : T(1);
-        double* bins = sum ? &tile_bins_[((b * H + h) * ((Tq + rows_ - 1) / rows_) + i0 / rows_) * sum->bins] : nullptr;
         for (std::size_t r = 0; r < n; ++r) {
             const std::size_t i = i0 + r;
             // The row's keys [a, z) within the tile's: without flags when they are exact.
@@ -622,8 +741,7 @@ class Attention {
                     p_.bias_row(b, h, i, Brow);
                     Brow += lo;
                 }
-                // (a summary reads the logits after the softmax: they go where the weights do not)
-                T* out = !sum ? W + r * width : keep_[kScores] ? sc.logits.data() : S + r * width;
+                T* out = W + r * width;
                 for (std::size_t j = 0; j < width; ++j) {
                     T v = L[j];
                     if (softcap) v = cap * std::tanh(v / cap);
@@ -652,12 +770,7 @@ class Attention {
                 std::fill(M, M + o, -std::numeric_limits<T>::infinity());
                 std::fill(M + (z - lo), M + width, -std::numeric_limits<T>::infinity());
             }
-            if (sum)
-                summary_detail::summarize_row(Wr + o, L + o, vis, a, z, p_.mask.query_position(b, i),
-                                              positions ? sc.key_pos.data() + o : nullptr, p_.sinks.has_value(), *sum,
-                                              sum->row(b, h, i), bins);
         }
-        if (sum && how_.on_summary) how_.on_summary(*sum, b, h, i0, n);
         if (how_.progress_done) ++*how_.progress_done;
         if (!need_[kContext]) return;
         T* C = merged_.data() + (b * Tq + i0) * H * Dv + h * Dv;

@@ -16,30 +16,33 @@ namespace {
 typedef float v8f __attribute__((vector_size(32)));
 typedef int v8i __attribute__((vector_size(32)));
 
-// exp(x) for x <= 0, 8 lanes: exactly 0 for -inf and below exp's float range, NaN for NaN.
+// exp(x) for x <= 0, lane by lane (V: 8 or 16 floats, VI: as many ints): exactly 0 for
+// -inf and below exp's float range, NaN for NaN.
 // (Vectors travel by reference: clang refuses 32-byte vector arguments in the SSE clone.)
-inline void exp_nonpositive(v8f& x) {
-    const v8f lo = v8f{} - 87.33654f;  // ln(2^-126): below it the result is not a normal float
-    v8i in_range = x > lo;
-    v8f xc = in_range ? x : lo;
+template <typename V, typename VI>
+inline __attribute__((always_inline)) void exp_lanes(V& x) {
+    const V lo = V{} - 87.33654f;  // ln(2^-126): below it the result is not a normal float
+    VI in_range = x > lo;
+    V xc = in_range ? x : lo;
     // x = n ln2 + r, |r| <= ln2 / 2; n by round-to-nearest through the 1.5 * 2^23 trick.
-    const v8f shifter = v8f{} + 12582912.0f;
-    v8f n = (xc * 1.44269504088896341f + shifter) - shifter;
-    v8f r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-    v8f p = v8f{} + 1.9875691500e-4f;
+    const V shifter = V{} + 12582912.0f;
+    V n = (xc * 1.44269504088896341f + shifter) - shifter;
+    V r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+    V p = V{} + 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    v8f y = p * r * r + r + 1.0f;
-    v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;  // 2^n as float bits
-    v8f scale;
+    V y = p * r * r + r + 1.0f;
+    VI e = (__builtin_convertvector(n, VI) + 127) << 23;  // 2^n as float bits
+    V scale;
     std::memcpy(&scale, &e, sizeof scale);
     y = y * scale;
-    y = in_range ? y : v8f{};
+    y = in_range ? y : V{};
     x = x == x ? y : x;  // NaN stays NaN
 }
+inline void exp_nonpositive(v8f& x) { exp_lanes<v8f, v8i>(x); }
 
 // Loads up to 8 floats from p (n < 8: the rest is `fill`).
 inline void load8(v8f& x, const float* p, std::size_t n, float fill) {
@@ -111,7 +114,171 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) bool softmax_f32(con
     return true;
 }
 
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void exp_shifted_f32(const float* x, float m, float* e,
+                                                                                 std::size_t n) {
+    const std::size_t full = n / 8 * 8;
+    for (std::size_t j = 0; j < full; j += 8) {
+        v8f v;
+        std::memcpy(&v, x + j, sizeof v);
+        v -= m;
+        exp_nonpositive(v);
+        std::memcpy(e + j, &v, sizeof v);
+    }
+    if (full < n) {
+        v8f v;
+        load8(v, x + full, n - full, -std::numeric_limits<float>::infinity());
+        v -= m;
+        exp_nonpositive(v);
+        std::memcpy(e + full, &v, (n - full) * sizeof(float));
+    }
+}
+
+// Vectors of 8 floats or 4 doubles, as wide as AVX2 registers.
+template <typename T>
+struct Lanes;
+template <>
+struct Lanes<float> {
+    typedef float v __attribute__((vector_size(32)));
+    static constexpr int n = 8;
+};
+template <>
+struct Lanes<double> {
+    typedef double v __attribute__((vector_size(32)));
+    static constexpr int n = 4;
+};
+
+template <typename T>
+inline __attribute__((always_inline)) T row_max_body(const T* x, std::size_t n) {
+    typedef typename Lanes<T>::v V;
+    constexpr std::size_t L = Lanes<T>::n;
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    V m[4];
+    for (auto& v : m) v = V{} + neg_inf;
+    const std::size_t full = n / (4 * L) * (4 * L);
+    for (std::size_t j = 0; j < full; j += 4 * L)
+        for (std::size_t k = 0; k < 4; ++k) {
+            V v;
+            std::memcpy(&v, x + j + k * L, sizeof v);
+            m[k] = v > m[k] ? v : m[k];  // (NaN skipped)
+        }
+    m[0] = m[1] > m[0] ? m[1] : m[0], m[2] = m[3] > m[2] ? m[3] : m[2], m[0] = m[2] > m[0] ? m[2] : m[0];
+    T r = neg_inf;
+    for (std::size_t l = 0; l < L; ++l) r = m[0][l] > r ? m[0][l] : r;
+    for (std::size_t j = full; j < n; ++j) r = x[j] > r ? x[j] : r;
+    return r;
+}
+
+// The first j < n with x_j > t, or n: 32 values at a time, by their largest (NaN skipped).
+template <typename T>
+inline __attribute__((always_inline)) std::size_t first_above_body(const T* x, std::size_t n, T t) {
+    typedef typename Lanes<T>::v V;
+    constexpr std::size_t L = Lanes<T>::n, C = 4 * L;
+    std::size_t j = 0;
+    for (; j + C <= n; j += C) {
+        V a, b, c, d;
+        std::memcpy(&a, x + j, sizeof a);
+        std::memcpy(&b, x + j + L, sizeof b);
+        std::memcpy(&c, x + j + 2 * L, sizeof c);
+        std::memcpy(&d, x + j + 3 * L, sizeof d);
+        a = b > a ? b : a, c = d > c ? d : c, a = c > a ? c : a;
+        T r = a[0];
+        for (std::size_t l = 1; l < L; ++l) r = a[l] > r ? a[l] : r;
+        if (!(r > t)) continue;
+        for (std::size_t k = j;; ++k)
+            if (x[k] > t) return k;
+    }
+    for (; j < n; ++j)
+        if (x[j] > t) return j;
+    return n;
+}
+
+__attribute__((target_clones("arch=x86-64-v3", "default"))) std::size_t first_above_f32(const float* x, std::size_t n,
+                                                                                        float t) {
+    return first_above_body(x, n, t);
+}
+__attribute__((target_clones("arch=x86-64-v3", "default"))) std::size_t first_above_f64(const double* x, std::size_t n,
+                                                                                        double t) {
+    return first_above_body(x, n, t);
+}
+__attribute__((target_clones("arch=x86-64-v3", "default"))) float row_max_f32(const float* x, std::size_t n) {
+    return row_max_body(x, n);
+}
+__attribute__((target_clones("arch=x86-64-v3", "default"))) double row_max_f64(const double* x, std::size_t n) {
+    return row_max_body(x, n);
+}
+// 16 lanes: one AVX-512 register (x86-64-v4), two AVX2 ones, four SSE2 ones.
+typedef float v16f __attribute__((vector_size(64)));
+typedef int v16i __attribute__((vector_size(64)));
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) ExpSums exp_sums_f32(const float* x,
+                                                                                                   float m, float d0,
+                                                                                                   float step,
+                                                                                                   std::size_t n) {
+    // x - m is clamped at -104 (below -87.3 exp gives 0): a hidden key's e (x - m) is 0, not NaN.
+    const v16f floor = v16f{} - 104.0f;
+    v16f d, ae{}, ad{}, ax{}, mx = v16f{} - std::numeric_limits<float>::infinity();
+    for (int l = 0; l < 16; ++l) d[l] = d0 + step * float(l);  // exact integers
+    const v16f dstep = v16f{} + 16.0f * step;
+    const std::size_t full = n / 16 * 16;
+    for (std::size_t j = 0; j < full; j += 16) {
+        v16f t;
+        std::memcpy(&t, x + j, sizeof t);
+        mx = t > mx ? t : mx;  // (NaN skipped)
+        t -= m;
+        t = t < floor ? floor : t;  // (NaN stays NaN, and makes the sums NaN)
+        v16f e = t;
+        exp_lanes<v16f, v16i>(e);
+        ae += e;
+        ad += e * d;
+        ax += e * t;
+        d += dstep;
+    }
+    ExpSums s;
+    for (int l = 0; l < 16; ++l) s.max = double(mx[l]) > s.max ? double(mx[l]) : s.max;
+    for (std::size_t j = full; j < n; ++j) {
+        s.max = double(x[j]) > s.max ? double(x[j]) : s.max;
+        const float t = x[j] - m < -104.0f ? -104.0f : x[j] - m;
+        v8f e = v8f{} + t;
+        exp_nonpositive(e);
+        s.e += double(e[0]), s.ed += double(e[0]) * double(d0 + step * float(j)), s.ex += double(e[0]) * double(t);
+    }
+    for (int l = 0; l < 16; ++l) s.e += double(ae[l]), s.ed += double(ad[l]), s.ex += double(ax[l]);
+    return s;
+}
+
 }  // namespace
+
+void exp_shifted(const float* x, float m, float* e, std::size_t n) { exp_shifted_f32(x, m, e, n); }
+void exp_shifted(const double* x, double m, double* e, std::size_t n) {
+    for (std::size_t j = 0; j < n; ++j) e[j] = std::exp(x[j] - m);  // exp(-inf) = 0 exactly
+}
+float row_max(const float* x, std::size_t n) { return row_max_f32(x, n); }
+double row_max(const double* x, std::size_t n) { return row_max_f64(x, n); }
+std::size_t first_above(const float* x, std::size_t n, float t) { return first_above_f32(x, n, t); }
+std::size_t first_above(const double* x, std::size_t n, double t) { return first_above_f64(x, n, t); }
+ExpSums exp_sums(const float* x, float m, float d0, float step, std::size_t n) {
+    return exp_sums_f32(x, m, d0, step, n);
+}
+ExpSums exp_sums(const double* x, double m, double d0, double step, std::size_t n) {
+    double ae[4] = {}, ad[4] = {}, ax[4] = {}, mx = -std::numeric_limits<double>::infinity();
+    const std::size_t full = n / 4 * 4;
+    for (std::size_t j = 0; j < full; j += 4)
+        for (std::size_t l = 0; l < 4; ++l) {
+            mx = x[j + l] > mx ? x[j + l] : mx;
+            const double t = x[j + l] - m, e = std::exp(t);
+            ae[l] += e, ad[l] += e * (d0 + step * double(j + l));
+            ax[l] += e > 0 ? e * t : 0.0;  // a hidden key: 0, not 0 · -inf
+        }
+    ExpSums s;
+    for (std::size_t j = full; j < n; ++j) {
+        mx = x[j] > mx ? x[j] : mx;
+        const double t = x[j] - m, e = std::exp(t);
+        s.e += e, s.ed += e * (d0 + step * double(j)), s.ex += e > 0 ? e * t : 0.0;
+    }
+    for (std::size_t l = 0; l < 4; ++l) s.e += ae[l], s.ed += ad[l], s.ex += ax[l];
+    s.max = mx;
+    return s;
+}
 
 bool masked_softmax_row(const float* s, const bool* visible, float* masked, float* w, std::size_t n) {
     return softmax_f32(s, visible, masked, w, n);

@@ -17,6 +17,28 @@ namespace attnscope::kernels {
 bool masked_softmax_row(const float* s, const bool* visible, float* masked, float* w, std::size_t n);
 bool masked_softmax_row(const double* s, const bool* visible, double* masked, double* w, std::size_t n);
 
+// e_j = exp(x_j - m) for n values x_j <= m + 64: exactly 0 where x_j is -inf, NaN for NaN.
+// (float: the same exp as the softmax's.)
+void exp_shifted(const float* x, float m, float* e, std::size_t n);
+void exp_shifted(const double* x, double m, double* e, std::size_t n);
+
+// The largest of n values, NaN skipped; -inf when there is none.
+float row_max(const float* x, std::size_t n);
+double row_max(const double* x, std::size_t n);
+// The first j < n with x_j > t, or n.
+std::size_t first_above(const float* x, std::size_t n, float t);
+std::size_t first_above(const double* x, std::size_t n, double t);
+
+// Over n keys with logits x_j and distances d_j = d0 + step·j, with e_j = exp(x_j - m)
+// (0 for -inf, and for float below its normal range; x_j - m may exceed 0 by up to 64):
+// Σ e_j, Σ e_j d_j and Σ e_j (x_j - m), in one pass, each summed in the values' precision
+// (16 lanes) and added up in double; and the largest x_j (NaN skipped; -inf for none).
+struct ExpSums {
+    double e = 0, ed = 0, ex = 0, max = -std::numeric_limits<double>::infinity();
+};
+ExpSums exp_sums(const float* x, float m, float d0, float step, std::size_t n);
+ExpSums exp_sums(const double* x, double m, double d0, double step, std::size_t n);
+
 // One row of softmax with a sink (gpt-oss): the head's sink logit s joins the denominator
 // only. w_j = exp(m_j - M) / (sum_k exp(m_k - M) + exp(s - M)), M = max(max_k m_k, s);
 // the sink's share (*sink_share, when wanted) is the rest of 1. Arguments as for

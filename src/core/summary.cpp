@@ -1,16 +1,19 @@
 // Per-row summaries of attention weights (see summary.hpp).
 //
-// A row is read twice: once for the top-k keys (a compare per key; a block of 8 keys is
-// looked at one by one only when one of them beats the current k-th weight), then by
-// segments of keys that share a distance bin and lie wholly inside or outside the sink
-// and local ranges: each segment's Σ w, Σ w·d and Σ w·(x - x_max) are plain sums that
-// vectorise. The entropy needs no logarithm per key: with w_j ∝ exp(x_j),
-//   ln w_j = (x_j - x_m) + ln w_m      (m: the largest weight)
-//   -Σ w_j ln w_j = -Σ w_j (x_j - x_m) - (Σ w_j) ln w_m.
+// A row's keys arrive in blocks (attention.cpp: one product of scores per block of keys,
+// held in cache), and each block is read a few times while it is there: its largest logit
+// (raising the row's running max m rescales the sums), e = exp(x - m), then by segments of
+// keys that share a distance bin and lie wholly inside or outside the sink and local
+// ranges: each segment's Σ e, Σ e·d and Σ e·(x - m) are plain sums that vectorise; last the
+// top-k (a compare per key: a block of 32 is looked at one by one only when one of them
+// beats the current k-th logit). The entropy needs no logarithm per key: with
+// p_j = e_j / z,  -Σ p_j ln p_j = ln z - Σ e_j (x_j - m) / z.
 #include "attnscope/core/summary.hpp"
 
 #include <algorithm>
 #include <cmath>
+
+#include "kernels.hpp"
 
 namespace attnscope {
 
@@ -55,131 +58,75 @@ std::string head_class_rule(const SummarySpec& spec) {
 }
 
 namespace summary_detail {
+namespace {}  // namespace
+
+RowSlots row_slots(Summary& s, std::size_t row, RowState& st, double* bins) {
+    if (s.K == 0) return {&st, &st.own_index, &st.own_logit, bins, 1};
+    return {&st, &s.topk_index[row * s.K], &s.topk_weight[row * s.K], bins, s.K};
+}
+
 namespace {
 
-struct Sums {
-    double w = 0, wd = 0, wx = 0;
-};
-
-// Σ w, Σ w·d, Σ w·(x - xm) over n keys, d_j = d0 + step·j; keys with w = 0 add nothing
-// (their logit may be -inf). Eight lanes, so that the loop vectorises.
-template <typename T>
-inline __attribute__((always_inline)) Sums segment_body(const T* w, const T* x, std::size_t n, T d0, T step, T xm) {
-    T aw[8] = {}, ad[8] = {}, ax[8] = {}, d[8];
-    for (std::size_t l = 0; l < 8; ++l) d[l] = d0 + step * T(l);  // distances, stepped by 8 (exact integers)
-    const std::size_t full = n / 8 * 8;
-    for (std::size_t j = 0; j < full; j += 8)
-        for (std::size_t l = 0; l < 8; ++l) {
-            const T v = w[j + l];
-            aw[l] += v;
-            ad[l] += v * d[l];
-            d[l] += T(8) * step;
-            ax[l] += v > T(0) ? v * (x[j + l] - xm) : T(0);
-        }
-    Sums s;
-    for (std::size_t j = full; j < n; ++j) {
-        const T v = w[j];
-        s.w += double(v), s.wd += double(v) * double(d0 + step * T(j));
-        if (v > T(0)) s.wx += double(v) * double(x[j] - xm);
+// Multiplies the row's sums by exp(m - m') for a new maximum m' > m.
+void raise_max(const RowSlots& r, double m2) {
+    RowState& st = *r.st;
+    if (st.m == -std::numeric_limits<double>::infinity()) {  // nothing summed yet
+        st.m = m2;
+        return;
     }
-    for (std::size_t l = 0; l < 8; ++l) s.w += double(aw[l]), s.wd += double(ad[l]), s.wx += double(ax[l]);
-    return s;
+    const double a = std::exp(st.m - m2), shift = m2 - st.m;
+    st.wx = a * (st.wx - shift * st.z);  // Σ e (x - m) -> Σ e a (x - m')
+    st.z *= a, st.wd *= a, st.sink *= a, st.near *= a;
+    for (std::size_t k = 0; k < st.used_bins; ++k) r.bins[k] *= a;
+    st.m = m2;
 }
 
-__attribute__((target_clones("arch=x86-64-v3", "default"))) Sums segment(const float* w, const float* x, std::size_t n,
-                                                                         float d0, float step, float xm) {
-    return segment_body(w, x, n, d0, step, xm);
-}
-__attribute__((target_clones("arch=x86-64-v3", "default"))) Sums segment(const double* w, const double* x,
-                                                                         std::size_t n, double d0, double step,
-                                                                         double xm) {
-    return segment_body(w, x, n, d0, step, xm);
-}
-
-// The largest of 32 weights (NaN aside), in lanes that vectorise.
-template <typename T>
-inline __attribute__((always_inline)) T max32_body(const T* w) {
-    T m[8];
-    for (std::size_t l = 0; l < 8; ++l) m[l] = w[l];
-    for (std::size_t k = 8; k < 32; k += 8)
-        for (std::size_t l = 0; l < 8; ++l) m[l] = w[k + l] > m[l] ? w[k + l] : m[l];
-    T r = m[0];
-    for (std::size_t l = 1; l < 8; ++l) r = m[l] > r ? m[l] : r;
-    return r;
-}
-__attribute__((target_clones("arch=x86-64-v3", "default"))) float max32(const float* w) { return max32_body(w); }
-__attribute__((target_clones("arch=x86-64-v3", "default"))) double max32(const double* w) { return max32_body(w); }
-
-// The K largest (weight, key), largest first, ties to the lower key: keys arrive in
-// increasing order, so a key enters only past weights strictly below its own.
-template <typename T>
-struct TopK {
-    std::size_t K, filled = 0;
-    std::int64_t* idx;
-    double* wt;
-    void offer(double v, std::int64_t j) {
-        std::size_t p;
-        if (filled < K)
-            p = filled++;
-        else if (v > wt[K - 1])
-            p = K - 1;
-        else
-            return;
-        while (p > 0 && wt[p - 1] < v) {
-            wt[p] = wt[p - 1], idx[p] = idx[p - 1];
-            --p;
-        }
-        wt[p] = v, idx[p] = j;
+// The top-k by logit, largest first, ties to the lower key: keys arrive in increasing
+// order, so a key enters only past logits strictly below its own.
+inline void offer(const RowSlots& r, double v, std::int64_t j) {
+    RowState& st = *r.st;
+    std::size_t p;
+    if (st.filled < r.K)
+        p = st.filled++;
+    else if (v > r.logit[r.K - 1])
+        p = r.K - 1;
+    else
+        return;
+    while (p > 0 && r.logit[p - 1] < v) {
+        r.logit[p] = r.logit[p - 1], r.index[p] = r.index[p - 1];
+        --p;
     }
-};
+    r.logit[p] = v, r.index[p] = j;
+}
 
 }  // namespace
 
+namespace {
+
+// One block's sums relative to m, kept apart until they are added to the row's: Σ e,
+// Σ e (x - m), Σ e d, the sink and local masses, the bins, and the block's largest logit.
+struct BlockSums {
+    double m = 0, max = -std::numeric_limits<double>::infinity();
+    double z = 0, wx = 0, wd = 0, sink = 0, near = 0;
+    std::size_t used_bins = 0;
+    double bins[64];
+};
+
 template <typename T>
-void summarize_row(const T* w, const T* x, const bool* visible, std::size_t lo, std::size_t hi, long long q,
-                   const long long* key_pos, bool normalise, Summary& s, std::size_t row, double* bins) {
-    const std::size_t n = hi - lo, K = s.K;
-    // 1) Top-k (and the largest weight: top-1), and the visible keys.
-    std::int64_t best_idx[1];
-    double best_wt[1];
-    std::int64_t* idx = K ? &s.topk_index[row * K] : best_idx;
-    double* wt = K ? &s.topk_weight[row * K] : best_wt;
-    const std::size_t Kk = std::max<std::size_t>(K, 1);
-    std::fill(idx, idx + Kk, std::int64_t(-1));
-    std::fill(wt, wt + Kk, 0.0);
-    TopK<T> top{Kk, 0, idx, wt};
-    std::size_t seen = 0, j = 0;
-    if (visible) {
-        for (std::size_t k = 0; k < n; ++k) seen += visible[k];
-        for (; j < n && top.filled < Kk; ++j)
-            if (visible[j]) top.offer(double(w[j]), std::int64_t(lo + j));
-    } else {
-        seen = n;
-        for (; j < n && top.filled < Kk; ++j) top.offer(double(w[j]), std::int64_t(lo + j));
-    }
-    // Once full, hidden keys (weight 0) can never enter: no flags needed.
-    // (a NaN weight never enters: it beats no weight)
-    for (; j + 32 <= n; j += 32) {
-        if (!(double(max32(w + j)) > wt[Kk - 1])) continue;
-        for (std::size_t l = 0; l < 32; ++l) top.offer(double(w[j + l]), std::int64_t(lo + j + l));
-    }
-    for (; j < n; ++j) top.offer(double(w[j]), std::int64_t(lo + j));
-    s.visible_keys[row] = std::int64_t(seen);
-    if (seen == 0) {
-        s.entropy[row] = s.effective_keys[row] = s.max_weight[row] = 0;
-        s.sink_mass[row] = s.local_mass[row] = s.mean_distance[row] = s.row_sum[row] = 0;
-        s.max_key[row] = -1;
-        return;
-    }
-    s.max_weight[row] = wt[0];
-    s.max_key[row] = idx[0];
-    const T xm = x[std::size_t(idx[0]) - lo];
-    // 2) Masses by segment.
+BlockSums block_sums(const T* x, std::size_t lo, std::size_t hi, long long q, const long long* key_pos,
+                     const Summary& s, T m, T* e) {
+    BlockSums blk;
+    blk.m = double(m);
+    const std::size_t n = hi - lo;
     const long long sinks = (long long)s.spec.sink_keys,
                     local = (long long)std::min<std::size_t>(s.spec.local, std::size_t{1} << 60);
-    double total = 0, dist = 0, wx = 0, sink = 0, near = 0;
+    auto add_bin = [&](std::size_t bin, double v) {
+        bin = std::min(bin, s.bins - 1);
+        for (; blk.used_bins <= bin; ++blk.used_bins) blk.bins[blk.used_bins] = 0;
+        blk.bins[bin] += v;
+    };
     if (!key_pos) {
-        // Keys [a, b] (positions = indices), all in bin `bin`, on the left (j <= q) or right.
+        // Keys [a, b] (positions = indices), all in bin `bin`, on the left (k <= q) or right.
         auto piece = [&](long long a, long long b, std::size_t bin, bool left) {
             a = std::max(a, (long long)lo), b = std::min(b, (long long)hi - 1);
             if (a > b) return;
@@ -194,49 +141,140 @@ void summarize_row(const T* w, const T* x, const bool* visible, std::size_t lo, 
                 const long long u = cuts[k], v = cuts[k + 1];
                 if (u >= v) continue;
                 const std::size_t o = std::size_t(u) - lo;
-                const Sums sm =
-                    segment(w + o, x + o, std::size_t(v - u), T(left ? q - u : u - q), T(left ? -1 : 1), xm);
-                total += sm.w, dist += sm.wd, wx += sm.wx;
-                bins[std::min(bin, s.bins - 1)] += sm.w;
-                if (u < sinks) sink += sm.w;
-                if (left && u > q - local) near += sm.w;
+                const kernels::ExpSums sm =
+                    kernels::exp_sums(x + o, m, T(left ? q - u : u - q), T(left ? -1 : 1), std::size_t(v - u));
+                blk.z += sm.e, blk.wd += sm.ed, blk.wx += sm.ex;
+                blk.max = sm.max > blk.max ? sm.max : blk.max;
+                add_bin(bin, sm.e);
+                if (u < sinks) blk.sink += sm.e;
+                if (left && u > q - local) blk.near += sm.e;
             }
         };
-        piece(q, q, 0, true);
-        for (std::size_t k = 1; k < 64; ++k) {
+        // bins in order of distance, from the keys nearest q outwards, within [lo, hi)
+        const long long first = (long long)lo, last = (long long)hi - 1;
+        if (q >= first && q <= last) piece(q, q, 0, true);
+        for (std::size_t k = 1; k < 63; ++k) {
             const long long a = 1LL << (k - 1), b = (1LL << k) - 1;  // distances [a, b]
-            const bool more = q - b > (long long)lo || q + b < (long long)hi - 1;
-            piece(q - b, q - a, k, true);
-            piece(q + a, q + b, k, false);
-            if (!more) break;
+            if (q - a >= first && q - b <= last) piece(q - b, q - a, k, true);
+            if (q + a <= last && q + b >= first) piece(q + a, q + b, k, false);
+            if (q - b <= first && q + b >= last) break;
         }
     } else {
+        blk.max = double(kernels::row_max(x, n));
+        kernels::exp_shifted(x, m, e, n);
         for (std::size_t k = 0; k < n; ++k) {
-            const double v = double(w[k]);
-            if (v == 0) continue;  // hidden keys, and weights that underflowed
+            const double v = double(e[k]);
+            if (v == 0) continue;  // hidden keys, and terms that underflowed
             const long long kp = key_pos[k];
             const unsigned long long d = kp > q ? (unsigned long long)(kp - q) : (unsigned long long)(q - kp);
-            total += v, dist += v * double(d), wx += v * double(x[k] - xm);
-            bins[std::min(distance_bin(d), s.bins - 1)] += v;
-            if (kp >= 0 && kp < sinks) sink += v;
-            if (kp <= q && kp > q - local) near += v;
+            blk.z += v, blk.wd += v * double(d), blk.wx += v * (double(x[k]) - double(m));
+            add_bin(distance_bin(d), v);
+            if (kp >= 0 && kp < sinks) blk.sink += v;
+            if (kp <= q && kp > q - local) blk.near += v;
         }
     }
-    double H = wt[0] > 0 ? -wx - total * std::log(wt[0]) : 0;
-    if (normalise && total > 0) H = H / total + std::log(total);
+    return blk;
+}
+
+}  // namespace
+
+template <typename T>
+void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, long long q, const long long* key_pos,
+            const Summary& s, const RowSlots& r, T* e) {
+    RowState& st = *r.st;
+    const std::size_t n = hi - lo;
+    // 1) Top-k by logit, and the visible keys. Until the slots are full only visible keys
+    //    enter; then hidden ones (-inf) never can. (A NaN logit beats none.)
+    std::size_t j = 0;
+    if (visible) {
+        for (std::size_t k = 0; k < n; ++k) st.seen += visible[k];
+        for (; j < n && st.filled < r.K; ++j)
+            if (visible[j]) offer(r, double(x[j]), std::int64_t(lo + j));
+    } else {
+        st.seen += std::int64_t(n);
+        for (; j < n && st.filled < r.K; ++j) offer(r, double(x[j]), std::int64_t(lo + j));
+    }
+    // 2) The sums, relative to the running maximum m. The first block of a row sets m from
+    //    its largest logit; a later one is summed relative to the m it finds (its terms may
+    //    exceed 1), its largest logit found on the way, and then added in, m raised and every
+    //    sum rescaled when that is larger (or summed again, should it be so much larger that
+    //    a term could overflow).
+    const double neg_inf = -std::numeric_limits<double>::infinity();
+    if (st.m == neg_inf) {
+        const double mx = double(kernels::row_max(x, n));
+        if (mx > st.m) raise_max(r, mx);
+    }
+    double mx = neg_inf;
+    if (st.m != neg_inf) {
+        BlockSums blk = block_sums(x, lo, hi, q, key_pos, s, T(st.m), e);
+        mx = blk.max;
+        if (mx > st.m + 64) {  // exp(x - m) could leave float's range: again, relative to mx
+            raise_max(r, mx);
+            blk = block_sums(x, lo, hi, q, key_pos, s, T(st.m), e);
+        } else if (mx > st.m) {
+            raise_max(r, mx);
+        }
+        // the block's sums were made relative to blk.m: to st.m (as raise_max does)
+        const double a = blk.m == st.m ? 1.0 : std::exp(blk.m - st.m), shift = st.m - blk.m;
+        st.z += a * blk.z, st.wx += a * (blk.wx - shift * blk.z), st.wd += a * blk.wd;
+        st.sink += a * blk.sink, st.near += a * blk.near;
+        for (std::size_t k = 0; k < blk.used_bins; ++k) r.bins[k] += a * blk.bins[k];
+        st.used_bins = std::max(st.used_bins, blk.used_bins);
+    }
+    // 3) The keys past the k-th logit (a T: comparing in T is exact), by a vectorised scan.
+    T kth = st.filled == r.K ? T(r.logit[r.K - 1]) : -std::numeric_limits<T>::infinity();
+    if (!(mx > double(kth)) && mx != neg_inf) return;
+    while ((j += kernels::first_above(x + j, n - j, kth)) < n) {
+        offer(r, double(x[j]), std::int64_t(lo + j));
+        kth = T(r.logit[r.K - 1]);
+        ++j;
+    }
+}
+
+void finish(const RowSlots& r, const double* sink, Summary& s, std::size_t row, double* tile_bins) {
+    const RowState& st = *r.st;
+    s.visible_keys[row] = st.seen;
+    if (st.seen == 0) {
+        s.entropy[row] = s.effective_keys[row] = s.max_weight[row] = 0;
+        s.sink_mass[row] = s.local_mass[row] = s.mean_distance[row] = s.row_sum[row] = 0;
+        s.max_key[row] = -1;
+        std::fill(r.index, r.index + r.K, std::int64_t(-1));
+        std::fill(r.logit, r.logit + r.K, 0.0);
+        return;
+    }
+    // Weights are e^(x - M) / den, M = max(m, sink): the sums (relative to m) times f / den.
+    const double M = sink && *sink > st.m ? *sink : st.m;
+    const double f = st.m == M ? 1.0 : std::exp(st.m - M);
+    const double den = st.z * f + (sink ? std::exp(*sink - M) : 0.0);
+    const double unit = f / den;
+    // The top-k's weights, and their order by weight (ties, should rounding make any, to
+    // the lower key); the slots never filled hold -1 and 0.
+    for (std::size_t k = 0; k < r.K; ++k)
+        r.logit[k] = k < st.filled && r.index[k] >= 0 ? std::exp(r.logit[k] - M) / den : 0.0;
+    for (std::size_t k = st.filled; k < r.K; ++k) r.index[k] = -1;
+    for (std::size_t k = 1; k < st.filled; ++k)
+        for (std::size_t p = k;
+             p > 0 && (r.logit[p] > r.logit[p - 1] || (r.logit[p] == r.logit[p - 1] && r.index[p] < r.index[p - 1]));
+             --p)
+            std::swap(r.logit[p], r.logit[p - 1]), std::swap(r.index[p], r.index[p - 1]);
+    s.max_weight[row] = r.logit[0];
+    s.max_key[row] = r.index[0];
+    // The entropy of the keys' own distribution (with a sink: of w / Σ w, as --diagnose).
+    double H = st.z > 0 ? std::log(st.z) - st.wx / st.z : 0.0;
     H = H > 0 ? H : 0.0;  // never below 0 (nor -0) by rounding
     s.entropy[row] = H;
     s.effective_keys[row] = std::exp(H);
-    s.sink_mass[row] = sink;
-    s.local_mass[row] = near;
-    s.mean_distance[row] = dist;
-    s.row_sum[row] = total;
+    s.sink_mass[row] = st.sink * unit;
+    s.local_mass[row] = st.near * unit;
+    s.mean_distance[row] = st.wd * unit;
+    s.row_sum[row] = st.z * unit;
+    for (std::size_t k = 0; k < st.used_bins; ++k) tile_bins[k] += r.bins[k] * unit;
 }
 
-template void summarize_row<float>(const float*, const float*, const bool*, std::size_t, std::size_t, long long,
-                                   const long long*, bool, Summary&, std::size_t, double*);
-template void summarize_row<double>(const double*, const double*, const bool*, std::size_t, std::size_t, long long,
-                                    const long long*, bool, Summary&, std::size_t, double*);
+template void absorb<float>(const float*, const bool*, std::size_t, std::size_t, long long, const long long*,
+                            const Summary&, const RowSlots&, float*);
+template void absorb<double>(const double*, const bool*, std::size_t, std::size_t, long long, const long long*,
+                             const Summary&, const RowSlots&, double*);
 
 }  // namespace summary_detail
 }  // namespace attnscope

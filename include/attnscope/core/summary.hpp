@@ -2,7 +2,7 @@
 //
 // For long contexts the (B, H, Tq, Tk) weights cannot be held (T = 65,536, H = 8: 128 GiB
 // in float32). attend() with Compute::summary computes, for every (batch, head, query) row,
-// the quantities below from each tile of weights as it is made, then drops the tile: memory
+// the quantities below from blocks of scores as they are made, then drops them: memory
 // grows with Tq, never with Tq·Tk.
 //
 // Per row (B, H, Tq), positions as the mask rule gives them (q = q_pos(i), k = k_pos(j)):
@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -70,19 +71,49 @@ std::string head_class_rule(const SummarySpec& spec);  // the thresholds in word
 
 namespace summary_detail {
 
-// One row's summary. w: weights of keys [lo, hi) (hidden keys 0); x: the logits they
-// came from (any value where hidden); visible: flags of [lo, hi), or null for all;
-// key_pos: null when k_pos(j) = j, else k_pos of keys [lo, hi). `normalise`: a sink took
-// part of the row (entropy of w / Σ w). Writes the row's entries of s and adds its bin
-// masses to bins[0, s.bins).
-template <typename T>
-void summarize_row(const T* w, const T* x, const bool* visible, std::size_t lo, std::size_t hi, long long q,
-                   const long long* key_pos, bool normalise, Summary& s, std::size_t row, double* bins);
+// One row's summary while its keys arrive in blocks, in increasing key order, with an
+// online softmax: the sums are kept relative to the largest logit seen so far, m, and
+// rescaled by exp(m - m') when a block raises it to m'. No weight is ever formed but the
+// top-k's; the row's keys need not be held together.
+//   z  = Σ e_j,  e_j = exp(x_j - m)          wx = Σ e_j (x_j - m)   (entropy: ln z - wx / z)
+//   wd = Σ e_j |q - k_j|   sink, near: Σ e_j over the sink and local keys   bins: by distance
+// The top-k is kept by logit (the weights' order), in the Summary's own slots: index and,
+// until finish(), the logit in place of the weight.
+struct RowState {
+    double m = -std::numeric_limits<double>::infinity();
+    double z = 0, wx = 0, wd = 0, sink = 0, near = 0;
+    std::int64_t seen = 0;
+    std::size_t filled = 0, used_bins = 0;
+    std::int64_t own_index = -1;  // the top-1 slot when K = 0
+    double own_logit = 0;
+};
 
-extern template void summarize_row<float>(const float*, const float*, const bool*, std::size_t, std::size_t, long long,
-                                          const long long*, bool, Summary&, std::size_t, double*);
-extern template void summarize_row<double>(const double*, const double*, const bool*, std::size_t, std::size_t,
-                                           long long, const long long*, bool, Summary&, std::size_t, double*);
+// Where a row's state and its slots live: the state, its K top-k slots (the Summary's,
+// or the state's own one when K = 0) and its distance-bin sums (bins of them).
+struct RowSlots {
+    RowState* st;
+    std::int64_t* index;
+    double* logit;
+    double* bins;
+    std::size_t K;  // >= 1
+};
+RowSlots row_slots(Summary& s, std::size_t row, RowState& st, double* bins);
+
+// Adds keys [lo, hi) of one row: x their logits (-inf for hidden keys), visible their
+// flags (null: all visible), key_pos their positions (null: k_pos(j) = j), q the query's
+// position, e scratch for hi - lo values.
+template <typename T>
+void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, long long q, const long long* key_pos,
+            const Summary& s, const RowSlots& r, T* e);
+
+// Writes the row's entries of s from its state; `sink`: the head's sink logit, which joins
+// the denominator only (null: none); adds the row's bin masses to tile_bins[0, s.bins).
+void finish(const RowSlots& r, const double* sink, Summary& s, std::size_t row, double* tile_bins);
+
+extern template void absorb<float>(const float*, const bool*, std::size_t, std::size_t, long long, const long long*,
+                                   const Summary&, const RowSlots&, float*);
+extern template void absorb<double>(const double*, const bool*, std::size_t, std::size_t, long long, const long long*,
+                                    const Summary&, const RowSlots&, double*);
 
 }  // namespace summary_detail
 

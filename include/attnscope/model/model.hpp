@@ -143,18 +143,19 @@ struct Problem {
     // An additive term between the scores and the mask: ALiBi and/or a float attn_mask.
     bool has_bias() const { return alibi_slopes.has_value() || attn_bias.has_value(); }
     // The bias terms of head h, query i of batch item b, for keys 0..Tk-1 (0 without a bias).
-    void bias_row(std::size_t b, std::size_t h, std::size_t i, T* out) const {
-        const std::size_t Tk = dims.Tk;
-        std::fill(out, out + Tk, T(0));
+    void bias_row(std::size_t b, std::size_t h, std::size_t i, T* out) const { bias_row(b, h, i, 0, dims.Tk, out); }
+    // The same for keys [lo, hi) only: out[0, hi - lo).
+    void bias_row(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi, T* out) const {
+        std::fill(out, out + (hi - lo), T(0));
         if (alibi_slopes) {  // m_h · (k_pos(j) - q_pos(i)), in the run's precision
             const T m = (*alibi_slopes)(h);
             const long long qp = mask.query_position(b, i);
-            for (std::size_t j = 0; j < Tk; ++j) out[j] = m * T(mask.key_position(b, j) - qp);
+            for (std::size_t j = lo; j < hi; ++j) out[j - lo] = m * T(mask.key_position(b, j) - qp);
         }
         if (attn_bias) {
             const Tensor<T, 4>& a = *attn_bias;
             const T* row = &a(a.shape(0) == 1 ? 0 : b, a.shape(1) == 1 ? 0 : h, i, 0);
-            for (std::size_t j = 0; j < Tk; ++j) out[j] += row[j];
+            for (std::size_t j = lo; j < hi; ++j) out[j - lo] += row[j];
         }
     }
 };

@@ -206,35 +206,32 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) float row_max_f32(co
 __attribute__((target_clones("arch=x86-64-v3", "default"))) double row_max_f64(const double* x, std::size_t n) {
     return row_max_body(x, n);
 }
-// 16 lanes: one AVX-512 register (x86-64-v4), two AVX2 ones, four SSE2 ones.
-typedef float v16f __attribute__((vector_size(64)));
-typedef int v16i __attribute__((vector_size(64)));
-
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) ExpSums exp_sums_f32(const float* x,
-                                                                                                   float m, float d0,
-                                                                                                   float step,
-                                                                                                   std::size_t n) {
+// The fused exp and sums, V lanes wide (VI: as many ints).
+template <typename V, typename VI>
+inline __attribute__((always_inline)) ExpSums exp_sums_body(const float* x, float m, float d0, float step,
+                                                            std::size_t n) {
+    constexpr int L = sizeof(V) / sizeof(float);
     // x - m is clamped at -104 (below -87.3 exp gives 0): a hidden key's e (x - m) is 0, not NaN.
-    const v16f floor = v16f{} - 104.0f;
-    v16f d, ae{}, ad{}, ax{}, mx = v16f{} - std::numeric_limits<float>::infinity();
-    for (int l = 0; l < 16; ++l) d[l] = d0 + step * float(l);  // exact integers
-    const v16f dstep = v16f{} + 16.0f * step;
-    const std::size_t full = n / 16 * 16;
-    for (std::size_t j = 0; j < full; j += 16) {
-        v16f t;
+    const V floor = V{} - 104.0f;
+    V d, ae{}, ad{}, ax{}, mx = V{} - std::numeric_limits<float>::infinity();
+    for (int l = 0; l < L; ++l) d[l] = d0 + step * float(l);  // exact integers
+    const V dstep = V{} + float(L) * step;
+    const std::size_t full = n / L * L;
+    for (std::size_t j = 0; j < full; j += L) {
+        V t;
         std::memcpy(&t, x + j, sizeof t);
         mx = t > mx ? t : mx;  // (NaN skipped)
         t -= m;
         t = t < floor ? floor : t;  // (NaN stays NaN, and makes the sums NaN)
-        v16f e = t;
-        exp_lanes<v16f, v16i>(e);
+        V e = t;
+        exp_lanes<V, VI>(e);
         ae += e;
         ad += e * d;
         ax += e * t;
         d += dstep;
     }
     ExpSums s;
-    for (int l = 0; l < 16; ++l) s.max = double(mx[l]) > s.max ? double(mx[l]) : s.max;
+    for (int l = 0; l < L; ++l) s.max = double(mx[l]) > s.max ? double(mx[l]) : s.max;
     for (std::size_t j = full; j < n; ++j) {
         s.max = double(x[j]) > s.max ? double(x[j]) : s.max;
         const float t = x[j] - m < -104.0f ? -104.0f : x[j] - m;
@@ -242,8 +239,28 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) Ex
         exp_nonpositive(e);
         s.e += double(e[0]), s.ed += double(e[0]) * double(d0 + step * float(j)), s.ex += double(e[0]) * double(t);
     }
-    for (int l = 0; l < 16; ++l) s.e += double(ae[l]), s.ed += double(ad[l]), s.ex += double(ax[l]);
+    for (int l = 0; l < L; ++l) s.e += double(ae[l]), s.ed += double(ad[l]), s.ex += double(ax[l]);
     return s;
+}
+
+// 16 lanes in one AVX-512 register where the CPU has them (x86-64-v4: half the
+// instructions of AVX2), else 8; chosen once, at the first call.
+typedef float v16f __attribute__((vector_size(64)));
+typedef int v16i __attribute__((vector_size(64)));
+
+__attribute__((target("arch=x86-64-v4"))) ExpSums exp_sums_v4(const float* x, float m, float d0, float step,
+                                                              std::size_t n) {
+    return exp_sums_body<v16f, v16i>(x, m, d0, step, n);
+}
+__attribute__((target_clones("arch=x86-64-v3", "default"))) ExpSums exp_sums_v3(const float* x, float m, float d0,
+                                                                                float step, std::size_t n) {
+    return exp_sums_body<v8f, v8i>(x, m, d0, step, n);
+}
+bool has_avx512() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 }  // namespace
@@ -257,7 +274,8 @@ double row_max(const double* x, std::size_t n) { return row_max_f64(x, n); }
 std::size_t first_above(const float* x, std::size_t n, float t) { return first_above_f32(x, n, t); }
 std::size_t first_above(const double* x, std::size_t n, double t) { return first_above_f64(x, n, t); }
 ExpSums exp_sums(const float* x, float m, float d0, float step, std::size_t n) {
-    return exp_sums_f32(x, m, d0, step, n);
+    static const bool wide = has_avx512();
+    return wide ? exp_sums_v4(x, m, d0, step, n) : exp_sums_v3(x, m, d0, step, n);
 }
 ExpSums exp_sums(const double* x, double m, double d0, double step, std::size_t n) {
     double ae[4] = {}, ad[4] = {}, ax[4] = {}, mx = -std::numeric_limits<double>::infinity();

@@ -32,7 +32,7 @@ std::size_t first_above(const double* x, std::size_t n, double t);
 // Over n keys with logits x_j and distances d_j = d0 + step·j, with e_j = exp(x_j - m)
 // (0 for -inf, and for float below its normal range; x_j - m may exceed 0 by up to 64):
 // Σ e_j, Σ e_j d_j and Σ e_j (x_j - m), in one pass, each summed in the values' precision
-// (16 lanes) and added up in double; and the largest x_j (NaN skipped; -inf for none).
+// (16 or 8 lanes) and added up in double; and the largest x_j (NaN skipped; -inf for none).
 struct ExpSums {
     double e = 0, ed = 0, ex = 0, max = -std::numeric_limits<double>::infinity();
 };

@@ -22,7 +22,11 @@
 //    finite weights in [0, 1] summing to 1, and exactly 0 on masked keys;
 //  - no NaN in weights unless an input had non-finite values (problem.warnings), or the
 //    scores themselves overflowed from finite inputs (see below);
-//  - the variant run gives bit-identical values on the stages it keeps.
+//  - the variant run gives bit-identical values on the stages it keeps;
+//  - the per-row summaries (computed apart, by key blocks and an online softmax) agree
+//    with the dense weights on every row whose visible scores are finite: row sum, top-k
+//    (weights, order, ties to the lower key), sink and local mass, mean distance,
+//    entropy, visible keys; and are bit-identical whatever else is kept, on any threads.
 //
 // Scores can overflow to infinity from finite inputs (x entries of 1e200 in float64,
 // 1e20 in float32); softmax then gives NaN with no warning. That is arithmetic, not a
@@ -222,6 +226,94 @@ void check_trace(const Problem<T>& p, const Trace<T>& tr) {
             }
 }
 
+// The summaries of a run against the dense weights of the run that kept every stage.
+template <typename T>
+void check_summary(const Problem<T>& p, const Trace<T>& tr, const Summary& s) {
+    const std::size_t B = p.dims.B, H = p.dims.H, Tq = p.dims.Tq, Tk = p.dims.Tk, K = s.K;
+    const double tol = std::is_same_v<T, float> ? 1e-5 + 1e-6 * double(Tk) : 1e-12 * double(Tk + 1);
+    const T inf = std::numeric_limits<T>::infinity();
+    for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t i = 0; i < Tq; ++i) {
+                const std::size_t r = s.row(b, h, i);
+                std::int64_t seen = 0;
+                bool finite = true;
+                for (std::size_t j = 0; j < Tk; ++j) {
+                    const T m = tr.masked()(b, h, i, j);
+                    const bool visible = tr.mask(b, i, j) && !(tr.bias.size() && tr.bias(b, h, i, j) == -inf);
+                    seen += visible;
+                    finite &= !visible || std::isfinite(m);
+                }
+                if (!finite) continue;
+                ATTNSCOPE_FUZZ_CHECK(s.visible_keys[r] == seen);
+                if (seen == 0) {
+                    ATTNSCOPE_FUZZ_CHECK(s.max_key[r] == -1 && s.row_sum[r] == 0);
+                    continue;
+                }
+                const long long q = p.mask.query_position(b, i);
+                double sum = 0, sink = 0, near = 0, dist = 0, top = 0, far = 0;
+                for (std::size_t j = 0; j < Tk; ++j) {
+                    const double w = double(tr.weights(b, h, i, j));
+                    const long long k = p.mask.key_position(b, j);
+                    const double d = double(k > q ? k - q : q - k);
+                    sum += w, dist += w * d, top = std::max(top, w);
+                    if (w > 0) far = std::max(far, d);
+                    if (k >= 0 && k < (long long)s.spec.sink_keys) sink += w;
+                    if (k <= q && k > q - (long long)s.spec.local) near += w;
+                }
+                if (!std::isfinite(sum)) continue;  // e.g. a sink logit that overflowed
+                ATTNSCOPE_FUZZ_CHECK(std::fabs(s.row_sum[r] - sum) <= tol);
+                ATTNSCOPE_FUZZ_CHECK(std::fabs(s.sink_mass[r] - sink) <= tol);
+                ATTNSCOPE_FUZZ_CHECK(std::fabs(s.local_mass[r] - near) <= tol);
+                ATTNSCOPE_FUZZ_CHECK(std::fabs(s.mean_distance[r] - dist) <= tol * (1 + far));
+                ATTNSCOPE_FUZZ_CHECK(std::fabs(s.max_weight[r] - top) <= tol);
+                double ent = 0;
+                for (std::size_t j = 0; j < Tk && sum > 0; ++j) {
+                    const double w = double(tr.weights(b, h, i, j)) / sum;
+                    if (w > 0) ent -= w * std::log(w);
+                }
+                ATTNSCOPE_FUZZ_CHECK(std::fabs(s.entropy[r] - ent) <= tol * (1 + std::log(double(Tk))) + 1e-5);
+                // the top-k: largest first, each slot's weight the key's, -1 slots last, and
+                // no key left out heavier than the last slot
+                if (K > 0 && std::int64_t(K) <= seen) {
+                    double out = 0;
+                    for (std::size_t j = 0; j < Tk; ++j)
+                        if (std::find(&s.topk_index[r * K], &s.topk_index[r * K] + K, std::int64_t(j)) ==
+                            &s.topk_index[r * K] + K)
+                            out = std::max(out, double(tr.weights(b, h, i, j)));
+                    ATTNSCOPE_FUZZ_CHECK(out <= s.topk_weight[r * K + K - 1] + tol);
+                }
+                for (std::size_t k = 0; k < K; ++k) {
+                    const std::int64_t j = s.topk_index[r * K + k];
+                    const double w = s.topk_weight[r * K + k];
+                    if (std::int64_t(k) >= seen) {
+                        ATTNSCOPE_FUZZ_CHECK(j == -1 && w == 0);
+                        continue;
+                    }
+                    ATTNSCOPE_FUZZ_CHECK(j >= 0 && std::size_t(j) < Tk);
+                    ATTNSCOPE_FUZZ_CHECK(std::fabs(w - double(tr.weights(b, h, i, std::size_t(j)))) <= tol);
+                    if (k > 0) ATTNSCOPE_FUZZ_CHECK(w <= s.topk_weight[r * K + k - 1]);
+                    if (k > 0 && w == s.topk_weight[r * K + k - 1])
+                        ATTNSCOPE_FUZZ_CHECK(j > s.topk_index[r * K + k - 1]);
+                }
+            }
+}
+
+// Bit for bit (NaN included).
+template <typename V>
+bool same_bits(const std::vector<V>& a, const std::vector<V>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(V)) == 0);
+}
+
+bool same_summary(const Summary& a, const Summary& b) {
+    return same_bits(a.entropy, b.entropy) && same_bits(a.max_weight, b.max_weight) &&
+           same_bits(a.sink_mass, b.sink_mass) && same_bits(a.local_mass, b.local_mass) &&
+           same_bits(a.mean_distance, b.mean_distance) && same_bits(a.row_sum, b.row_sum) &&
+           same_bits(a.max_key, b.max_key) && same_bits(a.visible_keys, b.visible_keys) &&
+           same_bits(a.topk_index, b.topk_index) && same_bits(a.topk_weight, b.topk_weight) &&
+           same_bits(a.distance_profile, b.distance_profile);
+}
+
 template <typename T>
 void run(const Bundle& bundle, const Spec& spec, const Variant& variant) {
     Problem<T> p;
@@ -233,6 +325,20 @@ void run(const Bundle& bundle, const Spec& spec, const Variant& variant) {
     all.threads = 1;
     const Trace<T> tr = attend(p, all);
     check_trace(p, tr);
+
+    // Summaries alone, then beside the variant's stages (or all of them), on its threads.
+    Compute sum;
+    sum.keep = StageSet();
+    sum.summary = SummarySpec{3, 2, 3};
+    sum.threads = 1;
+    const Trace<T> alone = attend(p, sum);
+    ATTNSCOPE_FUZZ_CHECK(alone.summary != nullptr);
+    check_summary(p, tr, *alone.summary);
+    sum.keep = variant.keep.empty() ? all.keep : stage_set(variant.keep);
+    sum.threads = variant.threads;
+    sum.parallel_min_flop = 0;
+    const Trace<T> beside = attend(p, sum);
+    ATTNSCOPE_FUZZ_CHECK(same_summary(*alone.summary, *beside.summary));
     if (variant.keep.empty()) return;
 
     Compute some;

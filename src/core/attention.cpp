@@ -43,7 +43,7 @@ Tensor<T, 4> split_heads(const Buffer<T>& flat, std::size_t B, std::size_t T_, s
 // Per-row summaries: query rows per tile, and keys per block of scores (128 x 512 float32
 // scores, 256 KiB, stay in a core's cache while each row reads its part a few times;
 // OpenBLAS's product with Dk = 64 runs at 91 GFLOP/s of a 120 GFLOP/s core here).
-constexpr std::size_t kSummaryRows = 256, kSummaryKeys = 512;
+constexpr std::size_t kSummaryRows = 240, kSummaryKeys = 1024;
 
 // Query rows per tile: about 16 MiB of scores. Large enough that BLAS's packing of the
 // head's K and V (once per call) is amortised over many rows (T=4096, H=16: 4% faster
@@ -551,6 +551,9 @@ class Attention {
         std::vector<long long> key_pos;
         std::vector<summary_detail::RowState> state;
         std::vector<double> bins;
+        // float: this worker's copy of one K/V head's keys in panels, and the tile's queries
+        std::vector<float> kp, qt;
+        std::size_t packed_b = std::size_t(-1), packed_g = std::size_t(-1);
     };
 
     void summarize(bool scan) {
@@ -584,7 +587,26 @@ class Attention {
         const bool bias = p_.has_bias(), softcap = p_.spec.softcap.has_value();
         const bool rewrite = bias || softcap || flags;  // logits apart from the scores
         const bool positions = p_.mask.explicit_positions();
-        sc.s.resize(n * KB), sc.e.resize(KB);
+        // The scores of a block: float by our own register tiles over the head's keys packed
+        // once per worker (OpenBLAS repacked a block's keys at every product, and zeroed
+        // every product's output first: 10% of a long run); double by BLAS. Float's blocks
+        // start and end on panel boundaries: S holds keys [kbase, kbase + ldc).
+        constexpr bool packed = std::is_same_v<T, float>;
+        const std::size_t rows_pad = (n + kernels::kRows - 1) / kernels::kRows * kernels::kRows;
+        if constexpr (packed) {
+            if (sc.packed_b != b || sc.packed_g != g) {
+                sc.kp.resize((Tk + kernels::kPanel - 1) / kernels::kPanel * kernels::kPanel * Dk);
+                kernels::pack_keys(kf_.data() + b * Tk * G * Dk + g * Dk, Tk, G * Dk, Dk, sc.kp.data());
+                sc.packed_b = b, sc.packed_g = g;
+            }
+            sc.qt.assign(rows_pad * Dk, 0.0f);
+            for (std::size_t r = 0; r < n; ++r)
+                std::copy_n(qf_.data() + (b * Tq + i0 + r) * H * Dk + h * Dk, Dk, sc.qt.data() + r * Dk);
+            sc.s.resize(rows_pad * (KB + 2 * kernels::kPanel));
+        } else {
+            sc.s.resize(n * KB);
+        }
+        sc.e.resize(KB);
         if (rewrite) sc.x.resize(KB), sc.visible.resize(KB);
         if (positions) sc.key_pos.resize(KB);
         sc.state.assign(n, summary_detail::RowState{});
@@ -598,22 +620,30 @@ class Attention {
         // Blocks in increasing key order (the top-k's ties go to the lower key).
         const std::size_t first = (khi - klo) % KB ? (khi - klo) % KB : KB;
         for (std::size_t k0 = klo, k1 = std::min(khi, klo + first); k0 < khi; k0 = k1, k1 = std::min(khi, k1 + KB)) {
-            const std::size_t w = k1 - k0;
             T* S = sc.s.data();
-            gemm<T>(false, true, n, w, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
-                    kf_.data() + (b * Tk + k0) * G * Dk + g * Dk, G * Dk, T(0), S, w);
+            std::size_t kbase = k0, ldc = k1 - k0;
+            if constexpr (packed) {
+                const std::size_t p0 = k0 / kernels::kPanel, p1 = (k1 + kernels::kPanel - 1) / kernels::kPanel;
+                kbase = p0 * kernels::kPanel, ldc = (p1 - p0) * kernels::kPanel;
+                kernels::score_tile(sc.qt.data(), rows_pad, Dk, sc.kp.data(), p0, p1, p_.scale, S, ldc);
+            } else {
+                gemm<T>(false, true, n, ldc, Dk, p_.scale, qf_.data() + (b * Tq + i0) * H * Dk + h * Dk, H * Dk,
+                        kf_.data() + (b * Tk + k0) * G * Dk + g * Dk, G * Dk, T(0), S, ldc);
+            }
             if (scan && scan_scores_)
-                for (std::size_t k = 0; k < n * w; ++k)
-                    if (!std::isfinite(S[k])) {
-                        note_nonfinite(kScores, {b, h, i0 + k / w, k0 + k % w}, 4);
-                        break;
-                    }
+                for (std::size_t r = 0; r < n; ++r)
+                    for (std::size_t j = k0; j < k1; ++j)
+                        if (!std::isfinite(S[r * ldc + (j - kbase)])) {
+                            note_nonfinite(kScores, {b, h, i0 + r, j}, 4);
+                            r = n;
+                            break;
+                        }
             if (positions)
                 for (std::size_t j = k0; j < k1; ++j) sc.key_pos[j - k0] = p_.mask.key_position(b, j);
             for (std::size_t r = 0; r < n; ++r) {
                 const std::size_t i = i0 + r, a = std::max(k0, span_lo[r]), z = std::min(k1, span_hi[r]);
                 if (a >= z) continue;
-                const T* x = S + r * w + (a - k0);
+                const T* x = S + r * ldc + (a - kbase);
                 const bool* vis = nullptr;
                 if (rewrite) {
                     // softcap(scores) + bias, -inf where hidden (by the mask, or a -inf bias)

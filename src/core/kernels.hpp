@@ -39,6 +39,20 @@ struct ExpSums {
 ExpSums exp_sums(const float* x, float m, float d0, float step, std::size_t n);
 ExpSums exp_sums(const double* x, double m, double d0, double step, std::size_t n);
 
+// Scores of a tile of queries against keys packed in panels of kPanel (float).
+//   pack_keys:  K (n keys, row stride ld, D features) -> out, ceil(n / kPanel) panels of
+//               D x kPanel values (key k of a panel at feature d: out[(p·D + d)·kPanel + k]),
+//               keys past n zero
+//   score_tile: S[r, k] = scale · Σ_d Q[r, d] · K[16·p0 + k, d] for rows r < rows (a multiple
+//               of kRows; Q contiguous, D per row) and the keys of panels [p0, p1); S's
+//               rows have stride ldc >= (p1 - p0)·kPanel.
+// Register tiles of kRows x kPanel accumulate in 8-lane vectors (AVX2 + FMA where the CPU
+// has them): each of a query's features is read once per panel, each key's once per kRows.
+constexpr std::size_t kPanel = 16, kRows = 6;
+void pack_keys(const float* K, std::size_t n, std::size_t ld, std::size_t D, float* out);
+void score_tile(const float* Q, std::size_t rows, std::size_t D, const float* Kp, std::size_t p0, std::size_t p1,
+                float scale, float* S, std::size_t ldc);
+
 // One row of softmax with a sink (gpt-oss): the head's sink logit s joins the denominator
 // only. w_j = exp(m_j - M) / (sum_k exp(m_k - M) + exp(s - M)), M = max(max_k m_k, s);
 // the sink's share (*sink_share, when wanted) is the rest of 1. Arguments as for

@@ -173,8 +173,11 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
         const std::size_t K = how.summary->topk;
         total = add(total, mul(mul(bh, d.Tq), add(8 * 9 + 8 * 2, mul(K, 16))));
         total = add(total, mul(mul(bh, 64 * 8), add(2, d.Tq / kSummaryRows)));
-        total =
-            add(total, mul(thread_count(how), (kSummaryRows + 2) * kSummaryKeys * 8 + kSummaryRows * (64 + 16) * 8));
+        // (float: and the head's keys in panels, and the tile's queries)
+        const std::size_t block = (kSummaryRows + 6) * (kSummaryKeys + 34) * vs + kSummaryRows * (64 + 16) * 8;
+        const std::size_t packed =
+            vs == sizeof(float) ? mul(mul(add(d.Tk + kSummaryRows, 16), d.Dk), vs) : 0;  // keys + queries
+        total = add(total, mul(thread_count(how), add(block, packed)));
     }
     return total;
 }

@@ -176,7 +176,7 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
         // (float: and the head's keys in panels, and the tile's queries)
         const std::size_t block = (kSummaryRows + 6) * (kSummaryKeys + 34) * vs + kSummaryRows * (64 + 16) * 8;
         const std::size_t packed =
-            vs == sizeof(float) ? mul(mul(add(d.Tk + kSummaryRows, 16), d.Dk), vs) : 0;  // keys + queries
+            vs == sizeof(float) ? mul(mul(add(add(d.Tk, kSummaryRows), 16), d.Dk), vs) : 0;  // keys + queries
         total = add(total, mul(thread_count(how), add(block, packed)));
     }
     return total;

@@ -681,8 +681,7 @@ class Attention {
         if (how_.progress_done) ++*how_.progress_done;
     }
 
-    // 3) Per (batch, head, tile of query rows), on our threads with single-threaded BLAS.
-    // Query rows per tile. Skipping what the mask hides needs short tiles: a tile computes
+    // Query rows per dense tile. Skipping what the mask hides needs short tiles: a tile computes
     // every key any of its rows sees (128 rows: the triangle wasted on the diagonal is
     // 64 / Tk of a row). The same tiles whatever is kept: a tile's key span is the length
     // of its context product, and another length may round differently.
@@ -691,6 +690,7 @@ class Attention {
         return p_.mask.causal() || p_.mask.window() ? std::min<std::size_t>(rows, 128) : rows;
     }
 
+    // 3) Per (batch, head, tile of query rows), on our threads with single-threaded BLAS.
     void attend_tiles() {
         const Dims& d = d_;
         rows_ = dense_rows();

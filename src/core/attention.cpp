@@ -130,6 +130,19 @@ void project(const T* X, std::size_t rows, std::size_t in, const Tensor<T, 2>& W
 
 }  // namespace
 
+namespace {
+
+// Whether a run computes tiles of whole rows: for a kept (query, key) stage or what needs
+// the context; with summaries alone, it does not (they come by key blocks of their own).
+bool dense_tiles(const StageSet& keep, bool summary) {
+    if (!summary) return true;
+    for (Stage s : {kScores, kBias, kMaskedScores, kWeights, kSinkWeight, kContext, kHeadOutput, kOutput})
+        if (keep[s]) return true;
+    return false;
+}
+
+}  // namespace
+
 std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, bool masking) {
     // Saturating arithmetic: a shape from a hostile header must not wrap around.
     auto mul = [](std::size_t a, std::size_t b) {
@@ -149,9 +162,8 @@ std::size_t planned_bytes(const Dims& d, std::size_t vs, const Compute& how, boo
     total = add(total, mul(vs, mul(mul(d.B, d.Tq), mul(d.H, d.Dv))));
     // per-thread tiles of whole rows (none when the summaries are all a run wants of them):
     // only as many threads as there are tiles ever hold one
-    const bool dense = !how.summary || k[kScores] || k[kBias] || k[kMaskedScores] || k[kWeights] || k[kSinkWeight] ||
-                       k[kContext] || k[kHeadOutput] || k[kOutput];
-    if (dense) total = add(total, mul(tile_workers(d, vs, how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
+    if (dense_tiles(how.keep, how.summary.has_value()))
+        total = add(total, mul(tile_workers(d, vs, how), mul(add(mul(2, vs), 1), mul(tile_rows(d, vs), d.Tk))));
     // kept stages
     if (k[kQ]) total = add(total, mul(vs, mul(mul(bh, d.Tq), d.Dk)));
     if (k[kK]) total = add(total, mul(vs, mul(mul(bg, d.Tk), d.Dk)));
@@ -255,8 +267,7 @@ class Attention {
         allocate_tile_stages();  // 3) scores .. context, by tiles of query rows
         scan_scores_ = !scores_bounded();
         // The tiles of whole rows, unless the summaries are all this run wants of them.
-        const bool dense = !how_.summary || keep_[kScores] || keep_[kBias] || keep_[kMaskedScores] || keep_[kWeights] ||
-                           keep_[kSinkWeight] || need_[kContext];
+        const bool dense = dense_tiles(keep_, how_.summary.has_value());
         std::size_t tiles = 0, summary_tiles = 0;
         if (dense) tiles = d_.B * d_.H * ((d_.Tq + dense_rows() - 1) / dense_rows());
         if (how_.summary) summary_tiles = d_.B * d_.H * ((d_.Tq + kSummaryRows - 1) / kSummaryRows);
@@ -554,6 +565,8 @@ class Attention {
         std::vector<long long> key_pos;
         std::vector<summary_detail::RowState> state;
         std::vector<double> bins;
+        std::vector<summary_detail::RowSlots> rows;
+        std::vector<T> bias;  // a row's bias terms for a block's keys
         // float: this worker's copy of one K/V head's keys in panels, and the tile's queries
         std::vector<float> kp, qt;
         std::size_t packed_b = std::size_t(-1), packed_g = std::size_t(-1);
@@ -611,10 +624,12 @@ class Attention {
         }
         sc.e.resize(KB);
         if (rewrite) sc.x.resize(KB), sc.visible.resize(KB);
+        if (bias) sc.bias.resize(KB);
         if (positions) sc.key_pos.resize(KB);
         sc.state.assign(n, summary_detail::RowState{});
         sc.bins.assign(n * sum.bins, 0.0);
-        std::vector<summary_detail::RowSlots> rows(n);
+        std::vector<summary_detail::RowSlots>& rows = sc.rows;
+        rows.resize(n);
         for (std::size_t r = 0; r < n; ++r)
             rows[r] = summary_detail::row_slots(sum, sum.row(b, h, i0 + r), sc.state[r], &sc.bins[r * sum.bins]);
         const T cap = softcap ? T(*p_.spec.softcap) : T(1);
@@ -655,13 +670,13 @@ class Attention {
                         p_.mask.row(b, i, a, z, visible);
                     else
                         std::fill(visible, visible + (z - a), true);
-                    if (bias) p_.bias_row(b, h, i, a, z, sc.e.data());
+                    if (bias) p_.bias_row(b, h, i, a, z, sc.bias.data());
                     for (std::size_t j = 0; j < z - a; ++j) {
                         T v = x[j];
                         if (softcap) v = cap * std::tanh(v / cap);
                         if (bias) {
-                            v += sc.e[j];
-                            if (sc.e[j] == neg_inf) visible[j] = false;
+                            v += sc.bias[j];
+                            if (sc.bias[j] == neg_inf) visible[j] = false;
                         }
                         L[j] = visible[j] ? v : neg_inf;
                     }

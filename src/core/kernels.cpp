@@ -52,6 +52,30 @@ inline void load8(v8f& x, const float* p, std::size_t n, float fill) {
     std::memcpy(&x, p, std::min<std::size_t>(n, 8) * sizeof(float));
 }
 
+// e_j = exp(x_j - m) for n values (e may be x), 8 lanes; returns the lanes' sums of e. The
+// tail is padded with -inf (exp gives 0).
+inline __attribute__((always_inline)) v8f exp_shifted_lanes(const float* x, float m, float* e, std::size_t n) {
+    v8f acc{};
+    const std::size_t full = n / 8 * 8;
+    for (std::size_t j = 0; j < full; j += 8) {
+        v8f v;
+        std::memcpy(&v, x + j, sizeof v);
+        v -= m;
+        exp_nonpositive(v);
+        std::memcpy(e + j, &v, sizeof v);
+        acc += v;
+    }
+    if (full < n) {
+        v8f v;
+        load8(v, x + full, n - full, -std::numeric_limits<float>::infinity());
+        v -= m;
+        exp_nonpositive(v);
+        std::memcpy(e + full, &v, (n - full) * sizeof(float));
+        acc += v;
+    }
+    return acc;
+}
+
 // Clones by instruction-set level (x86-64-v3: AVX2, FMA, ...; a feature test, not a CPU
 // model) and the portable one, chosen once at load time. FMA contracts the polynomial:
 // softmax 25% faster than with AVX2 alone.
@@ -90,24 +114,8 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) bool softmax_f32(con
     }
     float mx = neg_inf;
     for (int k = 0; k < 8; ++k) mx = mx8[k] > mx ? mx8[k] : mx;
-    // 3. exp(m - max), with 8 partial sums; the tail is padded with -inf (exp gives 0).
-    v8f acc{};
-    for (std::size_t j = 0; j < full; j += 8) {
-        v8f x;
-        std::memcpy(&x, w + j, sizeof x);
-        x -= mx;
-        exp_nonpositive(x);
-        std::memcpy(w + j, &x, sizeof x);
-        acc += x;
-    }
-    if (full < n) {
-        v8f x;
-        load8(x, w + full, n - full, neg_inf);
-        x -= mx;
-        exp_nonpositive(x);
-        std::memcpy(w + full, &x, (n - full) * sizeof(float));
-        acc += x;
-    }
+    // 3. exp(m - max), with 8 partial sums.
+    const v8f acc = exp_shifted_lanes(w, mx, w, n);
     float sum = 0;
     for (int k = 0; k < 8; ++k) sum += acc[k];
     // 4. Normalise.
@@ -118,21 +126,7 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) bool softmax_f32(con
 
 __attribute__((target_clones("arch=x86-64-v3", "default"))) void exp_shifted_f32(const float* x, float m, float* e,
                                                                                  std::size_t n) {
-    const std::size_t full = n / 8 * 8;
-    for (std::size_t j = 0; j < full; j += 8) {
-        v8f v;
-        std::memcpy(&v, x + j, sizeof v);
-        v -= m;
-        exp_nonpositive(v);
-        std::memcpy(e + j, &v, sizeof v);
-    }
-    if (full < n) {
-        v8f v;
-        load8(v, x + full, n - full, -std::numeric_limits<float>::infinity());
-        v -= m;
-        exp_nonpositive(v);
-        std::memcpy(e + full, &v, (n - full) * sizeof(float));
-    }
+    exp_shifted_lanes(x, m, e, n);
 }
 
 // Vectors of 8 floats or 4 doubles, as wide as AVX2 registers.
@@ -170,6 +164,14 @@ inline __attribute__((always_inline)) T row_max_body(const T* x, std::size_t n) 
     return r;
 }
 
+// The first k in [j, n) with x_k > t, or n, one value at a time.
+template <typename T>
+inline std::size_t first_above_from(const T* x, std::size_t j, std::size_t n, T t) {
+    for (; j < n; ++j)
+        if (x[j] > t) return j;
+    return n;
+}
+
 // The first j < n with x_j > t, or n: 32 values at a time, by their largest (NaN skipped).
 template <typename T>
 inline __attribute__((always_inline)) std::size_t first_above_body(const T* x, std::size_t n, T t) {
@@ -185,19 +187,13 @@ inline __attribute__((always_inline)) std::size_t first_above_body(const T* x, s
         a = b > a ? b : a, c = d > c ? d : c, a = c > a ? c : a;
         T r = a[0];
         for (std::size_t l = 1; l < L; ++l) r = a[l] > r ? a[l] : r;
-        if (!(r > t)) continue;
-        for (std::size_t k = j;; ++k)
-            if (x[k] > t) return k;
+        if (r > t) return first_above_from(x, j, n, t);  // (found within these 32)
     }
-    for (; j < n; ++j)
-        if (x[j] > t) return j;
-    return n;
+    return first_above_from(x, j, n, t);
 }
 
-__attribute__((target_clones("arch=x86-64-v3", "default"))) std::size_t first_above_f32(const float* x, std::size_t n,
-                                                                                        float t) {
-    return first_above_body(x, n, t);
-}
+// Where AVX2 is missing (with it, first_above_avx2 below).
+std::size_t first_above_f32(const float* x, std::size_t n, float t) { return first_above_body(x, n, t); }
 
 // With AVX2: 32 values by four compares and one mask test, no reduction across lanes.
 __attribute__((target("avx2"))) std::size_t first_above_avx2(const float* x, std::size_t n, float t) {
@@ -208,13 +204,10 @@ __attribute__((target("avx2"))) std::size_t first_above_avx2(const float* x, std
         const __m256 b = _mm256_cmp_ps(_mm256_loadu_ps(x + j + 8), tv, _CMP_GT_OQ);
         const __m256 c = _mm256_cmp_ps(_mm256_loadu_ps(x + j + 16), tv, _CMP_GT_OQ);
         const __m256 d = _mm256_cmp_ps(_mm256_loadu_ps(x + j + 24), tv, _CMP_GT_OQ);
-        if (!_mm256_movemask_ps(_mm256_or_ps(_mm256_or_ps(a, b), _mm256_or_ps(c, d)))) continue;
-        for (std::size_t k = j;; ++k)
-            if (x[k] > t) return k;
+        if (_mm256_movemask_ps(_mm256_or_ps(_mm256_or_ps(a, b), _mm256_or_ps(c, d))))
+            return first_above_from(x, j, n, t);  // (found within these 32)
     }
-    for (; j < n; ++j)
-        if (x[j] > t) return j;
-    return n;
+    return first_above_from(x, j, n, t);
 }
 __attribute__((target_clones("arch=x86-64-v3", "default"))) std::size_t first_above_f64(const double* x, std::size_t n,
                                                                                         double t) {

@@ -1,13 +1,13 @@
 // Per-row summaries of attention weights (see summary.hpp).
 //
 // A row's keys arrive in blocks (attention.cpp: one product of scores per block of keys,
-// held in cache), and each block is read a few times while it is there: its largest logit
-// (raising the row's running max m rescales the sums), e = exp(x - m), then by segments of
-// keys that share a distance bin and lie wholly inside or outside the sink and local
-// ranges: each segment's Σ e, Σ e·d and Σ e·(x - m) are plain sums that vectorise; last the
-// top-k (a compare per key: a block of 32 is looked at one by one only when one of them
-// beats the current k-th logit). The entropy needs no logarithm per key: with
-// p_j = e_j / z,  -Σ p_j ln p_j = ln z - Σ e_j (x_j - m) / z.
+// held in cache), and each block is read a few times while it is there: the first keys
+// fill the top-k; then, by segments of keys that share a distance bin and lie wholly
+// inside or outside the sink and local ranges, e = exp(x - m) with Σ e, Σ e·d and
+// Σ e·(x - m) in one vectorised pass, which also finds the block's largest logit (a
+// larger one than the row's m rescales the sums); last, only when that largest logit
+// beats the k-th, a vectorised scan for the keys that enter the top-k. The entropy needs
+// no logarithm per key: with p_j = e_j / z,  -Σ p_j ln p_j = ln z - Σ e_j (x_j - m) / z.
 #include "attnscope/core/summary.hpp"
 
 #include <algorithm>
@@ -16,11 +16,6 @@
 #include "kernels.hpp"
 
 namespace attnscope {
-
-std::size_t Summary::bytes(std::size_t B, std::size_t H, std::size_t Tq, std::size_t K, std::size_t bins) {
-    const std::size_t rows = B * H * Tq;
-    return rows * (9 * sizeof(double) + 2 * sizeof(std::int64_t)) + rows * K * 16 + B * H * (bins * 8 + 8);
-}
 
 HeadClass classify_head(const Summary& s, std::size_t b, std::size_t h) {
     HeadClass c;
@@ -58,7 +53,6 @@ std::string head_class_rule(const SummarySpec& spec) {
 }
 
 namespace summary_detail {
-namespace {}  // namespace
 
 RowSlots row_slots(Summary& s, std::size_t row, RowState& st, double* bins) {
     if (s.K == 0) return {&st, &st.own_index, &st.own_logit, bins, 1};
@@ -74,9 +68,7 @@ void raise_max(const RowSlots& r, double m2) {
         st.m = m2;
         return;
     }
-    const double a = std::exp(st.m - m2), shift = m2 - st.m;
-    st.wx = a * (st.wx - shift * st.z);  // Σ e (x - m) -> Σ e a (x - m')
-    st.z *= a, st.wd *= a, st.sink *= a, st.near *= a;
+    const double a = st.sum.shift(m2 - st.m);
     for (std::size_t k = 0; k < st.used_bins; ++k) r.bins[k] *= a;
     st.m = m2;
 }
@@ -99,15 +91,11 @@ inline void offer(const RowSlots& r, double v, std::int64_t j) {
     r.logit[p] = v, r.index[p] = j;
 }
 
-}  // namespace
-
-namespace {
-
 // One block's sums relative to m, kept apart until they are added to the row's: Σ e,
 // Σ e (x - m), Σ e d, the sink and local masses, the bins, and the block's largest logit.
 struct BlockSums {
     double m = 0, max = -std::numeric_limits<double>::infinity();
-    double z = 0, wx = 0, wd = 0, sink = 0, near = 0;
+    Sums sum;
     std::size_t used_bins = 0;
     double bins[64];
 };
@@ -143,11 +131,11 @@ BlockSums block_sums(const T* x, std::size_t lo, std::size_t hi, long long q, co
                 const std::size_t o = std::size_t(u) - lo;
                 const kernels::ExpSums sm =
                     kernels::exp_sums(x + o, m, T(left ? q - u : u - q), T(left ? -1 : 1), std::size_t(v - u));
-                blk.z += sm.e, blk.wd += sm.ed, blk.wx += sm.ex;
+                blk.sum.z += sm.e, blk.sum.wd += sm.ed, blk.sum.wx += sm.ex;
                 blk.max = sm.max > blk.max ? sm.max : blk.max;
                 add_bin(bin, sm.e);
-                if (u < sinks) blk.sink += sm.e;
-                if (left && u > q - local) blk.near += sm.e;
+                if (u < sinks) blk.sum.sink += sm.e;
+                if (left && u > q - local) blk.sum.near += sm.e;
             }
         };
         // bins in order of distance, from the keys nearest q outwards, within [lo, hi)
@@ -167,10 +155,10 @@ BlockSums block_sums(const T* x, std::size_t lo, std::size_t hi, long long q, co
             if (v == 0) continue;  // hidden keys, and terms that underflowed
             const long long kp = key_pos[k];
             const unsigned long long d = kp > q ? (unsigned long long)(kp - q) : (unsigned long long)(q - kp);
-            blk.z += v, blk.wd += v * double(d), blk.wx += v * (double(x[k]) - double(m));
+            blk.sum.z += v, blk.sum.wd += v * double(d), blk.sum.wx += v * (double(x[k]) - double(m));
             add_bin(distance_bin(d), v);
-            if (kp >= 0 && kp < sinks) blk.sink += v;
-            if (kp <= q && kp > q - local) blk.near += v;
+            if (kp >= 0 && kp < sinks) blk.sum.sink += v;
+            if (kp <= q && kp > q - local) blk.sum.near += v;
         }
     }
     return blk;
@@ -215,10 +203,12 @@ void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, lon
             raise_max(r, mx);
         }
         // the block's sums were made relative to blk.m: to st.m (as raise_max does)
-        const double a = blk.m == st.m ? 1.0 : std::exp(blk.m - st.m), shift = st.m - blk.m;
-        st.z += a * blk.z, st.wx += a * (blk.wx - shift * blk.z), st.wd += a * blk.wd;
-        st.sink += a * blk.sink, st.near += a * blk.near;
-        for (std::size_t k = 0; k < blk.used_bins; ++k) r.bins[k] += a * blk.bins[k];
+        if (blk.m != st.m) {
+            const double a = blk.sum.shift(st.m - blk.m);
+            for (std::size_t k = 0; k < blk.used_bins; ++k) blk.bins[k] *= a;
+        }
+        st.sum.add(blk.sum);
+        for (std::size_t k = 0; k < blk.used_bins; ++k) r.bins[k] += blk.bins[k];
         st.used_bins = std::max(st.used_bins, blk.used_bins);
     }
     // 3) The keys past the k-th logit (a T: comparing in T is exact), by a vectorised scan.
@@ -245,7 +235,8 @@ void finish(const RowSlots& r, const double* sink, Summary& s, std::size_t row, 
     // Weights are e^(x - M) / den, M = max(m, sink): the sums (relative to m) times f / den.
     const double M = sink && *sink > st.m ? *sink : st.m;
     const double f = st.m == M ? 1.0 : std::exp(st.m - M);
-    const double den = st.z * f + (sink ? std::exp(*sink - M) : 0.0);
+    const Sums& sum = st.sum;
+    const double den = sum.z * f + (sink ? std::exp(*sink - M) : 0.0);
     const double unit = f / den;
     // The top-k's weights, and their order by weight (ties, should rounding make any, to
     // the lower key); the slots never filled hold -1 and 0.
@@ -260,14 +251,14 @@ void finish(const RowSlots& r, const double* sink, Summary& s, std::size_t row, 
     s.max_weight[row] = r.logit[0];
     s.max_key[row] = r.index[0];
     // The entropy of the keys' own distribution (with a sink: of w / Σ w, as --diagnose).
-    double H = st.z > 0 ? std::log(st.z) - st.wx / st.z : 0.0;
+    double H = sum.z > 0 ? std::log(sum.z) - sum.wx / sum.z : 0.0;
     H = H > 0 ? H : 0.0;  // never below 0 (nor -0) by rounding
     s.entropy[row] = H;
     s.effective_keys[row] = std::exp(H);
-    s.sink_mass[row] = st.sink * unit;
-    s.local_mass[row] = st.near * unit;
-    s.mean_distance[row] = st.wd * unit;
-    s.row_sum[row] = st.z * unit;
+    s.sink_mass[row] = sum.sink * unit;
+    s.local_mass[row] = sum.near * unit;
+    s.mean_distance[row] = sum.wd * unit;
+    s.row_sum[row] = sum.z * unit;
     for (std::size_t k = 0; k < st.used_bins; ++k) tile_bins[k] += r.bins[k] * unit;
 }
 

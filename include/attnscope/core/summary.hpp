@@ -21,6 +21,7 @@
 //                     of each row in each bin, averaged over the rows that see a key
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -49,8 +50,6 @@ struct Summary {
     std::vector<std::int64_t> profile_rows;
 
     std::size_t row(std::size_t b, std::size_t h, std::size_t i) const { return (b * H + h) * Tq + i; }
-    // Bytes the arrays take for these sizes (for the memory plan).
-    static std::size_t bytes(std::size_t B, std::size_t H, std::size_t Tq, std::size_t K, std::size_t bins);
 };
 
 // Distance bin of |q - k|: 0 for 0, else bit_width(d) (2^(k-1) <= d < 2^k).
@@ -79,9 +78,20 @@ namespace summary_detail {
 //   wd = Σ e_j |q - k_j|   sink, near: Σ e_j over the sink and local keys   bins: by distance
 // The top-k is kept by logit (the weights' order), in the Summary's own slots: index and,
 // until finish(), the logit in place of the weight.
+struct Sums {
+    double z = 0, wx = 0, wd = 0, sink = 0, near = 0;
+    // The same sums relative to m + by (each term times a = exp(-by)); returns a.
+    double shift(double by) {
+        const double a = std::exp(-by);
+        wx = a * (wx - by * z);  // Σ e (x - m) -> Σ e a (x - m - by)
+        z *= a, wd *= a, sink *= a, near *= a;
+        return a;
+    }
+    void add(const Sums& o) { z += o.z, wx += o.wx, wd += o.wd, sink += o.sink, near += o.near; }
+};
 struct RowState {
     double m = -std::numeric_limits<double>::infinity();
-    double z = 0, wx = 0, wd = 0, sink = 0, near = 0;
+    Sums sum;
     std::int64_t seen = 0;
     std::size_t filled = 0, used_bins = 0;
     std::int64_t own_index = -1;  // the top-1 slot when K = 0

@@ -1,4 +1,4 @@
-"""What the two benchmark references share: their command line, how they save the kept
+"""What the benchmark references share: their command lines, how they save the kept
 stages, and their timings line. The attention itself each computes in its own file,
 written independently, in its own library's idiom."""
 
@@ -45,6 +45,21 @@ def parse_args(argv, description, threads_help):
     if a.threads is not None and a.threads <= 0:
         p.error(f"--threads: expected a positive integer, found {a.threads}")
     return a
+
+
+def parse_summary_args(argv, description, threads_help):
+    """The long-context references' command line (bench/ref_summary_*.py)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("bundle", help=".npz with x, W_Q, W_K")
+    p.add_argument("--heads", type=int, required=True)
+    p.add_argument("--causal", action="store_true", help="query i sees keys j <= i")
+    p.add_argument("--topk", type=int, default=8)
+    p.add_argument("--sink-keys", type=int, default=4)
+    p.add_argument("--local", type=int, default=64)
+    p.add_argument("--chunk", type=int, default=256, help="query rows per step")
+    p.add_argument("--threads", type=int, default=None, help=threads_help)
+    p.add_argument("--dump", default=None, help="OUT.npz for the summary arrays")
+    return p.parse_args(argv)
 
 
 def save_stages(dump, stages, as_array):

@@ -11,26 +11,19 @@ mean distance Σ w|i-j|, visible keys, row sum; per head the mass by log2 distan
 Prints `timings: load=S compute=S output=S` on stderr. Threads: OPENBLAS_NUM_THREADS (the
 bench sets it); --threads is accepted for the same command line.
 """
-import argparse
 import sys
 import time
 
+import numpy as np
+
+sys.dont_write_bytecode = True  # leave no __pycache__ beside the scripts
+import ref_common  # noqa: E402  (bench/, the script's own directory)
+
 T0 = time.perf_counter()
-import numpy as np  # noqa: E402
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("bundle")
-    p.add_argument("--heads", type=int, required=True)
-    p.add_argument("--causal", action="store_true")
-    p.add_argument("--topk", type=int, default=8)
-    p.add_argument("--sink-keys", type=int, default=4)
-    p.add_argument("--local", type=int, default=64)
-    p.add_argument("--chunk", type=int, default=256)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--dump", default=None)
-    a = p.parse_args(argv)
+    a = ref_common.parse_summary_args(argv, __doc__.splitlines()[0], "expected BLAS threads")
     with np.load(a.bundle) as f:
         x, W_Q, W_K = f["x"], f["W_Q"], f["W_K"]
     t1 = time.perf_counter()
@@ -90,7 +83,7 @@ def main(argv=None):
     if a.dump:
         np.savez(a.dump, **out)
     t3 = time.perf_counter()
-    print(f"timings: load={t1 - T0:.6f} compute={t2 - t1:.6f} output={t3 - t2:.6f}", file=sys.stderr)
+    ref_common.print_timings(T0, t1, t2, t3)
 
 
 if __name__ == "__main__":

@@ -9,27 +9,20 @@ chunk's last query; torch.softmax, torch.special.entr, torch.topk, bucketize-fre
 The same quantities as ref_summary_numpy.py. --threads N calls torch.set_num_threads(N)
 (PyTorch 1.13 here starts with one thread). Prints `timings: ...` on stderr.
 """
-import argparse
 import sys
 import time
 
+import numpy as np
+import torch
+
+sys.dont_write_bytecode = True  # leave no __pycache__ beside the scripts
+import ref_common  # noqa: E402  (bench/, the script's own directory)
+
 T0 = time.perf_counter()
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("bundle")
-    p.add_argument("--heads", type=int, required=True)
-    p.add_argument("--causal", action="store_true")
-    p.add_argument("--topk", type=int, default=8)
-    p.add_argument("--sink-keys", type=int, default=4)
-    p.add_argument("--local", type=int, default=64)
-    p.add_argument("--chunk", type=int, default=256)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--dump", default=None)
-    a = p.parse_args(argv)
+    a = ref_common.parse_summary_args(argv, __doc__.splitlines()[0], "torch.set_num_threads(N)")
     if a.threads:
         torch.set_num_threads(a.threads)
     with np.load(a.bundle) as f:
@@ -85,7 +78,7 @@ def main(argv=None):
     if a.dump:
         np.savez(a.dump, **{k: v.numpy() for k, v in out.items()})
     t3 = time.perf_counter()
-    print(f"timings: load={t1 - T0:.6f} compute={t2 - t1:.6f} output={t3 - t2:.6f}", file=sys.stderr)
+    ref_common.print_timings(T0, t1, t2, t3)
 
 
 if __name__ == "__main__":

@@ -23,24 +23,10 @@ import common  # noqa: E402
 from common import BIN, CliTestCase, run_text  # noqa: E402
 
 import summary_reference as sref  # noqa: E402  (scripts/, on the path through common)
+from test_modern import argv_of  # noqa: E402  (the reference's keywords as options)
 
 ARRAYS = ["entropy", "effective_keys", "max_weight", "max_key", "topk_index", "topk_weight", "sink_mass",
           "local_mass", "mean_distance", "visible_keys", "row_sum", "distance_profile"]
-
-FLAGS = {"kv_heads": "--kv-heads", "rope_dim": "--rope-dim", "window": "--window", "softcap": "--softcap",
-         "attn_mask_means": "--attn-mask-means", "causal_align": "--causal-align"}
-
-
-def argv_of(heads, options):
-    args = ["--heads", str(heads)]
-    for k, v in options.items():
-        if k in ("rope", "alibi", "causal"):
-            if v:
-                args.append("--" + k)
-        else:
-            args += [FLAGS[k], str(v)]
-    return args
-
 
 def bundle(seed, B=2, Tq=37, Tk=None, Dm=12, H=4, G=None, Dk=3, Dv=2, sharp=1.0, **extra):
     """Random self-attention (cross-attention when Tk is given) with H query heads."""

@@ -16,11 +16,17 @@ From the command line, on a script that builds and runs a model:
 Each call N of a module named NAME writes, under OUT/NAME/ (OUT itself for a module
 captured alone):
     callN.npz           the bundle: only the arrays attnscope knows (x, memory, weights,
-                        key_padding_mask, attn_mask, bias_k, bias_v)
+                        key_padding_mask, attn_mask, bias_k, bias_v), and `config`, the
+                        run options as one JSON string ({"heads": 8, "layout": "torch",
+                        "causal": true, ...}): every attnscope command applies them
     callN.expected.npz  the module's own results: `output` (B, Tq, Dout), and `weights`
                         (B, H, Tq, Tk) or `weights_mean` (B, Tq, Tk) when it returned them
-    callN.cmd           the attnscope command that runs the bundle (shell-quoted)
-    callN.json          the options, shapes, dtype and notes
+    callN.cmd           the attnscope command that runs the bundle (shell-quoted): `attnscope
+                        run OUT/NAME/callN.npz`, the options being in the bundle
+    callN.json          the options (as flags and as the config), shapes, dtype and notes
+
+`attnscope report --html PAGE.html OUT` draws every call found under OUT, each with its
+own options, its row labelled NAME/callN.
 
 nn.MultiheadAttention (self- and cross-attention, batch_first or not, in_proj or separate
 q/k/v weights, add_bias_kv, add_zero_attn) is read as it is; weights stay in PyTorch's
@@ -224,8 +230,34 @@ class _Masks:
 # One call of a module, read into a bundle
 # ---------------------------------------------------------------------------
 
+# attnscope's flags as the keys of a bundle's config record: flags that take a value, and
+# flags that stand alone (true when given).
+_CONFIG_VALUES = {"--heads": ("heads", int), "--kv-heads": ("kv_heads", int), "--layout": ("layout", str),
+                  "--scale": ("scale", float), "--attn-mask-means": ("attn_mask_means", str)}
+_CONFIG_FLAGS = {"--causal": "causal", "--add-zero-attn": "add_zero_attn"}
+
+
+def config_of(options):
+    """The config record (a dict) of a call's options, e.g. ["--heads", 2, "--causal"] ->
+    {"heads": 2, "causal": True}; causal is always said, true or false."""
+    config, k = {"causal": False}, 0
+    while k < len(options):
+        flag = str(options[k])
+        if flag in _CONFIG_FLAGS:
+            config[_CONFIG_FLAGS[flag]] = True
+            k += 1
+        elif flag in _CONFIG_VALUES:
+            key, kind = _CONFIG_VALUES[flag]
+            config[key] = kind(options[k + 1])
+            k += 2
+        else:
+            raise CaptureError(f"option {flag}: has no key in a bundle's config")
+    return config
+
+
 class Call:
-    """One recorded call: the bundle's arrays, attnscope's options, the module's results."""
+    """One recorded call: the bundle's arrays, attnscope's options (also as the bundle's
+    `config`), the module's results."""
 
     def __init__(self, name, index, arrays, options, expected, info):
         self.name, self.index = name, index
@@ -233,8 +265,12 @@ class Call:
         self.bundle = self.expected_path = self.cmd_path = self.json_path = None
 
     @property
+    def config(self):
+        return config_of(self.options)
+
+    @property
     def argv(self):
-        return [ATTNSCOPE, "run", str(self.bundle)] + [str(o) for o in self.options]
+        return [ATTNSCOPE, "run", str(self.bundle)]  # the options travel in the bundle's config
 
     @property
     def command(self):
@@ -248,11 +284,11 @@ class Call:
         self.expected_path = Path(f"{stem}.expected.npz")
         self.cmd_path = Path(f"{stem}.cmd")
         self.json_path = Path(f"{stem}.json")
-        np.savez(self.bundle, **self.arrays)
+        np.savez(self.bundle, config=np.array(json.dumps(self.config)), **self.arrays)
         np.savez(self.expected_path, **self.expected)
         self.cmd_path.write_text(self.command + "\n", encoding="utf-8")
         doc = dict(self.info, module=self.name, call=self.index, bundle=str(self.bundle),
-                   expected=str(self.expected_path), options=[str(o) for o in self.options],
+                   expected=str(self.expected_path), options=[str(o) for o in self.options], config=self.config,
                    command=self.command,
                    arrays={k: f"{v.dtype} {tuple(v.shape)}" for k, v in self.arrays.items()},
                    torch=torch.__version__)

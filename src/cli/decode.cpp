@@ -73,7 +73,8 @@ int run_decode(DecodeArgs& a) {
             throw UsageError("--dump " + a.dump + ": decode writes one .npz archive (a name ending in .npz)");
         check_output_target(a.dump, a.force, "--dump " + a.dump);
     }
-    a.run.causal = true;  // implied
+    a.run.causal = true;             // implied
+    a.run.given.insert("--causal");  // as if given: a bundle's config does not turn it off
     Spec spec = spec_of(a.run);
     DecodeBug bug = DecodeBug::none;
     if (!a.bug.empty()) bug = *find_bug(a.bug);  // CLI11 checked the name

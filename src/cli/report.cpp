@@ -1,7 +1,8 @@
 // `attnscope report --html OUT.html A.npz B.npz ... [model/mask options of run]`: the
-// model view. Each bundle is one layer (a directory stands for its .npz and .json files,
-// in name order); every layer runs with the same options, and the page lays out layers x
-// heads as thumbnails of the weights: options → io → model → core → report.
+// model view. Each bundle is one row, labelled by its name (a directory stands for the
+// bundles under it, searched recursively, in name order); each runs with its own config
+// record under the command line's options, and the page lays out bundles x heads as
+// thumbnails of the weights: options → io → model → core → report.
 #include "attnscope/report/report.hpp"
 
 #include <algorithm>
@@ -53,23 +54,85 @@ Layer compute(const Bundle& bundle, const Spec& spec, std::size_t threads, std::
     return {view_of(bundle.source, state->first, state->second), state};
 }
 
-// The bundles named: files as they are, a directory as its .npz and .json files by name.
-std::vector<std::string> expand(const std::vector<std::string>& paths) {
-    std::vector<std::string> out;
+// One bundle of the page: its file, and the name its row is labelled with.
+struct Named {
+    std::string path, name;
+};
+
+// "call10" after "call9": names compared with their runs of digits as numbers.
+bool natural_less(const std::string& a, const std::string& b) {
+    std::size_t i = 0, j = 0;
+    const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    while (i < a.size() && j < b.size()) {
+        if (!digit(a[i]) || !digit(b[j])) {
+            if (a[i] != b[j]) return a[i] < b[j];
+            ++i, ++j;
+            continue;
+        }
+        std::size_t i1 = i, j1 = j;
+        while (i1 < a.size() && digit(a[i1])) ++i1;
+        while (j1 < b.size() && digit(b[j1])) ++j1;
+        const std::string x = a.substr(i, i1 - i), y = b.substr(j, j1 - j);
+        const std::size_t zx = std::min(x.find_first_not_of('0'), x.size() - 1);
+        const std::size_t zy = std::min(y.find_first_not_of('0'), y.size() - 1);
+        if (x.size() - zx != y.size() - zy) return x.size() - zx < y.size() - zy;
+        if (x.compare(zx, std::string::npos, y, zy, std::string::npos) != 0) return x.substr(zx) < y.substr(zy);
+        i = i1, j = j1;
+    }
+    return a.size() - i < b.size() - j;
+}
+
+std::string without_extension(const std::filesystem::path& p) { return (p.parent_path() / p.stem()).generic_string(); }
+
+bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Whether a file found in a directory is a bundle: an .npz or .json file, but not the
+// side files scripts/capture_bundle.py writes beside callN.npz (callN.expected.npz, callN.json).
+bool is_bundle_file(const std::filesystem::path& p) {
+    const std::string name = p.filename().string(), ext = p.extension().string();
+    if (ext == ".npz") return !ends_with(name, ".expected.npz");
+    if (ext != ".json") return false;
+    std::error_code ec;
+    return !std::filesystem::exists(std::filesystem::path(p).replace_extension(".npz"), ec);
+}
+
+// The bundles under a directory, searched recursively (capture folders: OUT/NAME/callN.npz),
+// each named by its path from `dir` without the extension; a link that leads nowhere is named.
+std::vector<Named> bundles_under(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::vector<Named> found;
+    std::error_code ec;
+    fs::recursive_directory_iterator it(dir, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+        const fs::path& p = it->path();
+        std::error_code st;
+        const fs::file_status target = fs::status(p, st);
+        if (it->is_symlink(st) && !fs::exists(target) && is_bundle_file(p))
+            throw InputError(escape_control(p.string()) + ": a symbolic link to nothing (" +
+                             escape_control(fs::read_symlink(p, st).string()) + " does not exist)");
+        if (fs::is_regular_file(target) && is_bundle_file(p))
+            found.push_back({p.string(), escape_control(without_extension(p.lexically_relative(dir)))});
+    }
+    if (ec) throw InputError(escape_control(dir) + ": cannot list the directory: " + ec.message());
+    if (found.empty())
+        throw InputError(escape_control(dir) + ": expected .npz or .json bundles in the directory, found none");
+    std::sort(found.begin(), found.end(), [](const Named& a, const Named& b) { return natural_less(a.name, b.name); });
+    return found;
+}
+
+// The bundles named: files as they are (named by their path without the extension), a
+// directory as the bundles under it.
+std::vector<Named> expand(const std::vector<std::string>& paths) {
+    std::vector<Named> out;
     for (const auto& p : paths) {
         std::error_code ec;
         if (!std::filesystem::is_directory(p, ec)) {
-            out.push_back(p);
+            out.push_back({p, escape_control(without_extension(p))});
             continue;
         }
-        std::vector<std::string> found;
-        for (const auto& e : std::filesystem::directory_iterator(p, ec)) {
-            const std::string ext = e.path().extension().string();
-            if (e.is_regular_file(ec) && (ext == ".npz" || ext == ".json")) found.push_back(e.path().string());
-        }
-        if (ec) throw InputError(p + ": cannot list the directory: " + ec.message());
-        if (found.empty()) throw InputError(p + ": expected .npz or .json bundles in the directory, found none");
-        std::sort(found.begin(), found.end());
+        const std::vector<Named> found = bundles_under(p);
         out.insert(out.end(), found.begin(), found.end());
     }
     return out;
@@ -88,14 +151,14 @@ int run_report(ReportArgs& a) {
     const std::size_t limit = memory_limit(a.run);
     std::vector<Layer> layers;
     std::vector<std::string> names;
-    for (const std::string& path : expand(a.bundles)) {
+    for (const Named& b : expand(a.bundles)) {
         RunOptions o = a.run;
-        o.bundle = path;
-        Spec layer_spec = spec;
+        o.bundle = b.path;
+        Spec layer_spec = spec;  // with the bundle's own config under the command line's (load_inputs)
         const Bundle bundle = load_inputs(o, limit, layer_spec);
         layers.push_back(o.dtype == "float32" ? compute<float>(bundle, layer_spec, o.threads, limit)
                                               : compute<double>(bundle, layer_spec, o.threads, limit));
-        names.push_back(path);
+        names.push_back(b.name);
     }
     std::vector<const TraceView*> views;
     for (const Layer& l : layers) views.push_back(&l.view);
@@ -113,10 +176,13 @@ Subcommand setup_report_command(CLI::App& parent) {
         "report",
         "The model view: several bundles (layers) x heads as thumbnails of the weights on one HTML page; a click "
         "opens one");
-    cmd->add_option("bundles", a->bundles, "Bundles, one per layer (.npz or .json), or directories of them")
+    cmd->add_option("bundles", a->bundles,
+                    "Bundles, one per row (.npz or .json), or directories searched for them (capture folders "
+                    "OUT/NAME/callN.npz)")
         ->required();
     cmd->add_option("--html", a->html, "The HTML page to write")->required();
     add_model_options(cmd, a->run);
+    note_given_options(cmd, a->run);  // they override each bundle's config
     cmd->add_flag("--force", a->force, "Replace an existing --html file");
     cmd->add_flag("--full", a->full, "Draw every cell (without it, the ends of an axis longer than 2048)");
     cmd->add_option("--range", a->range, "Colour scale: auto, fixed, row or LO,HI (as run's --range)")

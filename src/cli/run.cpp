@@ -727,12 +727,14 @@ Bundle load_named_arrays(const std::string& path, std::size_t limit) {
     return b;
 }
 
-Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec) {
+Bundle load_inputs(const RunOptions& command_line, std::size_t limit, Spec& spec) {
     Bundle bundle;
-    if (!o.bundle.empty())
-        bundle = load_bundle(o.bundle, limit, check_array_name);  // an unknown array is never read
+    if (!command_line.bundle.empty())
+        bundle = load_bundle(command_line.bundle, limit, check_array_name);  // an unknown array is never read
     else
         bundle.source = "<options>";
+    // The options the bundle carries, under the command line's (bundle_config.cpp).
+    const RunOptions o = with_bundle_config(command_line, bundle, spec);
     for (const auto& [name, file] : o.array_files) {
         if (file == "-")  // one standard input: it can be read once, as the bundle
             throw UsageError("--" + name + " -: standard input can only hold the whole bundle (run -); give " + name +

@@ -84,6 +84,12 @@ Spec spec_of(const RunOptions& o);  // UsageError for options that contradict ea
 // The bundle, with a checkpoint's layer as its weights when {checkpoint} is given (and
 // `spec` completed from what the checkpoint's config fixes, where no option said otherwise).
 Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec);
+// The options `bundle`'s config record carries, applied under those given on the command
+// line (`given.given`), and `spec` recomputed from them with the record of what came from
+// where (Spec::bundle_options); `given` as it is when the bundle has no config.
+RunOptions with_bundle_config(const RunOptions& given, const Bundle& bundle, Spec& spec);
+// Has o.given filled with the options given on `cmd`'s command line once it is parsed.
+void note_given_options(CLI::App* cmd, RunOptions& o);
 // Someone's own arrays (check's THEIRS, run's {qkv}): an .npz, a JSON object, or a directory
 // of NAME.npy files.
 Bundle load_named_arrays(const std::string& path, std::size_t limit);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -199,6 +200,25 @@ class JsonReader {
         return describe_scalar(d);
     }
 
+    // A bundle's `config` record (p at its value): a flat object of at most kMaxConfigKeys
+    // scalars, each kept as written; `origin` ("b.json: config") names it in messages.
+    std::map<std::string, ConfigValue> config(const std::string& origin) {
+        if (peek() != '{')
+            throw InputError(origin + ": expected an object of run options ({\"heads\": 2, \"causal\": true}), found " +
+                             (at_end() ? std::string("nothing") : describe_top()));
+        std::map<std::string, ConfigValue> out;
+        object_begin();
+        std::string key;
+        for (bool first = true; object_next(first, key); first = false) {
+            const std::string where = origin + ": " + shown(key);
+            if (out.count(key)) throw InputError(where + ": appears twice in the record");
+            if (out.size() == kMaxConfigKeys)
+                throw InputError(origin + ": more than " + std::to_string(kMaxConfigKeys) + " options");
+            out[key] = config_value(where);
+        }
+        return out;
+    }
+
     void object_begin() { expect('{', "'{'"); }
     bool object_next(bool first, std::string& key) {
         char c = peek();
@@ -217,6 +237,24 @@ class JsonReader {
     }
 
    private:
+    static constexpr std::size_t kMaxConfigKeys = 64;
+
+    // One option of a `config` record: a number, true/false or a string; nothing nested.
+    ConfigValue config_value(const std::string& where) {
+        const char c = peek();
+        if (c == '"') return {ConfigValue::Kind::string, string()};
+        if (literal("true")) return {ConfigValue::Kind::boolean, "true"};
+        if (literal("false")) return {ConfigValue::Kind::boolean, "false"};
+        if (c == '-' || (c >= '0' && c <= '9')) {
+            std::string_view t;
+            number(t);
+            return {ConfigValue::Kind::number, std::string(t)};
+        }
+        std::string str;
+        throw InputError(where + ": expected a number, true, false or a string, found " +
+                         (c == '[' ? std::string("a list") : describe_scalar(str)));
+    }
+
     struct Value {
         Value(const std::string& o, const std::string& w, bool t) : origin(o), where(w), text(t) {}
         const std::string& origin;
@@ -468,15 +506,30 @@ Bundle parse_json_bundle(std::string_view text, const std::string& source, std::
     b.source = source;
     r.object_begin();
     std::string key;
+    bool have_config = false;
     for (bool first = true; r.object_next(first, key); first = false) {
         if (b.arrays.count(key))
             throw InputError(shown_path(source) + ": '" + shown(key) + "' appears twice in the object");
-        if (check_name) check_name(shown_path(source), key);
         const std::string origin = shown_path(source) + ": " + shown(key);
+        if (key == "config") {  // the run options the bundle carries: an object, not an array
+            if (have_config) throw InputError(shown_path(source) + ": 'config' appears twice in the object");
+            b.config = r.config(origin);
+            have_config = true;
+            continue;
+        }
+        if (check_name) check_name(shown_path(source), key);
         b.arrays[key] = r.array(origin, origin, is_token_name(key));
     }
     if (!r.at_end()) r.syntax("unexpected data after the object");
     return b;
+}
+
+std::map<std::string, ConfigValue> parse_bundle_config(std::string_view text, const std::string& origin,
+                                                       std::size_t max_bytes) {
+    JsonReader r(text, origin, max_bytes);
+    std::map<std::string, ConfigValue> config = r.config(origin);
+    if (!r.at_end()) r.syntax("unexpected data after the object");
+    return config;
 }
 
 namespace {

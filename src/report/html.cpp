@@ -1215,12 +1215,13 @@ void write_model_html(std::ostream& out, const std::vector<const TraceView*>& la
         const TraceView& v = *layers[l];
         const StageView& w = v.stage(kWeights);
         const ColourScale sc(scale::stage_scale(v, w, {0}, text::chosen_or_all({}, v.dims.H), figure.range));
-        out << "<tr data-layer=\"" << l << "\"><th>layer " << l << "<br><small>" << escape(names[l]) << "</small></th>";
+        out << "<tr data-layer=\"" << l << "\"><th>" << escape(names[l]) << "<br><small>" << escape(v.source)
+            << "</small></th>";
         for (std::size_t h = 0; h < v.dims.H; ++h) {
             Matrix m = matrix_of(w, 0, h);
             const std::string id = "fig" + std::to_string(serial++);
-            const std::string title = "layer " + std::to_string(l) + " (" + names[l] + ") · weights · head " +
-                                      std::to_string(h) + (v.batched && v.dims.B > 1 ? " · batch 0" : "");
+            const std::string title =
+                names[l] + " · weights · head " + std::to_string(h) + (v.batched && v.dims.B > 1 ? " · batch 0" : "");
             std::ostringstream block;
             write_canvas_data(block, v, m, sc, visibility(v, w, 0, h), figure.full, id, title);
             data += block.str();

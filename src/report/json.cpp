@@ -133,6 +133,25 @@ void put_variants(std::ostream& out, const TraceView& v) {
     out << ",\"positions\":" << (r.positions ? "true" : "false");
 }
 
+// The options a bundle's config record set, when it has one: "bundle_config":{"heads":
+// {"value":2,"overridden":false},...}, overridden when the command line gave its own.
+void put_bundle_options(std::ostream& out, const std::vector<BundleOption>& options) {
+    if (options.empty()) return;
+    out << ",\"bundle_config\":{";
+    for (std::size_t k = 0; k < options.size(); ++k) {
+        const BundleOption& b = options[k];
+        out << (k ? "," : "");
+        text::put_json_string(out, b.key);
+        out << ":{\"value\":";
+        if (b.string)
+            text::put_json_string(out, b.value);
+        else
+            out << b.value;  // a JSON number as written, or true/false
+        out << ",\"overridden\":" << (b.overridden ? "true" : "false") << '}';
+    }
+    out << '}';
+}
+
 // The opening of the document: its "config", "dims" and "tokens" members.
 void put_config(std::ostream& out, const TraceView& v) {
     const Dims& d = v.dims;
@@ -161,6 +180,7 @@ void put_config(std::ostream& out, const TraceView& v) {
         out << *v.spec.zero_key;
     else
         out << "null";
+    put_bundle_options(out, v.spec.bundle_options);
     out << ",\"key_padding_mask_dropped\":" << (v.spec.padding_dropped ? "true" : "false")
         << ",\"selection\":{\"batch\":";
     if (v.selected_batches.empty())

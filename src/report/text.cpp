@@ -75,6 +75,22 @@ void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const ch
 
 }  // namespace
 
+namespace {
+
+// "from the bundle: heads 2, layout torch, causal true; the command line's instead of the
+// bundle's: heads 2": the options a bundle's config record set, and those overridden.
+std::string bundle_options_line(const std::vector<BundleOption>& options) {
+    std::string used, over;
+    for (const BundleOption& b : options) {
+        std::string& s = b.overridden ? over : used;
+        s += (s.empty() ? "" : ", ") + b.key + " " + (b.string ? "\"" + b.value + "\"" : b.value);
+    }
+    return (used.empty() ? "" : "from the bundle: " + used) + (used.empty() || over.empty() ? "" : "; ") +
+           (over.empty() ? "" : "the command line's instead of the bundle's: " + over);
+}
+
+}  // namespace
+
 // The header: what ran, on which sizes, with which scale, masks and experiments, what is
 // shown, and the rows that see no key.
 void write_run_header(std::ostream& out, const TraceView& v, const TextOptions& o) {
@@ -97,6 +113,7 @@ void write_run_header(std::ostream& out, const TraceView& v, const TextOptions& 
     field("  masks   ",
           masks_line(v) +
               (v.spec.padding_dropped ? "; the bundle's key_padding_mask was dropped (--ignore-padding)" : ""));
+    if (!v.spec.bundle_options.empty()) field("  config  ", escape_control(bundle_options_line(v.spec.bundle_options)));
     if (v.spec.zero_key)
         field("  zeroed  ", "key " + std::to_string(*v.spec.zero_key) +
                                 "'s vector set to 0 in every head and batch item (--zero-key)");

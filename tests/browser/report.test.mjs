@@ -372,7 +372,7 @@ TESTS.model_view_thumbnails_open_on_click = async () => {
   near(tl, viridis(1), 3, "thumbnail (0, 0)");
   await page.click('canvas.thumb[data-layer="2"][data-head="1"]');
   const caption = await page.$eval("#opened figcaption", e => e.textContent);
-  assert.match(caption, /layer 2/);
+  assert.match(caption, /layer3 · weights/);  // the row of files[2], labelled by its name
   assert.match(caption, /head 1/);
   const w = weightsOf(files[2], "--heads", "2", "--causal").weights.data[1];
   const k = await page.evaluate(() => window.attnscopeFigures.indexOf(window.attnscopeOpened));

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """scripts/capture_bundle.py round-trips: for every call it records, the command it
-writes (callN.cmd, shell-quoted, run exactly as printed) makes attnscope compute the
+writes (callN.cmd, shell-quoted, run exactly as printed; the options travel in the
+bundle's config record) makes attnscope compute the
 module's own output (callN.expected.npz): PyTorch's nn.MultiheadAttention inside
 nn.TransformerEncoderLayer / nn.TransformerDecoderLayer (self-attention with padding,
 decoder self-attention with a causal mask and padding, cross-attention with memory
@@ -31,6 +32,11 @@ import capture_bundle as cb  # noqa: E402  (scripts/, on the path through common
 
 F64_TOL = 1e-12
 F32_TOL = 2e-5
+
+
+def arrays_of(bundle):
+    """The array names of a written bundle (its `config` record is not an array)."""
+    return [f for f in np.load(bundle).files if f != "config"]
 
 
 def padding(lengths, T):
@@ -66,7 +72,10 @@ class RoundTrip(CliTestCase):
         # The bundle holds only names attnscope knows; its JSON sidecar says how to run it.
         info = json.loads(call.json_path.read_text(encoding="utf-8"))
         self.assertEqual(info["command"], call.command)
-        self.assertEqual(sorted(info["arrays"]), sorted(np.load(call.bundle).files))
+        self.assertEqual(sorted(info["arrays"]), sorted(arrays_of(call.bundle)))
+        # The options travel in the bundle: its config record, as the options say.
+        self.assertEqual(json.loads(str(np.load(call.bundle)["config"])), info["config"])
+        self.assertEqual(info["config"], cb.config_of(call.options))
         return got, exp
 
     def check_json(self, call, tol):
@@ -101,7 +110,7 @@ class Encoder(RoundTrip):
         self.assertEqual(call.bundle, self.tmp / "cap" / "self_attn" / "call0.npz")
         self.assertEqual(call.options, ["--heads", 4, "--layout", "torch"])
         b = np.load(call.bundle)
-        self.assertEqual(sorted(b.files), ["in_proj_bias", "in_proj_weight", "key_padding_mask", "out_proj.bias",
+        self.assertEqual(sorted(arrays_of(call.bundle)), ["in_proj_bias", "in_proj_weight", "key_padding_mask", "out_proj.bias",
                                            "out_proj.weight", "x"])
         np.testing.assert_array_equal(b["x"], src.numpy())
         np.testing.assert_array_equal(b["key_padding_mask"], pad.numpy())
@@ -206,7 +215,7 @@ class Decoder(RoundTrip):
         own, cross = calls
         # Decoder self-attention: the causal tgt_mask is recognised as --causal.
         self.assertEqual(own.options, ["--heads", 3, "--layout", "torch", "--causal"])
-        self.assertEqual(sorted(np.load(own.bundle).files),
+        self.assertEqual(sorted(arrays_of(own.bundle)),
                          ["in_proj_bias", "in_proj_weight", "key_padding_mask", "out_proj.bias", "out_proj.weight",
                           "x"])
         self.assertEqual(own.info["kind"], "self-attention")
@@ -250,8 +259,8 @@ class WholeTransformer(RoundTrip):
                           "decoder.layers.0.self_attn", "decoder.layers.0.multihead_attn",
                           "decoder.layers.1.self_attn", "decoder.layers.1.multihead_attn"])
         self.assertEqual(cap.calls[2].command,
-                         f"attnscope run {self.tmp}/captured/decoder.layers.0.self_attn/call0.npz --heads 2 "
-                         "--layout torch --causal")
+                         f"attnscope run {self.tmp}/captured/decoder.layers.0.self_attn/call0.npz")
+        self.assertEqual(cap.calls[2].config, {"heads": 2, "layout": "torch", "causal": True})
         for call in cap.calls:
             self.check_call(call, F64_TOL)
         # The model runs as before once the capture is closed.
@@ -300,7 +309,7 @@ class MultiheadAttention(RoundTrip):
             m(x, mem, mem, key_padding_mask=padding([4, 2], 4), need_weights=False)
         call = cap.calls[0]
         self.assertIn("--add-zero-attn", call.options)
-        self.assertEqual(sorted(np.load(call.bundle).files),
+        self.assertEqual(sorted(arrays_of(call.bundle)),
                          ["bias_k", "bias_v", "in_proj_bias", "k_proj_weight", "key_padding_mask", "memory",
                           "out_proj.bias", "out_proj.weight", "q_proj_weight", "v_proj_weight", "x"])
         self.check_call(call, F64_TOL)
@@ -394,7 +403,7 @@ class Mapped(RoundTrip):
         att = model["own"]
         own, cross = cap.calls
         self.assertEqual(own.options, ["--heads", 3, "--causal"])
-        self.assertEqual(sorted(np.load(own.bundle).files),
+        self.assertEqual(sorted(arrays_of(own.bundle)),
                          ["W_K", "W_O", "W_Q", "W_V", "b_K", "b_O", "b_Q", "key_padding_mask", "x"])
         np.testing.assert_array_equal(np.load(own.bundle)["W_Q"], att.q_proj.weight.detach().numpy().T)
         self.assertEqual(cross.info["kind"], "cross-attention")
@@ -504,7 +513,7 @@ class CommandLine(RoundTrip):
         self.assertEqual(len(lines), 2, p.stdout)
         for i, line in enumerate(lines):
             bundle = out / f"mha{i}" / "call0.npz"
-            self.assertEqual(line, f"attnscope run '{bundle}' --heads 2 --layout torch")
+            self.assertEqual(line, f"attnscope run '{bundle}'")
             self.assertEqual((out / f"mha{i}" / "call0.cmd").read_text(encoding="utf-8"), line + "\n")
             argv = shlex.split(line)
             dump = self.path(f"d{i}.npz")
@@ -533,7 +542,7 @@ class CommandLine(RoundTrip):
                                    "cross-attention)\n")
         p = self.capture_script(body, "--keep-going", "--max-calls", "2")
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertEqual(p.stdout, f"attnscope run {self.tmp}/o/mha0/call1.npz --heads 2 --layout torch\n")
+        self.assertEqual(p.stdout, f"attnscope run {self.tmp}/o/mha0/call1.npz\n")
         self.assertEqual(p.stderr, "capture_bundle: mha0 call 0 not written: key and value are different tensors: "
                                    "attnscope projects keys and values from one source (x for self-attention, "
                                    "memory for cross-attention)\n")

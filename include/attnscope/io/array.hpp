@@ -61,10 +61,23 @@ NonFinite copy_numbers(const Array& a, T* out);
 extern template NonFinite copy_numbers<float>(const Array&, float*);
 extern template NonFinite copy_numbers<double>(const Array&, double*);
 
+// One value of a bundle's `config` record, as written: a number (`text` its JSON token,
+// "2", "0.35"), true/false (`text` "true" or "false"), or a string (`text` itself).
+struct ConfigValue {
+    enum class Kind : unsigned char { number, boolean, string };
+    Kind kind = Kind::string;
+    std::string text;
+};
+
 // Named arrays from one source (an .npz archive, a JSON object, or single files).
 struct Bundle {
     std::string source;                   // file name, or "<stdin>"
     std::map<std::string, Array> arrays;  // by name, e.g. "x", "W_Q", "query_tokens"
+    // The run options the bundle carries, by key ("heads", "causal", ...), from its
+    // `config` record: a JSON object's "config" member, an .npz's member config.npy (one
+    // string of JSON). The io layer reads it as a flat object of scalars; which keys mean
+    // what is the command line's business. Empty when the bundle has none.
+    std::map<std::string, ConfigValue> config;
 };
 
 // "(2, 3, 4)", "(5,)", "()" — numpy's spelling, used in every shape message.

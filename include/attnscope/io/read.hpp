@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -42,6 +43,10 @@ Bundle parse_npz(std::string_view bytes, const std::string& source, std::size_t 
 Bundle parse_json_bundle(std::string_view text, const std::string& source, std::size_t max_bytes = kNoLimit,
                          const NameCheck& check_name = {});
 Array parse_json_array(std::string_view text, const std::string& origin, std::size_t max_bytes = kNoLimit);
+// A bundle's `config` record given as JSON text (an .npz's config member): one object of
+// at most 64 options, each a number, true/false or a string. `origin` names it in messages.
+std::map<std::string, ConfigValue> parse_bundle_config(std::string_view text, const std::string& origin,
+                                                       std::size_t max_bytes = kNoLimit);
 
 // The CRC-32 of n bytes continuing from `crc` (0 to start), as zip and zlib's crc32()
 // compute it; what an .npz member is checked against.

@@ -44,6 +44,14 @@ struct Rope {
 // "may attend" (allow), nn.MultiheadAttention says "blocked" (block). Unset: refused.
 enum class MaskMeans { unset, allow, block };
 
+// One option a bundle's `config` record set, for reports: its key ("heads"), its value as
+// written ("2"; `string`: a JSON string), and whether the command line gave its own instead.
+struct BundleOption {
+    std::string key, value;
+    bool string = false;
+    bool overridden = false;
+};
+
 // What to compute, apart from the arrays.
 struct Spec {
     std::size_t heads = 1;
@@ -66,6 +74,8 @@ struct Spec {
     std::optional<std::size_t> zero_key;  // set key vector j (every head, every item) to 0
     // For reports only: the bundle's key_padding_mask was given and dropped (--ignore-padding).
     bool padding_dropped = false;
+    // For reports only: the options the bundle's `config` record carries, by key.
+    std::vector<BundleOption> bundle_options;
 };
 
 // Sizes, in the names of the shape legend (see attention.hpp).

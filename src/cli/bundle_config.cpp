@@ -1,0 +1,131 @@
+// The run options a bundle carries (its `config` record, README "Bundles carry their
+// options"), applied under the command line's: each key is parsed as its flag would be,
+// unless the command line gave that flag; what came from where is recorded for reports.
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/suggest.hpp"
+#include "attnscope/base/text.hpp"
+#include "help.hpp"
+#include "run.hpp"
+
+namespace attnscope::cli {
+namespace {
+
+using Kind = ConfigValue::Kind;
+
+// The keys a config record may hold, the flag each stands for, and the kind of its value
+// (`scale` also takes the string "none"). Model and mask options only: outputs, views and
+// experiments belong to a command, not to the bundle.
+struct ConfigKey {
+    const char* key;
+    const char* flag;
+    Kind kind;
+};
+constexpr ConfigKey kConfigKeys[] = {
+    {"heads", "--heads", Kind::number},
+    {"kv_heads", "--kv-heads", Kind::number},
+    {"causal", "--causal", Kind::boolean},
+    {"causal_align", "--causal-align", Kind::string},
+    {"layout", "--layout", Kind::string},
+    {"scale", "--scale", Kind::number},
+    {"rope", "--rope", Kind::boolean},
+    {"rope_base", "--rope-base", Kind::number},
+    {"rope_dim", "--rope-dim", Kind::number},
+    {"rope_style", "--rope-style", Kind::string},
+    {"alibi", "--alibi", Kind::boolean},
+    {"window", "--window", Kind::number},
+    {"softcap", "--softcap", Kind::number},
+    {"attn_mask_means", "--attn-mask-means", Kind::string},
+    {"add_zero_attn", "--add-zero-attn", Kind::boolean},
+};
+
+std::vector<std::string> known_keys() {
+    std::vector<std::string> keys;
+    for (const ConfigKey& k : kConfigKeys) keys.emplace_back(k.key);
+    return keys;
+}
+
+const ConfigKey& find_key(const std::string& where, const std::string& key) {
+    for (const ConfigKey& k : kConfigKeys)
+        if (key == k.key) return k;
+    const std::vector<std::string> known = known_keys();
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw InputError(where + ": unknown option '" + escape_control(clip_fragment(key)) + "'" +
+                     escape_control(did_you_mean(key, known)) + " (a config may hold: " + list + ")");
+}
+
+const char* kind_name(Kind k) {
+    return k == Kind::number ? "a number" : k == Kind::boolean ? "true or false" : "a string";
+}
+
+// The words the command line would hold for one option: "--heads 2", "--causal",
+// "--no-causal"; none for a flag that is false (every such flag's default).
+std::vector<std::string> words_of(const std::string& where, const ConfigKey& k, const ConfigValue& v) {
+    const bool none_scale =
+        k.kind == Kind::number && v.kind == Kind::string && std::string(k.key) == "scale" && v.text == "none";
+    if (v.kind != k.kind && !none_scale)
+        throw InputError(where + ": expected " + kind_name(k.kind) +
+                         (std::string(k.key) == "scale" ? " or \"none\"" : "") + ", found " + kind_name(v.kind) + " " +
+                         escape_control(clip_fragment(v.text)));
+    if (k.kind != Kind::boolean) return {k.flag, v.text};
+    if (v.text == "true") return {k.flag};
+    if (std::string(k.key) == "causal") return {"--no-causal"};
+    return {};
+}
+
+// `o` with `words` parsed over it as `run`'s options; InputError naming `where` if refused.
+void parse_words(RunOptions& o, const std::vector<std::string>& words, const std::string& where) {
+    if (words.empty()) return;
+    CLI::App app;
+    auto parsed = std::make_shared<RunOptions>(o);
+    CLI::App* run = setup_run(app, *parsed);
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), words.begin(), words.end());
+    std::reverse(args.begin(), args.end());  // CLI11 parses a vector from its back
+    try {
+        app.parse(args);
+    } catch (const CLI::ParseError& e) {
+        throw InputError(where + ": " + clip_fragment(parse_error_message(*run, e), 300));
+    }
+    parsed->given = o.given;
+    o = *parsed;
+}
+
+}  // namespace
+
+RunOptions with_bundle_config(const RunOptions& given, const Bundle& bundle, Spec& spec) {
+    if (bundle.config.empty()) return given;
+    RunOptions o = given;
+    std::vector<BundleOption> record;
+    for (const auto& [key, value] : bundle.config) {
+        const std::string where = escape_control(bundle.source) + ": config: " + escape_control(clip_fragment(key));
+        const ConfigKey& k = find_key(escape_control(bundle.source) + ": config", key);
+        const std::vector<std::string> words = words_of(where, k, value);
+        const bool overridden = given.given.count(k.flag) > 0;
+        if (!overridden) parse_words(o, words, where);
+        record.push_back({key, value.text, value.kind == Kind::string, overridden});
+    }
+    spec = spec_of(o);
+    spec.bundle_options = std::move(record);
+    return o;
+}
+
+void note_given_options(CLI::App* cmd, RunOptions& o) {
+    cmd->parse_complete_callback([cmd, &o] {
+        std::function<void(CLI::App*)> collect = [&](CLI::App* app) {
+            for (const CLI::Option* opt : app->get_options())
+                if (opt->count() > 0) o.given.insert(opt->get_name());
+            for (CLI::App* group : app->get_subcommands([](CLI::App* a) { return a->get_name().empty(); }))
+                collect(group);
+        };
+        collect(cmd);
+    });
+}
+
+}  // namespace attnscope::cli

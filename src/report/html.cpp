@@ -482,6 +482,7 @@ void write_header(std::ostream& out, const TraceView& v, const std::vector<std::
     row("sizes", escape(text::dims_line(d)) + (v.batched ? "" : " (2-D x: no batch axis in the results)"));
     row("scale", readable(v.scale, "%.6g") + " = " + escape(v.scale_source));
     row("masks", escape(text::masks_line(v)));
+    if (!v.spec.bundle_options.empty()) row("config", escape(text::bundle_options_line(v.spec.bundle_options)));
     if (d.G && d.G != d.H) row("K/V heads", escape(text::sharing_line(d)));
     if (v.spec.rope)
         row("RoPE",
@@ -1215,8 +1216,10 @@ void write_model_html(std::ostream& out, const std::vector<const TraceView*>& la
         const TraceView& v = *layers[l];
         const StageView& w = v.stage(kWeights);
         const ColourScale sc(scale::stage_scale(v, w, {0}, text::chosen_or_all({}, v.dims.H), figure.range));
-        out << "<tr data-layer=\"" << l << "\"><th>" << escape(names[l]) << "<br><small>" << escape(v.source)
-            << "</small></th>";
+        // The row's name, file, masks and the options its config record set.
+        const std::string options = text::bundle_options_line(v.spec.bundle_options);
+        out << "<tr data-layer=\"" << l << "\"><th>" << escape(names[l]) << "<br><small>" << escape(v.source) << "<br>"
+            << escape(text::masks_line(v)) << (options.empty() ? "" : "<br>" + escape(options)) << "</small></th>";
         for (std::size_t h = 0; h < v.dims.H; ++h) {
             Matrix m = matrix_of(w, 0, h);
             const std::string id = "fig" + std::to_string(serial++);

@@ -75,22 +75,6 @@ void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const ch
 
 }  // namespace
 
-namespace {
-
-// "from the bundle: heads 2, layout torch, causal true; the command line's instead of the
-// bundle's: heads 2": the options a bundle's config record set, and those overridden.
-std::string bundle_options_line(const std::vector<BundleOption>& options) {
-    std::string used, over;
-    for (const BundleOption& b : options) {
-        std::string& s = b.overridden ? over : used;
-        s += (s.empty() ? "" : ", ") + b.key + " " + (b.string ? "\"" + b.value + "\"" : b.value);
-    }
-    return (used.empty() ? "" : "from the bundle: " + used) + (used.empty() || over.empty() ? "" : "; ") +
-           (over.empty() ? "" : "the command line's instead of the bundle's: " + over);
-}
-
-}  // namespace
-
 // The header: what ran, on which sizes, with which scale, masks and experiments, what is
 // shown, and the rows that see no key.
 void write_run_header(std::ostream& out, const TraceView& v, const TextOptions& o) {

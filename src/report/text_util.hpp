@@ -404,6 +404,19 @@ inline std::string positions_words(const TraceView& v) {
            " (bottom-right)";
 }
 
+// "from the bundle: heads 2, layout "torch", causal true; the command line's instead of
+// the bundle's: heads 2": the options a bundle's config record set, and those overridden
+// ("" when the bundle has no record).
+inline std::string bundle_options_line(const std::vector<BundleOption>& options) {
+    std::string used, over;
+    for (const BundleOption& b : options) {
+        std::string& s = b.overridden ? over : used;
+        s += (s.empty() ? "" : ", ") + b.key + " " + (b.string ? "\"" + b.value + "\"" : b.value);
+    }
+    return (used.empty() ? "" : "from the bundle: " + used) + (used.empty() || over.empty() ? "" : "; ") +
+           (over.empty() ? "" : "the command line's instead of the bundle's: " + over);
+}
+
 // Which masks and additive terms applied, in words ("none" when none did): key padding,
 // causal with its alignment, a window, a boolean attn_mask, explicit positions, ALiBi or
 // a float attn_mask, softcap and sinks, as the run has them.

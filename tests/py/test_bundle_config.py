@@ -241,6 +241,14 @@ class WholeTransformerReport(CliTestCase):
         text = html.read_text(encoding="utf-8")
         rows = re.findall(r'<tr data-layer="\d+"><th>([^<]*)<br>', text)
         self.assertEqual(rows, sorted(names))  # by name: decoder.layers.0.multihead_attn/call0 first
+        # Each row says its masks and the options its record set.
+        own = re.search(r'<tr data-layer="\d+"><th>decoder\.layers\.0\.self_attn/call0<br>(.*?)</th>', text).group(1)
+        self.assertIn("causal, top-left", own)
+        self.assertIn("from the bundle: causal true, heads 2, layout", own)
+        cross = re.search(r'<tr data-layer="\d+"><th>decoder\.layers\.0\.multihead_attn/call0<br>(.*?)</th>',
+                          text).group(1)
+        self.assertNotIn("causal,", cross)
+        self.assertIn("from the bundle: causal false, heads 2, layout", cross)
         thumbs = thumbnails(text)
         # Torch's own weights of each attention on the inputs the capture recorded.
         for call in cap.calls:

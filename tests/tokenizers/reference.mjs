@@ -2,9 +2,10 @@
 // tokenizers (@huggingface/tokenizers, installed by scripts/setup into
 // tests/tokenizers/node_modules), run on a model's tokenizer.json.
 //
-//   node reference.mjs MODEL --jsonl-input CORPUS [--no-special-tokens]
+//   node reference.mjs MODEL --jsonl-input CORPUS [--no-special-tokens | --both]
 //       CORPUS holds one JSON string per line; prints one JSON line per input line:
-//       {"ids":[...],"tokens":[...],"decoded":"..."}
+//       {"ids":[...],"tokens":[...],"decoded":"..."}, or with --both
+//       {"special":{that, with special tokens},"plain":{that, --no-special-tokens}}
 //   node reference.mjs MODEL --text-file F [--no-special-tokens] [--ids]
 //       encodes the whole file (UTF-8) once; prints {"bytes","tokens","load_seconds",
 //       "encode_seconds"} (scripts/bench), and the ids too with --ids.
@@ -31,18 +32,19 @@ function fail(message) {
 }
 
 function parseArgs(argv) {
-  const a = { model: null, jsonl: null, textFile: null, special: true, ids: false };
+  const a = { model: null, jsonl: null, textFile: null, special: true, both: false, ids: false };
   for (let i = 0; i < argv.length; ++i) {
     const arg = argv[i];
     if (arg === "--jsonl-input") a.jsonl = argv[++i];
     else if (arg === "--text-file") a.textFile = argv[++i];
     else if (arg === "--no-special-tokens") a.special = false;
+    else if (arg === "--both") a.both = true;
     else if (arg === "--ids") a.ids = true;
     else if (!arg.startsWith("--") && a.model === null) a.model = arg;
     else fail(`unexpected argument ${JSON.stringify(arg)}`);
   }
   if (a.model === null || (a.jsonl === null) === (a.textFile === null))
-    fail("usage: reference.mjs MODEL (--jsonl-input F | --text-file F) [--no-special-tokens] [--ids]");
+    fail("usage: reference.mjs MODEL (--jsonl-input F [--both] | --text-file F [--ids]) [--no-special-tokens]");
   return a;
 }
 
@@ -65,14 +67,21 @@ function decode(tokenizer, ids) {
   return tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
 }
 
+function encodeDecode(tokenizer, text, special) {
+  const enc = tokenizer.encode(text, { add_special_tokens: special });
+  return { ids: enc.ids, tokens: enc.tokens, decoded: decode(tokenizer, enc.ids) };
+}
+
 function runCorpus(tokenizer, a) {
   const lines = readFileSync(a.jsonl, "utf8").split("\n");
   if (lines.length && lines[lines.length - 1] === "") lines.pop();
   const out = [];
   for (const line of lines) {
     const text = JSON.parse(line);
-    const enc = tokenizer.encode(text, { add_special_tokens: a.special });
-    out.push(JSON.stringify({ ids: enc.ids, tokens: enc.tokens, decoded: decode(tokenizer, enc.ids) }));
+    const result = a.both
+      ? { special: encodeDecode(tokenizer, text, true), plain: encodeDecode(tokenizer, text, false) }
+      : encodeDecode(tokenizer, text, a.special);
+    out.push(JSON.stringify(result));
   }
   process.stdout.write(out.join("\n") + (out.length ? "\n" : ""));
 }

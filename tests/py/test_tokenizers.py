@@ -48,8 +48,15 @@ def corpus_lines():
     return [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").split("\n") if line]
 
 
+def has_tokens_command():
+    """False for a binary built before `attnscope tokens` existed (branch tok)."""
+    return run("tokens", "--help").code == 0
+
+
 def needs_reference(model):
     """The reason to skip, or None when node and the model's package are present."""
+    if not has_tokens_command():
+        return "this attnscope has no `tokens` subcommand"
     if NODE is None or not (TOKDIR / "node_modules" / "@huggingface" / "tokenizers").is_dir() \
             or not (Path(model) / "tokenizer.json").is_file():
         return (f"{Path(model).name}: needs node and tests/tokenizers/node_modules "
@@ -231,6 +238,11 @@ class BertWordPiece(Agreement, CliTestCase):
 class Refusals(CliTestCase):
     """Text that is not UTF-8 or not text: one line naming the byte, exit 2. Needs no
     reference (the BERT fixture is committed)."""
+
+    def setUp(self):
+        super().setUp()
+        if not has_tokens_command():
+            self.skipTest("this attnscope has no `tokens` subcommand")
 
     # bytes -> offset of the first invalid byte
     INVALID = {

@@ -14,7 +14,7 @@ tokenizer (one node process: import and load paid once, both with and without sp
 tokens), attnscope once per tokenizer and mode (`--jsonl-input`).
 
 Where the port is known to differ from the Rust library the test does not take the
-port's word: for BERT's normalizer (Mc/Me marks, CJK outside the BMP, final sigma) the
+port's word: for BERT's normalizer (CJK outside the BMP, final sigma) the
 text the Rust rule makes (tests/tokenizers/bert_rule.py) is what the port encodes; the
 corpus leaves out U+0085 and U+FEFF (see tests/tokenizers/make_corpus.py).
 """

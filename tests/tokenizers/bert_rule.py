@@ -1,5 +1,5 @@
 """BERT's normalizer and pre-tokenizer as the Rust library (Hugging Face `tokenizers`,
-normalizers/bert.rs, normalizers/strip.rs, pre_tokenizers/bert.rs) writes them, for the
+normalizers/bert.rs, tokenizer/normalizer.rs, pre_tokenizers/bert.rs) writes them, for the
 few strings where its JavaScript port does otherwise (tests/py/test_tokenizers.py) and
 for the vocabulary of the BERT fixture (make_bert_wordpiece.py).
 
@@ -10,12 +10,13 @@ strip_accents = None -> lowercase, lowercase):
      becomes one space.
   2. handle_chinese_chars: a space on each side of every code point in the CJK blocks
      listed in is_chinese_char, supplementary planes included.
-  3. strip accents: NFD, then drop every combining mark (Mn, Mc and Me:
-     unicode_normalization's is_combining_mark).
-  4. lowercase: char by char (char::to_lowercase), so no final-sigma rule.
+  3. strip accents: NFD, then drop the nonspacing marks (Mn: is_mark_nonspacing; Mc and
+     Me stay. The separate StripAccents normalizer, strip.rs, drops all three).
+  4. lowercase: char by char (NormalizedString::lowercase, char::to_lowercase), so no
+     final-sigma rule.
 Where the port differs: it walks UTF-16 code units in step 2 (no spaces around CJK
-outside the BMP), drops only Mn in step 3, lowercases with String.toLowerCase (final
-sigma: ΟΔΥΣΣΕΥΣ -> οδυσσευς), and keeps unassigned code points (Cn) in step 1.
+outside the BMP), lowercases with String.toLowerCase (final sigma: ΟΔΥΣΣΕΥΣ ->
+οδυσσευς), and keeps unassigned code points (Cn) in step 1.
 
 BertPreTokenizer: split on whitespace, and each punctuation character (ASCII
 punctuation or general category P*) is a word of its own.
@@ -45,7 +46,7 @@ def rust_bert_normalize(text):
                       if c not in "\0\ufffd" and not is_control(c))
     spaced = "".join(f" {c} " if is_chinese_char(c) else c for c in cleaned)
     stripped = "".join(c for c in unicodedata.normalize("NFD", spaced)
-                       if not unicodedata.category(c).startswith("M"))
+                       if unicodedata.category(c) != "Mn")
     return "".join(c.lower() for c in stripped)
 
 
@@ -74,8 +75,5 @@ def bert_pre_tokenize(normalized):
 
 def port_differs(text):
     """True when the JavaScript port's BertNormalizer is known to give another text
-    than the Rust rule: a combining mark other than Mn (before or after NFD), CJK outside
-    the BMP, a capital sigma (final-sigma lowercasing)."""
-    nfd = unicodedata.normalize("NFD", text)
-    return any(unicodedata.category(c) in ("Mc", "Me") for c in nfd) or \
-        any(ord(c) > 0xFFFF and is_chinese_char(c) for c in text) or "Σ" in text
+    than the Rust rule: CJK outside the BMP, a capital sigma (final-sigma lowercasing)."""
+    return any(ord(c) > 0xFFFF and is_chinese_char(c) for c in text) or "Σ" in text

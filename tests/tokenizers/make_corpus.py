@@ -15,7 +15,7 @@ Left out on purpose, where the JavaScript port is known to differ from the Rust 
 (so exact equality would test the port's bugs): U+0085 and U+FEFF (JavaScript's \\s
 differs from Unicode's White_Space there), lone surrogates (not text; the CLI refuses
 them, tested on their own), unassigned code points. The BERT-only differences (CJK
-outside the BMP, Mc/Me marks, final sigma) stay in: the test writes down the Rust rule
+outside the BMP, final sigma) stay in: the test writes down the Rust rule
 for those strings (tests/py/test_tokenizers.py, rust_bert_normalize).
 """
 

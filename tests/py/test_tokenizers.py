@@ -140,6 +140,8 @@ class Agreement:
         self.compare("plain", "--no-special-tokens")
 
     def test_known_answers(self):
+        if not self.known:
+            self.skipTest("no published ids to check against for this tokenizer")
         for text, ids in self.known.items():
             index = self.texts.index(text)
             self.assertEqual(self.reference[index]["plain"]["ids"], ids,

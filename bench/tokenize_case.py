@@ -7,18 +7,23 @@ The text: the repository's own English documentation (README.md, CONTRIBUTING.md
 bench/README.md, data/README.md) concatenated, repeated, and cut to 1,000,000 bytes at a
 character boundary; its SHA-256 is printed (it changes when those files do).
 
-Each repetition runs both programs as whole subprocesses:
-    attnscope  BINARY tokens --model GPT2 --text-file TEXT --json      (stdout to a file)
-    reference  node tests/tokenizers/reference.mjs GPT2 --text-file TEXT
-and once each on a 1-byte text (its wall time is the start-up and tokenizer load, taken
-off the 1 MB wall time for the tokenizing rate). The reference also times its own
-encode() call (performance.now around it), printed as its own rate. MB = 10^6 bytes.
-The ids of the first repetition are compared (the reference's --ids).
+Each repetition runs three whole subprocesses in rotating order, stdout to a file:
+    attnscope --json  BINARY tokens --model GPT2 --text-file TEXT --json
+    attnscope         BINARY tokens --model GPT2 --text-file TEXT      (the table for a person)
+    reference         node tests/tokenizers/reference.mjs GPT2 --text-file TEXT
+and each once on a 1-byte text: its wall and CPU time (process start, tokenizer load) are
+taken off the 1 MB ones for the tokenizing rates. CPU time (user + system, from the
+rusage os.wait4 returns) is the figure to trust on a busy machine; wall time shows what a
+user waits. The reference also times its own encode() call (performance.now around it);
+attnscope its phases when its `tokens --help` lists --timings (a `timings: load=...
+compute=... output=...` line on stderr, as `run --timings` prints). MB = 10^6 bytes. The
+first repetition's ids are compared (the reference's --ids).
 """
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -32,6 +37,7 @@ GPT2 = TOKDIR / "node_modules" / "@lenml" / "tokenizer-gpt2" / "models"
 DOCS = ("README.md", "CONTRIBUTING.md", "bench/README.md", "data/README.md")
 TEXT_BYTES = 1_000_000
 TARGET_MB_S = 5.0
+TIMINGS_RE = re.compile(r"timings: load=(\S+) compute=(\S+) output=(\S+)")
 
 
 def make_text(workdir):
@@ -53,18 +59,29 @@ def timed(cmd, stdout_path):
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         err.seek(0)
-        lines = err.read().decode("utf-8", "replace").strip().splitlines()
-        tail = lines[-1][-300:] if lines else ""
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
-            "maxrss_mib": usage.ru_maxrss / 1024, "rc": os.waitstatus_to_exitcode(status),
-            "stderr": tail}
+        text = err.read().decode("utf-8", "replace")
+    lines = [ln for ln in text.strip().splitlines() if not TIMINGS_RE.search(ln)]
+    run = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
+           "maxrss_mib": usage.ru_maxrss / 1024, "rc": os.waitstatus_to_exitcode(status),
+           "stderr": lines[-1][-300:] if lines else ""}
+    m = TIMINGS_RE.search(text)
+    if m:       # attnscope's own phases, when its `tokens` has --timings
+        run["load"], run["compute"], run["output"] = (float(g) for g in m.groups())
+    return run
 
 
 PROGRAMS = ("attnscope --json", "attnscope", "reference")
 
 
-def commands(binary, text, ids=False):
-    ours = [str(binary), "tokens", "--model", str(GPT2), "--text-file", str(text)]
+def has_timings(binary):
+    """Whether this attnscope's `tokens` prints its phases (--timings)."""
+    r = subprocess.run([str(binary), "tokens", "--help"], capture_output=True, text=True)
+    return "--timings" in r.stdout
+
+
+def commands(binary, text, ids=False, timings=False):
+    ours = [str(binary), "tokens", "--model", str(GPT2), "--text-file", str(text)] + \
+        (["--timings"] if timings else [])
     ref = ["node", str(TOKDIR / "reference.mjs"), str(GPT2), "--text-file", str(text)]
     return {"attnscope --json": ours + ["--json"], "attnscope": ours,
             "reference": ref + (["--ids"] if ids else [])}
@@ -95,11 +112,13 @@ def run_case(binary, reps, log):
     try:
         text, tiny, sha = make_text(workdir)
         runs = {p: [] for p in PROGRAMS}
-        start = {p: timed(cmd, out_file(workdir, p)) for p, cmd in commands(binary, tiny).items()}
+        timings = has_timings(binary)
+        start = {p: timed(cmd, out_file(workdir, p))
+                 for p, cmd in commands(binary, tiny, timings=timings).items()}
         check = None
         for rep in range(reps):
             order = PROGRAMS[rep % 3:] + PROGRAMS[:rep % 3]
-            cmds = commands(binary, text, ids=rep == 0)
+            cmds = commands(binary, text, ids=rep == 0, timings=timings)
             for prog in order:
                 r = timed(cmds[prog], out_file(workdir, prog))
                 if prog == "reference" and r["rc"] == 0:
@@ -136,11 +155,15 @@ def table(raw):
             continue
         st = raw["startup"][prog]
         wall, rate_wall, by_cpu[prog] = rates(mb, ok, st)
-        own = statistics.median(r["encode"] for r in ok) if prog == "reference" else None
+        if prog == "reference":
+            own = statistics.median(r["encode"] for r in ok)
+        else:
+            own = statistics.median(r["compute"] for r in ok) if "compute" in ok[0] else None
         rows.append(f"| {prog} | {wall:.2f} ({min(r['wall'] for r in ok):.2f}–"
                     f"{max(r['wall'] for r in ok):.2f}) | {st['wall']:.2f} / {st['cpu']:.2f} | "
                     f"{statistics.median(r['cpu'] for r in ok):.2f} | {rate_wall:.2f} | "
-                    f"**{by_cpu[prog]:.2f}**" + (f" (encode() alone, wall: {mb / own:.2f})" if own else "")
+                    f"**{by_cpu[prog]:.2f}**" + (f" (its own tokenizing phase, wall: {mb / own:.2f})"
+                                                 if own else "")
                     + f" | {max(r['maxrss_mib'] for r in ok):.0f} |")
     notes = []
     same = (raw["check"] or "").startswith("ids equal")     # a rate counts only for right ids

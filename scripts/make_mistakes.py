@@ -35,6 +35,7 @@ BUGS = {
     "no-scale": "scores = Q K^T, never divided by sqrt(d_k)",
     "scale-by-dk": "scores divided by d_k instead of sqrt(d_k)",
     "scale-multiplied": "scores multiplied by sqrt(d_k)",
+    "scale-by-dmodel": "scores divided by sqrt(d_model), the width of x, instead of sqrt(d_k)",
     "softmax-over-queries": "softmax over axis -2 (the queries) instead of -1",
     "mask-inverted": "key_padding_mask read as 1 = keep (or the causal 'allowed' matrix negated)",
     "mask-fill-zero": "masked scores set to 0 instead of -inf",
@@ -45,6 +46,8 @@ BUGS = {
     "padding-on-queries": "the padding mask broadcast over the query axis",
     "weights-transposed": "x @ W.T instead of x @ W, every projection",
     "heads-reshaped-not-transposed": "q.reshape(B, H, T, d) without the transpose, and back",
+    "heads-interleaved": "q.reshape(B, T, d, H).transpose(0, 3, 1, 2): the feature axis before the head axis, "
+                         "and back",
     "scores-transposed": "K @ Q^T instead of Q @ K^T",
     "values-are-keys": "context = weights @ K",
     "no-output-projection": "the concatenated heads returned without W_O",
@@ -57,12 +60,13 @@ NEEDS = {
     "mask-inverted": "mask", "mask-fill-zero": "mask", "mask-after-softmax": "mask", "mask-ignored": "mask",
     "causal-includes-next": "causal", "causal-excludes-self": "causal", "causal-upper": "causal",
     "padding-on-queries": "padding", "bias-missing": "bias", "no-output-projection": "W_O",
-    "heads-reshaped-not-transposed": "heads",
+    "heads-reshaped-not-transposed": "heads", "heads-interleaved": "heads", "scale-by-dmodel": "heads",
 }
 
 # The students whose stages data/mistakes/ keeps (the tests generate every one).
 SHIPPED = ("correct", "no-scale", "softmax-over-queries", "mask-fill-zero", "causal-includes-next",
-           "heads-reshaped-not-transposed", "values-are-keys", "weights-transposed")
+           "heads-reshaped-not-transposed", "values-are-keys", "weights-transposed", "scale-by-dmodel",
+           "heads-interleaved")
 
 
 def applies(bug, heads, causal, padding, bias, w_o):
@@ -102,6 +106,8 @@ def student_attention(inputs, heads, causal=False, bug=None, dtype=np.float64):
         d = width // heads
         if bug == "heads-reshaped-not-transposed":
             return t.reshape(n, heads, T, d)
+        if bug == "heads-interleaved":               # (B, T, d, H): feature j of head h is j*H + h
+            return t.reshape(n, T, d, heads).transpose(0, 3, 1, 2)
         return t.reshape(n, T, heads, d).transpose(0, 2, 1, 3)
 
     Q = split(linear(x, get("W_Q"), get("b_Q")))
@@ -116,6 +122,8 @@ def student_attention(inputs, heads, causal=False, bug=None, dtype=np.float64):
         scores = raw / dtype(d_k)
     elif bug == "scale-multiplied":
         scores = raw * dtype(math.sqrt(d_k))
+    elif bug == "scale-by-dmodel":
+        scores = raw / dtype(math.sqrt(x.shape[-1]))
     else:
         scores = raw / dtype(math.sqrt(d_k))
 
@@ -162,6 +170,8 @@ def student_attention(inputs, heads, causal=False, bug=None, dtype=np.float64):
     n, H, T, d = context.shape
     if bug == "heads-reshaped-not-transposed":
         merged = context.reshape(n, T, H * d)
+    elif bug == "heads-interleaved":                # back through (B, T, d, H)
+        merged = context.transpose(0, 2, 3, 1).reshape(n, T, d * H)
     else:
         merged = context.transpose(0, 2, 1, 3).reshape(n, T, H * d)
     W_O = get("W_O")

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,10 +46,16 @@ Bundle hand_bundle() {
     return bundle({{"x", arr({2, 2}, {1, 0, 0, 2})}, {"W_Q", eye(2)}, {"W_K", eye(2)}, {"W_V", eye(2)}});
 }
 
-CheckResult check_scores(const std::vector<double>& logits) {
+CheckResult check_scores(const std::vector<double>& logits, const std::string& dtype = "float64",
+                         const CheckOptions& options = {}) {
     const auto c = compute(hand_bundle(), Spec{});
     Bundle theirs = bundle({{"logits", arr({2, 2}, logits)}});
-    return check_tensors(c->view, c->problem, hand_bundle(), theirs, {});
+    theirs.arrays["logits"].dtype = dtype;
+    return check_tensors(c->view, c->problem, hand_bundle(), theirs, options);
+}
+
+const StageCheck& scores_of(const CheckResult& r) {
+    return *std::find_if(r.stages.begin(), r.stages.end(), [](auto& x) { return x.id == kScores; });
 }
 
 }  // namespace
@@ -59,14 +66,28 @@ TEST_CASE("check: stage names and their aliases, case-insensitive") {
     CHECK(stage_of_name("KEY") == kK);
     CHECK(stage_of_name("v") == kV);
     CHECK(stage_of_name("logits") == kScores);
-    CHECK(stage_of_name("Attn_Scores") == kScores);
-    for (const char* w : {"attn", "attn_weights", "probs", "p_attn", "attention", "weights"})
+    CHECK(stage_of_name("Attn_Scores") == kMaskedScores);  // TransformerLens records them after the mask
+    for (const char* w : {"attn", "attn_weights", "probs", "p_attn", "attention", "weights", "pattern"})
         CHECK(stage_of_name(w) == kWeights);
     for (const char* w : {"z", "context", "attn_output_per_head"}) CHECK(stage_of_name(w) == kContext);
     for (const char* w : {"out", "attn_output", "output"}) CHECK(stage_of_name(w) == kOutput);
     CHECK(stage_of_name("masked_scores") == kMaskedScores);
     CHECK_FALSE(stage_of_name("attn_probabilities"));
     CHECK_FALSE(stage_of_name("x"));
+}
+
+TEST_CASE("check: TransformerLens's hook names, with and without their prefix") {
+    CHECK(stage_of_name("blocks.0.attn.hook_q") == kQ);
+    CHECK(stage_of_name("blocks.11.attn.hook_k") == kK);
+    CHECK(stage_of_name("hook_v") == kV);
+    CHECK(stage_of_name("blocks.0.attn.hook_rot_q") == kQRot);
+    CHECK(stage_of_name("blocks.0.attn.hook_attn_scores") == kMaskedScores);
+    CHECK(stage_of_name("blocks.0.attn.hook_pattern") == kWeights);
+    CHECK(stage_of_name("hook_z") == kContext);
+    CHECK(stage_of_name("blocks.0.attn.hook_result") == kHeadOutput);
+    CHECK(stage_of_name("blocks.0.hook_attn_out") == kOutput);
+    CHECK_FALSE(stage_of_name("blocks.0.hook_resid_pre"));
+    CHECK_FALSE(stage_of_name("blocks.attn.hook_x"));
 }
 
 TEST_CASE("check: the catalogue has every required id, once") {
@@ -76,10 +97,11 @@ TEST_CASE("check: the catalogue has every required id, once") {
         CHECK_FALSE(m.explanation.empty());
         CHECK_FALSE(m.fix.empty());
     }
-    for (const char* id : {"no-scale", "scale-by-dk", "scale-multiplied", "softmax-over-queries", "mask-inverted",
-                           "mask-fill-zero", "mask-after-softmax", "causal-includes-next", "causal-excludes-self",
-                           "causal-upper", "padding-on-queries", "weights-transposed", "heads-reshaped-not-transposed",
-                           "scores-transposed", "values-are-keys", "no-output-projection", "bias-missing"})
+    for (const char* id :
+         {"no-scale", "scale-by-dk", "scale-multiplied", "softmax-over-queries", "mask-inverted", "mask-fill-zero",
+          "mask-after-softmax", "causal-includes-next", "causal-excludes-self", "causal-upper", "padding-on-queries",
+          "weights-transposed", "heads-reshaped-not-transposed", "scores-transposed", "values-are-keys",
+          "no-output-projection", "bias-missing", "scale-by-dmodel", "heads-interleaved"})
         CHECK(ids.count(id) == 1);
 }
 
@@ -87,6 +109,63 @@ TEST_CASE("check: tolerance follows the dtype") {
     CHECK(default_tolerance("float64").atol == 1e-9);
     CHECK(default_tolerance("json").rtol == 1e-9);
     CHECK(default_tolerance("float32").atol == 2e-5);
+    CHECK(default_tolerance("float16").atol == 1e-2);  // not float32's: its rounding alone is 5e-4
+    CHECK(default_tolerance("bfloat16").rtol == 1e-1);
+    // {dtype} says what theirs was computed in; an array stored coarser keeps its own.
+    CHECK(precision_of("float64", "float32") == "float32");
+    CHECK(precision_of("json", "float32") == "float32");
+    CHECK(precision_of("float16", "float32") == "float16");
+    CHECK(precision_of("float32", "float64") == "float32");
+    CHECK(precision_of("json", "float64") == "json");
+}
+
+TEST_CASE("check: an infinite difference makes the relative error infinite, never small") {
+    const double r2 = std::sqrt(2.0), inf = std::numeric_limits<double>::infinity();
+    // One cell -inf where the reference has 0 (a broken mask), the rest exact.
+    const CheckResult r = check_scores({1 / r2, -inf, 0, 4 / r2});
+    const StageCheck& s = scores_of(r);
+    CHECK_FALSE(r.matches());
+    CHECK(s.nonfinite == 1);
+    CHECK(std::isinf(s.max_abs_diff));
+    CHECK(std::isinf(s.relative_error));
+    CHECK(std::isinf(s.rtol_needed));
+    CHECK_FALSE(s.rounding_level);
+    const CheckResult nan = check_scores({1 / r2, 0, std::nan(""), 4 / r2});
+    CHECK(std::isinf(scores_of(nan).relative_error));
+}
+
+TEST_CASE("check: a difference at the rounding level of float32 says so, with the rtol needed") {
+    const double r2 = std::sqrt(2.0);
+    const std::vector<double> off = {1 / r2, 0, 0, 4 / r2 * (1 + 5e-5)};  // 1.4e-4 off at (1, 1)
+    const StageCheck f32 = scores_of(check_scores(off, "float32"));
+    CHECK_FALSE(f32.match);
+    CHECK(f32.precision == "float32");
+    CHECK(f32.rounding_level);
+    CHECK(f32.rtol_needed == doctest::Approx(5e-5).epsilon(1e-9));  // |Δ| / |ref|
+    // float64 numbers are no rounding at 5e-5; unless {dtype} says they were float32.
+    CHECK_FALSE(scores_of(check_scores(off)).rounding_level);
+    CheckOptions o;
+    o.computed = "float32";
+    const StageCheck said = scores_of(check_scores(off, "float64", o));
+    CHECK(said.precision == "float32");
+    CHECK(said.tol.atol == 2e-5);
+    CHECK(said.rounding_level);
+    // float16 numbers are held to float16's tolerance: 5e-5 matches.
+    CHECK(scores_of(check_scores(off, "float16")).match);
+    // {rtol} alone is the absolute tolerance too.
+    o = {};
+    o.rtol = 6e-5;
+    CHECK(check_scores(off, "float32", o).matches());
+}
+
+TEST_CASE("check: THEIRS without a stage is refused, never a match") {
+    const auto c = compute(hand_bundle(), Spec{});
+    const auto refused = [&](const Bundle& theirs) {
+        CHECK_THROWS_WITH_AS(check_tensors(c->view, c->problem, hand_bundle(), theirs, {}),
+                             doctest::Contains("no stage to compare"), InputError);
+    };
+    refused(hand_bundle());  // the bundle itself: only inputs
+    refused(bundle({}));
 }
 
 TEST_CASE("check: unscaled, /Dk and x sqrt(Dk) scores by hand are named") {

@@ -68,23 +68,55 @@ struct Alias {
     const char* name;
     Stage id;
 };
+// TransformerLens's names (hook_ and blocks.L.attn. taken off first): q, k, v, rot_q, rot_k,
+// attn_scores (recorded after the causal mask: our masked_scores), pattern, z, result (each
+// head's share of the output, before b_O: our head_output), attn_out.
 const Alias kAliases[] = {{"query", kQ},
                           {"queries", kQ},
                           {"key", kK},
                           {"keys", kK},
                           {"value", kV},
                           {"values", kV},
-                          {"attn_scores", kScores},
+                          {"rot_q", kQRot},
+                          {"rot_k", kKRot},
                           {"logits", kScores},
+                          {"attn_scores", kMaskedScores},
                           {"attn", kWeights},
                           {"attn_weights", kWeights},
                           {"probs", kWeights},
                           {"p_attn", kWeights},
                           {"attention", kWeights},
+                          {"pattern", kWeights},
                           {"z", kContext},
                           {"attn_output_per_head", kContext},
+                          {"result", kHeadOutput},
                           {"out", kOutput},
-                          {"attn_output", kOutput}};
+                          {"attn_output", kOutput},
+                          {"attn_out", kOutput}};
+
+// A TransformerLens cache name without its prefix: "blocks.0.attn.hook_q" -> "q",
+// "blocks.0.hook_attn_out" -> "attn_out"; other names as they are (lower case).
+std::string without_hook_prefix(std::string_view name, bool* had_prefix = nullptr) {
+    std::string l = lower(name);
+    const std::string in = l;
+    if (l.rfind("blocks.", 0) == 0) {
+        std::size_t i = 7;
+        while (i < l.size() && std::isdigit(static_cast<unsigned char>(l[i]))) ++i;
+        if (i > 7 && i < l.size() && l[i] == '.') l.erase(0, i + 1);
+    }
+    if (l.rfind("attn.", 0) == 0) l.erase(0, 5);
+    if (l.rfind("hook_", 0) == 0) l.erase(0, 5);
+    if (had_prefix) *had_prefix = l != in;
+    return l;
+}
+
+// "Q, K, ... or an alias: q, k, ..." for the message of a name that is none of them.
+std::string names_expected() {
+    std::string ours, aliases = "q, k, v";
+    for (const StageInfo& s : stage_table()) ours += (ours.empty() ? "" : ", ") + std::string(s.name);
+    for (const Alias& a : kAliases) aliases += std::string(", ") + a.name;
+    return ours + ", or an alias: " + aliases + "; TransformerLens's blocks.L.attn.hook_NAME and hook_NAME alike";
+}
 
 // ---------------------------------------------------------------------------------------
 // 2. Axis orders
@@ -276,11 +308,13 @@ struct Cmp {
     double max_abs = 0;
     std::size_t at = 0;  // offset in the reference's order
     double relative = 0;
-    std::size_t bad = 0, large_negative = 0;
+    double needed = 0;  // max |Δ| / max(1, |ref|): the smallest atol = rtol that accepts every cell
+    std::size_t bad = 0, large_negative = 0, nonfinite = 0;
 };
 
 // |theirs - ref| cell by cell (both in the reference's order). NaN equals NaN; a -inf of
-// the reference is matched by -inf or by a large negative number.
+// the reference is matched by -inf or by a large negative number. A cell with ±inf or NaN
+// on one side only differs by inf, and makes the relative error and `needed` inf too.
 Cmp compare(const std::vector<double>& theirs, const std::vector<double>& ref, Tolerance tol) {
     Cmp c;
     double num2 = 0, den2 = 0;
@@ -292,17 +326,19 @@ Cmp compare(const std::vector<double>& theirs, const std::vector<double>& ref, T
         } else if (r == -kInf && u <= kLargeNegative) {
             d = 0, ++c.large_negative;
         } else if (!std::isfinite(u) || !std::isfinite(r)) {
-            d = kInf;
+            d = kInf, ++c.nonfinite;
         } else {
             d = std::fabs(u - r);
             num2 += d * d;
+            c.needed = std::max(c.needed, d / std::max(1.0, std::fabs(r)));
         }
         if (std::isfinite(r)) den2 += r * r;
         if (d > std::max(tol.atol, tol.rtol * std::fabs(r)) || (d > 0 && !std::isfinite(d))) ++c.bad;
         if (d > c.max_abs) c.max_abs = d, c.at = k;
     }
     c.match = c.bad == 0;
-    c.relative = den2 > 0 ? std::sqrt(num2 / den2) : std::sqrt(num2);
+    c.relative = c.nonfinite ? kInf : den2 > 0 ? std::sqrt(num2 / den2) : std::sqrt(num2);
+    if (c.nonfinite) c.needed = kInf;
     return c;
 }
 
@@ -338,6 +374,10 @@ enum class MaskEdit {
 };
 enum class Fill { neg_inf, zero, after_softmax, ignored };
 enum class RowPolicy { zero, nan, uniform };  // a softmax line with every cell masked
+// How (B, T, n·D) becomes (B, n, T, D) and back: feature h·D + j of head h (right); the
+// same memory read as (B, n, T, D) without a transpose (flat); a reshape to (B, T, D, n),
+// so that head h gets the features j·n + h (interleaved).
+enum class HeadSplit { right, flat, interleaved };
 
 struct Mutation {
     std::string id, variant;
@@ -349,9 +389,9 @@ struct Mutation {
     bool over_queries = false;
     bool values_are_keys = false;
     bool no_output_projection = false;
-    std::array<bool, 4> transposed{};             // W_Q, W_K, W_V, W_O
-    std::array<bool, 4> no_bias{};                // b_Q, b_K, b_V, b_O
-    bool split_flat = false, merge_flat = false;  // (B,T,H·D) viewed as (B,H,T,D), and back
+    std::array<bool, 4> transposed{};                              // W_Q, W_K, W_V, W_O
+    std::array<bool, 4> no_bias{};                                 // b_Q, b_K, b_V, b_O
+    HeadSplit split = HeadSplit::right, merge = HeadSplit::right;  // of Q, K, V; of the context
     RowPolicy policy = RowPolicy::zero;
 };
 
@@ -401,15 +441,16 @@ Dense project(const Run& r, int w, const Mutation& m) {
     const std::size_t out = weight(r.pr, w).shape()[1], n = out / D;
     const std::vector<double> y = linear(src.data(), B * T, r.pr, w, m);  // (B, T, n·D)
     Dense t = dense({B, n, T, D});
-    if (m.split_flat) {  // the same memory read as (B, n, T, D)
+    if (m.split == HeadSplit::flat) {  // the same memory read as (B, n, T, D)
         t.v = y;
         return t;
     }
+    const bool inter = m.split == HeadSplit::interleaved;  // (B, T, D, n) transposed to (B, n, T, D)
     for (std::size_t b = 0; b < B; ++b)
         for (std::size_t h = 0; h < n; ++h)
             for (std::size_t i = 0; i < T; ++i)
                 for (std::size_t d = 0; d < D; ++d)
-                    t.v[((b * n + h) * T + i) * D + d] = y[(b * T + i) * out + h * D + d];
+                    t.v[((b * n + h) * T + i) * D + d] = y[(b * T + i) * out + (inter ? d * n + h : h * D + d)];
     return t;
 }
 
@@ -544,14 +585,16 @@ Dense context(const Run& r, const Dense& w, const Dense& V) {
 Dense output(const Run& r, const Dense& c, const Mutation& m) {
     const std::size_t HD = r.H * r.Dv;
     std::vector<double> merged(r.B * r.Tq * HD);
-    if (m.merge_flat) {  // (B, H, Tq, Dv) memory read as (B, Tq, H·Dv)
+    if (m.merge == HeadSplit::flat) {  // (B, H, Tq, Dv) memory read as (B, Tq, H·Dv)
         merged = c.v;
     } else {
+        const bool inter = m.merge == HeadSplit::interleaved;  // transposed to (B, Tq, Dv, H), then reshaped
         for (std::size_t b = 0; b < r.B; ++b)
             for (std::size_t h = 0; h < r.H; ++h)
                 for (std::size_t i = 0; i < r.Tq; ++i)
                     for (std::size_t d = 0; d < r.Dv; ++d)
-                        merged[(b * r.Tq + i) * HD + h * r.Dv + d] = c.v[((b * r.H + h) * r.Tq + i) * r.Dv + d];
+                        merged[(b * r.Tq + i) * HD + (inter ? d * r.H + h : h * r.Dv + d)] =
+                            c.v[((b * r.H + h) * r.Tq + i) * r.Dv + d];
     }
     Dense o;
     o.shape = {r.B, r.Tq, r.pr.W_O && !m.no_output_projection ? weight(r.pr, 3).shape()[1] : HD};
@@ -611,6 +654,11 @@ const std::vector<Mistake> kCatalogue = {
      "The scores were multiplied by √Dk where they must be divided by it: far too large, so softmax is "
      "nearly one-hot.",
      "scores = Q @ K.T / sqrt(d_k) (a division)"},
+    {"scale-by-dmodel", "scores divided by √Dm, not √Dk",
+     "The scores were divided by the square root of the model width d_model (or of all heads together, "
+     "H·d_k) instead of √d_k, the width of one head: with H heads they are √H times too small, so softmax "
+     "comes out too flat.",
+     "scores = Q @ K.T / sqrt(d_k), with d_k = d_model // n_heads (the last axis of one head's Q)"},
     {"softmax-over-queries", "softmax over the query axis",
      "Softmax ran down each column (over the queries) instead of along each row (over the keys): every "
      "column sums to 1, the rows do not. Each query's weights must be a distribution over the keys.",
@@ -650,6 +698,12 @@ const std::vector<Mistake> kCatalogue = {
      "(B, T, H·D) was viewed as (B, H, T, D) without a transpose (or merged back that way): positions and "
      "features get mixed across heads.",
      "q.reshape(B, T, H, D).transpose(0, 2, 1, 3); merge with the inverse transpose before reshaping"},
+    {"heads-interleaved", "heads split as (B, T, Dk, H)",
+     "(B, T, H·D) was reshaped to (B, T, D, H) and transposed to (B, H, T, D) (or merged back that way): "
+     "head h gets the features h, H+h, 2H+h, ... instead of its block h·D .. h·D+D-1, so the features "
+     "are permuted across heads.",
+     "q.reshape(B, T, H, D).transpose(0, 2, 1, 3): the head axis before the feature axis; merge with "
+     "z.transpose(0, 2, 1, 3).reshape(B, T, H * D)"},
     {"scores-transposed", "scores computed as K · Qᵀ",
      "The scores are K·Qᵀ: rows are keys and columns queries, so the softmax along a row normalises over "
      "queries.",
@@ -752,17 +806,31 @@ void projection_mutations(const Run& r, std::vector<Mutation>& out) {
     for (const auto& f : projection_sets(square_w))
         out.push_back(mutation("weights-transposed", weight_list(f, kW) + " transposed",
                                f[0] || f[1] || f[2] ? pQ : pOutput, [f](Mutation& m) { m.transposed = f; }));
-    if (r.H > 1) {
-        out.push_back(mutation("heads-reshaped-not-transposed", "when splitting and merging the heads", pQ,
-                               [](Mutation& m) { m.split_flat = m.merge_flat = true; }));
-        out.push_back(mutation("heads-reshaped-not-transposed", "when splitting the heads", pQ,
-                               [](Mutation& m) { m.split_flat = true; }));
-        out.push_back(mutation("heads-reshaped-not-transposed", "when merging the heads", pOutput,
-                               [](Mutation& m) { m.merge_flat = true; }));
-    }
+    if (r.H > 1)
+        for (const auto& [id, how] : {std::pair{"heads-reshaped-not-transposed", HeadSplit::flat},
+                                      std::pair{"heads-interleaved", HeadSplit::interleaved}}) {
+            const HeadSplit h = how;
+            out.push_back(
+                mutation(id, "when splitting and merging the heads", pQ, [h](Mutation& m) { m.split = m.merge = h; }));
+            out.push_back(mutation(id, "when splitting the heads", pQ, [h](Mutation& m) { m.split = h; }));
+            out.push_back(mutation(id, "when merging the heads", pOutput, [h](Mutation& m) { m.merge = h; }));
+        }
     for (const auto& f : projection_sets(biases))
         out.push_back(mutation("bias-missing", weight_list(f, kB) + " left out", f[0] || f[1] || f[2] ? pQ : pOutput,
                                [f](Mutation& m) { m.no_bias = f; }));
+}
+
+// Scores divided by the square root of a width other than Dk's: the model's (x's last
+// axis) or all heads' together (H·Dk, Q's width before the split), where it is not Dk.
+void scale_by_width_mutations(const Run& r, std::vector<Mutation>& out) {
+    const std::size_t dm = r.pr.x.shape()[2], hd = r.H * r.Dk;
+    const auto add = [&](std::size_t w, const std::string& words) {
+        const double s = 1.0 / std::sqrt(double(w));
+        out.push_back(
+            mutation("scale-by-dmodel", words + " = " + std::to_string(w), pScores, [s](Mutation& m) { m.scale = s; }));
+    };
+    if (dm > 0 && dm != r.Dk) add(dm, "1/√Dm, the model width Dm");
+    if (hd != r.Dk && hd != dm) add(hd, "1/√(H·Dk), the width of all heads H·Dk");
 }
 
 // Every mistake that can happen in this run, with each of its forms.
@@ -772,6 +840,7 @@ std::vector<Mutation> mutations(const Run& r) {
     out.push_back(mutation("no-scale", "", pScores, [](Mutation& m) { m.scale = 1.0; }));
     out.push_back(mutation("scale-by-dk", "", pScores, [dk](Mutation& m) { m.scale = 1.0 / dk; }));
     out.push_back(mutation("scale-multiplied", "", pScores, [dk](Mutation& m) { m.scale = std::sqrt(dk); }));
+    scale_by_width_mutations(r, out);
     out.push_back(mutation("softmax-over-queries", "", pWeights, [](Mutation& m) { m.over_queries = true; }));
     mask_mutations(r, out);
     projection_mutations(r, out);
@@ -791,19 +860,39 @@ std::vector<Mutation> mutations(const Run& r) {
 // 6. Their arrays
 // ---------------------------------------------------------------------------------------
 
+// The precisions a computation may have been done in: the unit roundoff's double (eps) and
+// the default tolerance. Measured against float64 (|Δ| / max(1, |ref|), two heads, causal):
+// float32 attention came within 1.3e-6 at T = 64 (tolerance 2e-5), float16 within 3.6e-3
+// at T = 256 (1e-2), bfloat16 within 7.1e-2 at T = 64 (1e-1). Every other dtype (float64,
+// JSON, integers) counts as float64.
+struct Precision {
+    std::string_view name;
+    double eps, tol;
+};
+constexpr Precision kPrecisions[] = {
+    {"float64", 0x1p-52, 1e-9}, {"float32", 0x1p-23, 2e-5}, {"float16", 0x1p-10, 1e-2}, {"bfloat16", 0x1p-7, 1e-1}};
+
+const Precision& precision_info(const std::string& dtype) {
+    for (const Precision& p : kPrecisions)
+        if (p.name == dtype) return p;
+    return kPrecisions[0];
+}
+
 struct Theirs {
     const Array* array = nullptr;
     std::string name;
     Layout layout;
     std::vector<std::size_t> map;  // their cell k -> reference offset
     std::vector<double> values;    // in the reference's order
+    std::string precision;         // precision_of(its dtype, {dtype})
     Tolerance tol;
 };
 
+// {rtol} alone sets atol too (|Δ| <= rtol · max(1, |ref|)); {atol} alone leaves rtol.
 Tolerance tolerance_of(const Array& a, const CheckOptions& o) {
-    Tolerance t = default_tolerance(a.dtype);
+    Tolerance t = default_tolerance(precision_of(a.dtype, o.computed));
+    if (o.rtol) t.rtol = t.atol = *o.rtol;
     if (o.atol) t.atol = *o.atol;
-    if (o.rtol) t.rtol = *o.rtol;
     return t;
 }
 
@@ -943,7 +1032,11 @@ std::string factor_words(double factor, double dk) {
     if (std::fabs(factor - 1 / sq) < 1e-6) hint = " = 1/√Dk";
     if (std::fabs(factor - dk) < 1e-6 * dk && dk != sq) hint = " = Dk";
     if (std::fabs(factor - 1 / dk) < 1e-6 && dk != sq) hint = " = 1/Dk";
-    return "theirs = " + num(factor) + hint + " × the reference everywhere (a scale factor)";
+    const double delta = factor - 1;  // near 1, "1 ×" would hide it: (1 + 4e-05)
+    const std::string f = std::fabs(delta) < 1e-2
+                              ? "(1 " + std::string(delta < 0 ? "- " : "+ ") + num(std::fabs(delta)) + ")"
+                              : num(factor);
+    return "theirs = " + f + hint + " × the reference everywhere (a scale factor)";
 }
 
 // Where their stage differs from the reference: how many cells, NaN, a factor or an
@@ -1154,15 +1247,23 @@ std::vector<Diagnosis> diagnose_stage(const Context& c, P S) {
 
 // ---------------------------------------------------------------------------------------
 
-Tolerance default_tolerance(const std::string& dtype) {
-    if (dtype == "float32" || dtype == "float16") return {2e-5, 2e-5};
-    return {1e-9, 1e-9};
+Tolerance default_tolerance(const std::string& precision) {
+    const Precision& p = precision_info(precision);
+    return {p.tol, p.tol};
+}
+
+std::string precision_of(const std::string& dtype, const std::string& computed) {
+    return precision_info(computed).eps > precision_info(dtype).eps ? computed : dtype;
 }
 
 const std::vector<Mistake>& mistake_catalogue() { return kCatalogue; }
 
+bool CheckResult::matches() const {
+    return !first_divergent && std::any_of(stages.begin(), stages.end(), [](const StageCheck& s) { return s.given; });
+}
+
 std::optional<Stage> stage_of_name(std::string_view name) {
-    const std::string l = lower(name);
+    const std::string l = without_hook_prefix(name);
     for (const StageInfo& s : stage_table())
         if (lower(s.name) == l) return s.id;
     for (const Alias& a : kAliases)
@@ -1201,13 +1302,14 @@ std::map<Stage, Theirs> read_theirs(const TraceView& ref, const Bundle& inputs, 
             continue;
         }
         const auto id = stage_of_name(name);
-        if (!id) {
-            std::string names;
-            for (const StageInfo& s : stage_table()) names += (names.empty() ? "" : ", ") + std::string(s.name);
-            throw InputError(where + ": not a stage name (expected " + names +
-                             ", or an alias: q, k, v, query, key, value, logits, attn_scores, attn, attn_weights, "
-                             "probs, p_attn, attention, z, attn_output_per_head, out, attn_output)");
-        }
+        bool hook = false;
+        without_hook_prefix(name, &hook);
+        if (!id && hook)
+            throw InputError(where +
+                             ": a TransformerLens hook that is no attention stage (keep one layer's "
+                             "blocks.L.attn.hook_q, hook_k, hook_v, hook_attn_scores, hook_pattern, hook_z, "
+                             "hook_result and blocks.L.hook_attn_out)");
+        if (!id) throw InputError(where + ": not a stage name (expected " + names_expected() + ")");
         const StageView* s = ref.find(*id);
         if (!s) throw InputError(where + ": this run has no stage " + stage_name(*id) + " (see the model options)");
         if (given.count(*id))
@@ -1216,6 +1318,7 @@ std::map<Stage, Theirs> read_theirs(const TraceView& ref, const Bundle& inputs, 
         if (array.is_text()) throw InputError(where + ": holds text, expected the numbers of " + s->name);
         Theirs t;
         t.array = &array, t.name = name, t.tol = tolerance_of(array, options);
+        t.precision = precision_of(array.dtype, options.computed);
         const auto ax = options.axes.find(name);
         t.layout = resolve_layout(ref, *s, where, name, array,
                                   ax == options.axes.end() ? std::nullopt : std::optional<std::string>(ax->second));
@@ -1237,9 +1340,13 @@ StageCheck check_stage(const StageView& s, const Theirs* t) {
     for (std::size_t k = 0; k < r.size(); ++k) r[k] = s.at(k);
     const Cmp c = compare(t->values, r, t->tol);
     sc.given = true, sc.their_name = t->name, sc.dtype = t->array->dtype, sc.axes = t->layout.name();
+    sc.precision = t->precision;
     sc.their_shape = t->array->shape, sc.tol = t->tol, sc.match = c.match, sc.max_abs_diff = c.max_abs;
     sc.relative_error = c.relative, sc.mismatched = c.bad, sc.cells = r.size();
-    sc.large_negative_fill = c.large_negative;
+    sc.rtol_needed = c.needed, sc.nonfinite = c.nonfinite, sc.large_negative_fill = c.large_negative;
+    // Rounding: every cell within √eps of the precision (half its digits), in float32 or less.
+    const Precision& p = precision_info(t->precision);
+    sc.rounding_level = !c.match && p.eps > kPrecisions[0].eps && c.needed <= std::sqrt(p.eps);
     if (c.max_abs > 0) {
         const std::size_t k = std::size_t(std::find(t->map.begin(), t->map.end(), c.at) - t->map.begin());
         sc.at = unravel(k, t->array->shape);
@@ -1295,6 +1402,12 @@ CheckResult check_tensors(const TraceView& ref, const Problem<double>& problem, 
     CheckResult result;
     // 1. Their arrays, in our stages and axis order.
     const std::map<Stage, Theirs> given = read_theirs(ref, inputs, theirs, options, result.inputs);
+    if (given.empty())  // nothing compared is never a match
+        throw InputError(theirs.source + ": no stage to compare" +
+                         (result.inputs.empty()
+                              ? std::string(", no array at all")
+                              : ": only the input arrays " + join(result.inputs) + " (the bundle itself?)") +
+                         "; expected " + names_expected());
     // 2. Stage by stage, in pipeline order; the first that differs.
     for (const StageView& s : ref.stages) {
         const auto it = given.find(s.id);

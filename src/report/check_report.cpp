@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
@@ -20,6 +23,27 @@ std::string num(double v) {
     if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.3g", v);
+    return buf;
+}
+
+// Theirs and the reference's numbers with as many digits as it takes to tell them apart
+// (3 to 17): "0.58312, 0.58315", not "0.583, 0.583".
+std::pair<std::string, std::string> distinct_nums(double a, double b) {
+    char x[40], y[40];
+    for (int digits = 3; digits <= 17; ++digits) {
+        std::snprintf(x, sizeof x, "%.*g", digits, a);
+        std::snprintf(y, sizeof y, "%.*g", digits, b);
+        if (std::string_view(x) != std::string_view(y)) break;
+    }
+    return {std::isfinite(a) ? x : num(a), std::isfinite(b) ? y : num(b)};
+}
+
+// A number of two significant digits above v: 3.14e-5 -> "3.2e-05" (a tolerance that
+// accepts a largest difference of v, with room for the rounding of |Δ| / |ref|).
+std::string round_up(double v) {
+    const double step = std::pow(10.0, std::floor(std::log10(v)) - 1);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2g", std::ceil(v * (1 + 1e-9) / step) * step);
     return buf;
 }
 
@@ -68,6 +92,8 @@ std::string wrap(const std::string& words, std::size_t indent, std::size_t width
     return out + line;
 }
 
+std::string flag_of_field(std::string_view f) { return "--" + std::string(f); }
+
 void write_stage_line(std::ostream& out, const StageCheck& s, std::size_t width) {
     out << "  " << text::pad_right(s.name, width) << "  ";
     if (!s.given) {
@@ -87,13 +113,25 @@ void write_stage_line(std::ostream& out, const StageCheck& s, std::size_t width)
         return;
     }
     out << "differs  " << theirs << '\n';
+    const auto [u, r] = distinct_nums(s.theirs_at, s.ref_at);
     out << pad
-        << wrap("max |Δ| " + num(s.max_abs_diff) + " at " + index_text(s.at) + " (" + cell_words(s) + "): theirs " +
-                    num(s.theirs_at) + ", reference " + num(s.ref_at),
+        << wrap("max |Δ| " + num(s.max_abs_diff) + " at " + index_text(s.at) + " (" + cell_words(s) + "): theirs " + u +
+                    ", reference " + r,
                 pad.size())
         << '\n';
-    out << pad << "relative error " << num(s.relative_error) << "; " << s.mismatched << " of " << s.cells
-        << " cells differ\n";
+    std::string counts = "relative error " + num(s.relative_error) + "; " + std::to_string(s.mismatched) + " of " +
+                         std::to_string(s.cells) + " cells differ";
+    if (s.nonfinite)
+        counts +=
+            ", " + std::to_string(s.nonfinite) + (s.nonfinite == 1 ? " is" : " are") + " ±inf or NaN on one side only";
+    out << pad << wrap(counts, pad.size()) << '\n';
+    if (s.rounding_level)
+        out << pad
+            << wrap("at " + s.precision + "'s rounding level (|Δ| <= " + num(s.rtol_needed) +
+                        " · max(1, |ref|)): if theirs was computed in " + s.precision + ", " +
+                        spell_fields("{rtol} ", flag_of_field) + round_up(s.rtol_needed) + " accepts it",
+                    pad.size())
+            << '\n';
 }
 
 void write_diagnosis_text(std::ostream& out, const CheckResult& r) {
@@ -130,6 +168,12 @@ void write_diagnosis_text(std::ostream& out, const CheckResult& r) {
     for (const Finding& f : r.where) out << "  - " << wrap(escape_control(spell_fields(f.detail, flag)), 4) << '\n';
 }
 
+// A difference as a JSON number, always: JSON has no infinity, so an infinite one (±inf or
+// NaN on one side only) is the largest double, which every threshold rejects.
+void put_measure(std::ostream& out, double v) {
+    text::put_json_number(out, std::isfinite(v) ? v : std::numeric_limits<double>::max());
+}
+
 void put_index(std::ostream& out, const std::vector<std::size_t>& v) {
     out << '[';
     for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
@@ -153,7 +197,7 @@ void put_stage_json(std::ostream& out, const StageCheck& s) {
         return;
     }
     out << ",\"match\":" << (s.match ? "true" : "false") << ",\"max_abs_diff\":";
-    text::put_json_number(out, s.max_abs_diff);
+    put_measure(out, s.max_abs_diff);
     out << ",\"at\":";
     if (s.at.empty())
         out << "null";
@@ -172,9 +216,15 @@ void put_stage_json(std::ostream& out, const StageCheck& s) {
         out << "null";
     else
         put_index(out, s.at_ref);
+    out << ",\"precision\":";
+    text::put_json_string(out, s.precision);
     out << ",\"relative_error\":";
-    text::put_json_number(out, s.relative_error);
-    out << ",\"mismatched_cells\":" << s.mismatched << ",\"cells\":" << s.cells << ",\"tolerance\":{\"atol\":";
+    put_measure(out, s.relative_error);
+    out << ",\"rtol_needed\":";
+    put_measure(out, s.rtol_needed);
+    out << ",\"rounding_level\":" << (s.rounding_level ? "true" : "false");
+    out << ",\"mismatched_cells\":" << s.mismatched << ",\"nonfinite_cells\":" << s.nonfinite
+        << ",\"cells\":" << s.cells << ",\"tolerance\":{\"atol\":";
     text::put_json_number(out, s.tol.atol);
     out << ",\"rtol\":";
     text::put_json_number(out, s.tol.rtol);
@@ -187,7 +237,7 @@ void put_diagnosis_json(std::ostream& out, const Diagnosis& d) {
     out << ",\"stage\":";
     text::put_json_string(out, stage_name(d.stage));
     out << ",\"max_abs_diff\":";
-    text::put_json_number(out, d.max_abs_diff);
+    put_measure(out, d.max_abs_diff);
     out << ",\"variant\":";
     text::put_json_string(out, d.variant);
     out << ",\"title\":";
@@ -211,7 +261,8 @@ void write_check_text(std::ostream& out, const CheckResult& r, const TraceView& 
     std::vector<std::string> tolerances;
     for (const auto& s : r.stages) {
         if (!s.given) continue;
-        const std::string t = "|Δ| <= " + tolerance_text(s.tol) + " (" + s.dtype + ")";
+        const std::string t = "|Δ| <= " + tolerance_text(s.tol) + " (" + s.dtype +
+                              (s.precision == s.dtype ? "" : ", computed in " + s.precision) + ")";
         if (std::find(tolerances.begin(), tolerances.end(), t) == tolerances.end()) tolerances.push_back(t);
     }
     for (const auto& t : tolerances) out << "  tolerance " << t << '\n';

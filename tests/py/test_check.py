@@ -11,6 +11,7 @@ correct student is itself checked against the numpy reference scripts/attn_refer
 
 import itertools
 import json
+import re
 import sys
 
 import numpy as np
@@ -25,10 +26,14 @@ import make_mistakes as mm  # noqa: E402
 HEADS = 2
 STUDENT_STAGES = ("Q", "K", "V", "scores", "masked_scores", "weights", "context", "output")
 # Aliases a student may use, per stage (the check is case-insensitive).
-ALIASES = {"Q": ["Q", "q", "query"], "K": ["K", "k", "key"], "V": ["V", "v", "value"],
-           "scores": ["scores", "attn_scores", "logits"], "masked_scores": ["masked_scores", "MASKED_SCORES"],
-           "weights": ["weights", "attn", "attn_weights", "probs", "p_attn", "attention"],
-           "context": ["context", "z", "attn_output_per_head"], "output": ["output", "out", "attn_output"]}
+# TransformerLens's names (hook_attn_scores are after the causal mask: masked_scores).
+ALIASES = {"Q": ["Q", "q", "query", "blocks.0.attn.hook_q"], "K": ["K", "k", "key", "hook_k"],
+           "V": ["V", "v", "value"], "scores": ["scores", "logits"],
+           "masked_scores": ["masked_scores", "MASKED_SCORES", "attn_scores", "blocks.3.attn.hook_attn_scores"],
+           "weights": ["weights", "attn", "attn_weights", "probs", "p_attn", "attention", "pattern",
+                       "blocks.0.attn.hook_pattern"],
+           "context": ["context", "z", "attn_output_per_head", "hook_z"],
+           "output": ["output", "out", "attn_output", "attn_out", "blocks.0.hook_attn_out"]}
 
 # (dtype, batched, padding, causal): the matrix every mistake is checked over.
 CONFIGS = [(dt, b, p, c) for dt in (np.float64, np.float32) for b in (True, False)
@@ -393,6 +398,168 @@ class Text(CheckCase):
 
 
 # ---------------------------------------------------------------------------
+# A TransformerLens cache; JSON an autograder can read; precisions and their rounding
+# ---------------------------------------------------------------------------
+
+def transformer_lens_hooks(inputs, heads, causal, fill):
+    """One layer's attention hooks as TransformerLens's AbstractAttention records them,
+    in torch float32, from the bundle's inputs (no padding): hook_q, hook_k, hook_v and
+    hook_z (B, T, H, d); hook_attn_scores (B, H, Tq, Tk) = q·kᵀ/√d with the causal mask
+    applied, masked cells = `fill` (-inf in recent versions, IGNORE = -1e5 in older ones);
+    hook_pattern = softmax(attn_scores); hook_result (B, T, H, d_model) = each head's
+    z · W_O[h] (no b_O); hook_attn_out = Σ_h result + b_O."""
+    import torch
+    t = lambda name: torch.tensor(np.asarray(inputs[name]), dtype=torch.float32)
+    x = t("x")
+    B, T, Dm = x.shape
+    d = t("W_Q").shape[1] // heads
+    q, k, v = ((x @ t("W_" + n) + t("b_" + n)).reshape(B, T, heads, d) for n in "QKV")
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / d ** 0.5
+    if causal:
+        scores = torch.where(torch.ones(T, T).tril().bool(), scores, torch.tensor(fill, dtype=torch.float32))
+    pattern = torch.softmax(scores, dim=-1)
+    z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
+    result = torch.einsum("bqhd,hdm->bqhm", z, t("W_O").reshape(heads, d, Dm))
+    hooks = {"attn.hook_q": q, "attn.hook_k": k, "attn.hook_v": v, "attn.hook_attn_scores": scores,
+             "attn.hook_pattern": pattern, "attn.hook_z": z, "attn.hook_result": result,
+             "hook_attn_out": result.sum(2) + t("b_O")}
+    return {"blocks.0." + name: a.numpy() for name, a in hooks.items()}
+
+
+class TransformerLens(CheckCase):
+    """A TransformerLens cache matches: hook_attn_scores are the masked scores, hook_pattern
+    the weights, hook_result the heads' shares of the output."""
+
+    def test_cache_matches(self):
+        inputs = mm.make_inputs(padding=False)
+        for causal, fill in ((True, -np.inf), (True, -1e5), (False, -np.inf)):
+            hooks = transformer_lens_hooks(inputs, HEADS, causal, fill)
+            with self.subTest(causal=causal, fill=fill):
+                code, doc, r = self.check(hooks, inputs, causal=causal)
+                self.assertEqual((code, doc and doc["verdict"]), (0, "match"), r)
+                for stage in ("Q", "K", "V", "masked_scores", "weights", "context", "head_output", "output"):
+                    self.assertTrue(doc["stages"][stage]["given"] and doc["stages"][stage]["match"], stage)
+                self.assertEqual(doc["stages"]["masked_scores"]["name"], "blocks.0.attn.hook_attn_scores")
+                self.assertFalse(doc["stages"]["scores"]["given"])
+
+    def test_short_names(self):
+        """cache["pattern", 0] and cache["attn_scores", 0] saved under their short names."""
+        inputs = mm.make_inputs(padding=False)
+        hooks = transformer_lens_hooks(inputs, HEADS, True, -np.inf)
+        code, doc, r = self.check({"attn_scores": hooks["blocks.0.attn.hook_attn_scores"],
+                                   "pattern": hooks["blocks.0.attn.hook_pattern"]}, inputs, causal=True)
+        self.assertEqual((code, doc and doc["verdict"]), (0, "match"), r)
+
+    def test_two_layers_are_refused(self):
+        inputs = mm.make_inputs(padding=False)
+        hooks = transformer_lens_hooks(inputs, HEADS, True, -np.inf)
+        hooks["blocks.1.attn.hook_pattern"] = hooks["blocks.0.attn.hook_pattern"]
+        code, doc, r = self.check(hooks, inputs, causal=True)
+        self.assertEqual(code, 2, r)
+        self.assertIn("names the stage weights", r.err)
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class JsonFields(CheckCase):
+    run_together = True
+
+    def test_infinite_difference_is_a_number_and_never_small(self):
+        """A masked cell left finite (a broken mask): |Δ| is infinite, and so is the relative
+        error; both stay JSON numbers (the largest double), never a string or a tiny value."""
+        inputs = mm.make_inputs(padding=False)
+        stages = mm.student_attention(inputs, HEADS, causal=True)
+        ms = stages["masked_scores"].copy()
+        ms[0, 0, 0, 1] = 0.0                          # query 0 sees key 1: a masked cell
+        code, doc, r = self.check({"masked_scores": ms, "weights": stages["weights"]}, inputs, causal=True)
+        self.assertEqual(code, 1, r)
+        s = doc["stages"]["masked_scores"]
+        self.assertFalse(s["match"])
+        for key in ("max_abs_diff", "relative_error", "rtol_needed"):
+            self.assertTrue(is_number(s[key]), (key, s[key]))
+            self.assertGreaterEqual(s[key], 1.7976931348623157e308, key)
+        self.assertEqual((s["nonfinite_cells"], s["mismatched_cells"]), (1, 1))
+        self.assertFalse(s["rounding_level"])
+        w = doc["stages"]["weights"]
+        for key in ("max_abs_diff", "relative_error", "rtol_needed"):
+            self.assertTrue(is_number(w[key]), (key, w[key]))
+        r = run_text("check", self.path("theirs.npz"), "--against", self.path("bundle.npz"), "--heads", HEADS,
+                     "--causal")
+        self.assertIn("relative error inf; 1 of 100 cells differ, 1 is ±inf or NaN on one side only",
+                      " ".join(r.out.split()))
+
+    def test_nan_makes_the_relative_error_infinite(self):
+        inputs = mm.make_inputs(padding=False)
+        stages = mm.student_attention(inputs, HEADS)
+        w = stages["weights"].copy()
+        w[1, 1, 2, 3] = np.nan
+        code, doc, r = self.check({"attn": w}, inputs)
+        self.assertEqual(code, 1, r)
+        self.assertGreaterEqual(doc["stages"]["weights"]["relative_error"], 1e308)
+
+
+class Precision(CheckCase):
+    run_together = True
+
+    def test_float16_has_its_own_tolerance(self):
+        inputs = mm.make_inputs(padding=True)
+        stages = mm.student_attention(inputs, HEADS, causal=True, dtype=np.float16)
+        code, doc, r = self.check({k: stages[k] for k in STUDENT_STAGES}, inputs, causal=True)
+        self.assertEqual(code, 0, r)
+        self.assertEqual(doc["stages"]["weights"]["tolerance"]["atol"], 1e-2)
+        self.assertEqual(doc["stages"]["weights"]["precision"], "float16")
+        for bug in ("no-scale", "mask-fill-zero", "scale-by-dmodel", "heads-interleaved"):
+            stages = mm.student_attention(inputs, HEADS, causal=True, bug=bug, dtype=np.float16)
+            code, doc, r = self.check({k: stages[k] for k in STUDENT_STAGES}, inputs, causal=True)
+            with self.subTest(bug=bug):
+                self.assert_named(bug, doc, r, bug)
+
+    def test_float32_rounding_shows_its_digits_and_the_rtol_that_accepts_it(self):
+        inputs = mm.make_inputs(padding=False)
+        stages = mm.student_attention(inputs, HEADS, dtype=np.float32)
+        out = (stages["output"].astype(np.float64) * (1 + 4e-5)).astype(np.float32)  # 2 × the tolerance
+        bundle = self.save_npz("bundle.npz", **inputs)
+        mine = self.save_npz("mine.npz", out=out)
+        r = run_text("check", mine, "--against", bundle, "--heads", HEADS)
+        self.assertEqual(r.code, 1, r)
+        flat = " ".join(r.out.split())
+        m = re.search(r"theirs (\S+), reference (\S+)", flat)
+        self.assertIsNotNone(m, r.out)
+        self.assertNotEqual(m.group(1), m.group(2).rstrip(","), r.out)  # not "0.583, 0.583"
+        rt = re.search(r"at float32's rounding level .*?--rtol (\S+) accepts it", flat)
+        self.assertIsNotNone(rt, r.out)
+        self.assertLess(float(rt.group(1)), 1e-4)
+        self.assertEqual(run_text("check", mine, "--against", bundle, "--heads", HEADS, "--rtol",
+                                  rt.group(1)).code, 0)
+        # Noise of 1e-3 is no rounding.
+        noisy = (stages["output"] + 1e-3).astype(np.float32)
+        r = run_text("check", self.save_npz("noisy.npz", out=noisy), "--against", bundle, "--heads", HEADS)
+        self.assertEqual(r.code, 1, r)
+        self.assertNotIn("rounding level", r.out)
+
+    def test_dtype_says_what_theirs_was_computed_in(self):
+        """float32 numbers saved as float64: --dtype float32 holds them to float32's tolerance."""
+        inputs = mm.make_inputs(padding=True)
+        stages = mm.student_attention(inputs, HEADS, causal=True, dtype=np.float32)
+        wide = {k: stages[k].astype(np.float64) for k in ("Q", "weights", "output")}
+        code, doc, r = self.check(wide, inputs, causal=True)
+        self.assertEqual(code, 1, r)
+        code, doc, r = self.check(wide, inputs, "--dtype", "float32", causal=True)
+        self.assertEqual(code, 0, r)
+        s = doc["stages"]["output"]
+        self.assertEqual((s["dtype"], s["precision"], s["tolerance"]["atol"]), ("float64", "float32", 2e-5))
+        r = run_text("check", self.path("theirs.npz"), "--against", self.path("bundle.npz"), "--heads", HEADS,
+                     "--causal", "--dtype", "float32")
+        self.assertIn("tolerance |Δ| <= 2e-05 · max(1, |ref|) (float64, computed in float32)", r.out)
+        # A float16 array stays float16 whatever --dtype says.
+        half = {"out": stages["output"].astype(np.float16)}
+        code, doc, r = self.check(half, inputs, "--dtype", "float32", causal=True)
+        self.assertEqual(doc["stages"]["output"]["precision"], "float16", r)
+
+
+# ---------------------------------------------------------------------------
 # Bad input: exit 2 with one clear line
 # ---------------------------------------------------------------------------
 
@@ -462,8 +629,20 @@ class BadInput(CheckCase):
     def test_text_array(self):
         self.bad({"q": np.array(["a", "b"])}, "holds text")
 
-    def test_reference_dtype_is_float64(self):
-        self.bad({"q": self.stages["Q"]}, "--dtype float32", "float64", options=("--dtype", "float32"))
+    def test_nothing_to_compare_is_refused(self):
+        """No stage at all is never a match: the bundle itself, inputs only, an empty .npz."""
+        self.bad(self.bundle, "bundle.npz: no stage to compare", "only the input arrays", "the bundle itself?")
+        self.bad({"x": self.inputs["x"]}, "no stage to compare")
+        empty = self.path("empty.npz")
+        np.savez(empty)
+        r = run("check", empty, "--against", self.bundle, "--heads", HEADS, "--json")
+        self.assertEqual(r.code, 2, r)
+        self.assertNotIn(b"match", r.out)
+
+    def test_transformer_lens_hook_that_is_no_stage(self):
+        self.bad({"blocks.0.attn.hook_q": self.stages["Q"].transpose(0, 2, 1, 3),
+                  "blocks.0.hook_resid_pre": self.inputs["x"]},
+                 "blocks.0.hook_resid_pre", "a TransformerLens hook that is no attention stage")
 
     def test_no_theirs(self):
         r = run("check", "--against", self.bundle)

@@ -28,15 +28,22 @@
 namespace attnscope {
 
 // A cell of theirs matches the reference r when |theirs - r| <= max(atol, rtol * |r|).
-// The defaults follow the array's dtype: float64 (and JSON, integers) 1e-9, float32 and
-// float16 2e-5, i.e. |Δ| <= tol · max(1, |r|).
+// The defaults follow the precision theirs was computed in (the coarser of the array's
+// dtype and {dtype}): float64 (and JSON, integers) 1e-9, float32 2e-5, float16 1e-2,
+// bfloat16 1e-1, i.e. |Δ| <= tol · max(1, |r|).
 struct Tolerance {
     double atol = 1e-9, rtol = 1e-9;
 };
-Tolerance default_tolerance(const std::string& dtype);
+Tolerance default_tolerance(const std::string& precision);
+
+// The precision an array of dtype `dtype` was computed in when {dtype} says `computed`:
+// the coarser of the two ("float32" for a float64 array of a float32 computation, "float16"
+// for a float16 array whatever {dtype} says); the array's own dtype when neither is coarser.
+std::string precision_of(const std::string& dtype, const std::string& computed);
 
 struct CheckOptions {
-    std::optional<double> rtol, atol;         // override the dtype's defaults
+    std::optional<double> rtol, atol;         // override the precision's defaults (atol follows rtol)
+    std::string computed = "float64";         // {dtype}: the precision theirs was computed in
     std::map<std::string, std::string> axes;  // their array name -> axis order ("bthd", "bt(hd)", "bhqk")
 };
 
@@ -48,18 +55,24 @@ struct StageCheck {
     // When given:
     std::string their_name;  // as spelled in THEIRS
     std::string dtype;       // theirs: "float32", "float64", "json", ...
+    std::string precision;   // the precision its tolerance follows (precision_of)
     std::string axes;        // their axis order as recognised, e.g. "bthd", "bt(hd)", "htd"
     std::vector<std::size_t> their_shape;
     Tolerance tol;
     bool match = false;
-    double max_abs_diff = 0;                // the largest |theirs - ref| (inf: a -inf or NaN where a number is)
+    double max_abs_diff = 0;                // the largest |theirs - ref| (inf: ±inf or NaN on one side only)
     std::vector<std::size_t> at;            // where, as an index of THEIR array (empty when equal)
     std::vector<std::size_t> at_ref;        // the same cell as an index of the reference stage
     std::vector<std::string> ref_axes;      // the reference stage's axis names ("B", "H", "Tq", ...)
     std::vector<std::size_t> ref_shape;     // and its shape
     double theirs_at = 0, ref_at = 0;       // the two numbers at that cell
-    double relative_error = 0;              // ||theirs - ref|| / ||ref|| over the finite cells
+    double relative_error = 0;              // ||theirs - ref|| / ||ref||; inf when a cell differs infinitely
+    double rtol_needed = 0;                 // max |theirs - ref| / max(1, |ref|): the smallest rtol = atol
+                                            // that accepts the stage (inf as above)
+    bool rounding_level = false;            // differs, but by no more than √eps of its precision
+                                            // (float32, float16, bfloat16): rounding, not a bug
     std::size_t mismatched = 0, cells = 0;  // cells outside the tolerance, of all
+    std::size_t nonfinite = 0;              // cells with ±inf or NaN on one side only
     std::size_t large_negative_fill = 0;    // masked cells holding e.g. -1e9 instead of -inf (accepted)
 };
 
@@ -87,7 +100,9 @@ struct CheckResult {
     std::vector<Diagnosis> diagnosis;  // best first; empty when no mistake fits
     std::vector<Finding> where;        // when none fits: where the difference concentrates
     std::string no_diagnosis;          // why the catalogue could not be tried (empty when it was)
-    bool matches() const { return !first_divergent; }
+    // Every stage given matches (check_tensors refuses THEIRS without a stage: nothing
+    // compared is never a match).
+    bool matches() const;
 };
 
 // One mistake of the catalogue: a stable id, a title, what goes wrong and the fix.
@@ -97,8 +112,10 @@ struct Mistake {
 const std::vector<Mistake>& mistake_catalogue();
 
 // The stage an array of theirs names: our names and the common aliases, case-insensitive
-// (q/query, k/key, v/value, attn_scores/logits, attn/attn_weights/probs/p_attn/attention,
-// z/attn_output_per_head, out/attn_output).
+// (q/query, k/key, v/value, logits, attn/attn_weights/probs/p_attn/attention/pattern,
+// z/attn_output_per_head, out/attn_output/attn_out), and TransformerLens's hook names with
+// or without their prefix (blocks.0.attn.hook_q, hook_attn_scores — after the causal mask,
+// so masked_scores —, hook_pattern, hook_z, hook_result, blocks.0.hook_attn_out).
 std::optional<Stage> stage_of_name(std::string_view name);
 
 // The axis orders a stage is recognised in, for a run of these sizes (help and messages):
@@ -108,9 +125,9 @@ std::vector<std::string> accepted_orders(const TraceView& ref, Stage stage);
 // Compares their arrays with the reference run `ref` of `problem` (float64, every stage
 // kept) and diagnoses the first divergent stage. `inputs`: the bundle the reference was
 // computed from (input arrays in THEIRS are checked against it). InputError naming the
-// array for an unknown name, two arrays for one stage, a shape that fits no axis order or
-// more than one, an {axes} entry that names no array or does not fit, an input array that
-// differs from the bundle's (tensors from another bundle).
+// array for an unknown name, THEIRS without any stage (only inputs, e.g. the bundle itself), two arrays for one stage,
+// a shape that fits no axis order or more than one, an {axes} entry that names no array or does not fit, an input array
+// that differs from the bundle's (tensors from another bundle).
 CheckResult check_tensors(const TraceView& ref, const Problem<double>& problem, const Bundle& inputs,
                           const Bundle& theirs, const CheckOptions& options);
 

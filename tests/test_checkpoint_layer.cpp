@@ -179,9 +179,14 @@ TEST_CASE("checkpoint layer: without config.json a preset must be named; mha and
     f.table->add("encoder.layers.0.self_attn.out_proj.weight", {4, 4});
     f.table->add("encoder.layers.0.self_attn.out_proj.bias", {4});
     f.table->add("encoder.layers.0.linear1.weight", {16, 4});
-    CHECK(message_of([&] { choose_layer(f.c, LayerRequest{}); }) ==
-          "model.safetensors: no config.json beside it to choose a preset; give preset (gpt2, bert, llama, mistral, "
-          "qwen2, mha, tl) or prefix");
+    {
+        Fixture llama;  // Llama's names: the preset needs config.json's RoPE and K/V heads
+        llama.table->add("model.layers.0.self_attn.q_proj.weight", {4, 4});
+        CHECK(message_of([&] { choose_layer(llama.c, LayerRequest{}); }) ==
+              "model.safetensors: no config.json beside it to choose a preset; give preset (gpt2, bert, llama, "
+              "mistral, qwen2, mha, tl) or prefix");
+    }
+    CHECK(choose_layer(f.c, LayerRequest{}).preset == "mha");  // nn.MultiheadAttention's names need no config
     LayerRequest r;
     r.preset = "mha";
     const CheckpointLayer l = choose_layer(f.c, r);
@@ -238,4 +243,78 @@ TEST_CASE("checkpoint layer: TransformerLens's (H, Dm, Dk) weights become the ma
     put("W_K", {3, dm, dk});
     CHECK(message_of([&] { convert_tl_layout(b); }) ==
           "tl.npz: W_K: layout tl: expected (2, Din, D) (H from W_Q), found (3, 3, 4)");
+}
+
+TEST_CASE("checkpoint layer: one nn.TransformerEncoderLayer saved alone is the mha preset's, at self_attn.") {
+    Fixture f;
+    f.table->add("self_attn.in_proj_weight", {12, 4});
+    f.table->add("self_attn.in_proj_bias", {12});
+    f.table->add("self_attn.out_proj.weight", {4, 4});
+    f.table->add("self_attn.out_proj.bias", {4});
+    f.table->add("linear1.weight", {16, 4});
+    f.table->add("norm1.weight", {4});
+    const CheckpointLayer l = choose_layer(f.c, LayerRequest{});
+    CHECK(l.preset == "mha");
+    CHECK(l.prefix == "self_attn.");
+    CHECK_FALSE(l.layer);
+    CHECK(l.layers == 1);
+    CHECK(l.layout == Layout::torch);
+    CHECK(l.arrays.size() == 4);
+    LayerRequest r;
+    r.layer = 0;
+    CHECK(message_of([&] { choose_layer(f.c, r); }) ==
+          "layer 0: model.safetensors holds one layer, saved alone (self_attn., no number); drop layer");
+
+    const CheckpointOverview ov = describe_checkpoint(f.c);
+    CHECK(ov.preset == "mha");
+    CHECK(ov.preset_note == "its tensors' names");
+    REQUIRE(ov.groups.size() == 1);
+    REQUIRE(ov.groups[0].attention);
+    CHECK(ov.groups[0].attention->prefix == "self_attn.");
+    CHECK(run_command(f.c, ov, *ov.groups[0].attention) ==
+          std::vector<std::string>{"attnscope", "run", "BUNDLE", "{checkpoint}", "model.safetensors", "{heads}", "H"});
+    // With {prefix}, the names are the prefix's, as before: no preset is taken from them.
+    LayerRequest p;
+    p.prefix = "self_attn.";
+    CHECK(choose_layer(f.c, p).preset == "prefix");
+}
+
+TEST_CASE("checkpoint layer: config.json's values that do not fit are named by their key, not as options") {
+    Fixture f;
+    for (const char* w : {"q_proj", "k_proj", "v_proj", "o_proj"})
+        f.table->add(std::string("model.layers.0.self_attn.") + w + ".weight", {8, 8});
+    f.config({{"model_type", "\"llama\""}, {"num_attention_heads", "2"}, {"rope_theta", "0"}});
+    CHECK(message_of([&] { choose_layer(f.c, LayerRequest{}); }) ==
+          "config.json: rope_theta 0: expected a finite number above 1");
+    f.c.config["rope_theta"] = "500000";
+    f.c.config["num_key_value_heads"] = "4";
+    CHECK(message_of([&] { choose_layer(f.c, LayerRequest{}); }) ==
+          "config.json: num_key_value_heads 4: does not divide num_attention_heads 2 (each K/V head serves H/G "
+          "query heads)");
+    f.c.config["num_key_value_heads"] = "1";
+    f.c.config["num_attention_heads"] = "3";
+    CHECK(message_of([&] { choose_layer(f.c, LayerRequest{}); }) ==
+          "config.json: num_attention_heads 3: does not divide the 8 output features of model.layers.0.self_attn.'s "
+          "W_Q (heads split them evenly)");
+    f.c.config["num_attention_heads"] = "2";
+    CHECK(choose_layer(f.c, LayerRequest{}).config.kv_heads == 1u);
+}
+
+TEST_CASE("checkpoint layer: TransformerLens weights with no element are refused, however large their axes") {
+    for (const std::vector<std::size_t>& shape :
+         {std::vector<std::size_t>{1, std::size_t{1} << 62, 0}, std::vector<std::size_t>{std::size_t{1} << 40, 8, 0}}) {
+        CAPTURE(shape_str(shape));
+        Bundle b;
+        b.source = "tl.npz";
+        for (const char* n : {"W_Q", "W_K", "W_V"}) {
+            Array a;
+            a.shape = shape;
+            a.dtype = "float64";
+            a.origin = std::string("tl.npz: ") + n;
+            b.arrays[n] = a;
+        }
+        CHECK(message_of([&] { convert_tl_layout(b); }) ==
+              "tl.npz: W_Q: layout tl: shape " + shape_str(shape) +
+                  " holds no element (expected weights with no axis of size 0)");
+    }
 }

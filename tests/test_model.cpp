@@ -233,3 +233,64 @@ TEST_CASE("shape errors say what was expected and found") {
         CHECK(m.find("an additive float mask is an attn_mask") != std::string::npos);
     }
 }
+
+TEST_CASE("model: a (Tk,) key_padding_mask is for a 2-D x only; a batch needs (B, Tk), as in PyTorch") {
+    std::mt19937 rng(2);
+    Bundle b = bundle({{"x", random_array(rng, {1, 3, 4})},
+                       {"W_Q", random_array(rng, {4, 4})},
+                       {"W_K", random_array(rng, {4, 4})},
+                       {"W_V", random_array(rng, {4, 4})},
+                       {"key_padding_mask", arr({3}, {0, 0, 1}, "key_padding_mask")}});
+    // Even a batch of one: nn.MultiheadAttention refuses a 1-D mask beside a 3-D query.
+    CHECK_THROWS_WITH_AS(make_problem<double>(b, Spec{}),
+                         "test: key_padding_mask: expected (B, Tk) = (1, 3) for a 3-D x (one row per batch item, as "
+                         "PyTorch requires) with 1/true = PAD, found shape (3,)",
+                         InputError);
+    b.arrays["key_padding_mask"] = arr({1, 3}, {0, 0, 1});
+    CHECK(make_problem<double>(b, Spec{}).mask.padded(0, 2));
+    b.arrays["x"] = random_array(rng, {3, 4});
+    b.arrays["key_padding_mask"] = arr({3}, {0, 0, 1});
+    CHECK(make_problem<double>(b, Spec{}).mask.padded(0, 2));
+}
+
+TEST_CASE("model: nn.MultiheadAttention's (B·H, Tq, Tk) attn_mask is the (B, H, Tq, Tk) mask, row b·H + h") {
+    std::mt19937 rng(3);
+    const std::size_t B = 3, H = 2, Tq = 2, Tk = 4;
+    std::vector<double> m(B * H * Tq * Tk);
+    for (std::size_t k = 0; k < m.size(); ++k) m[k] = double(k);
+    Bundle b = bundle({{"x", random_array(rng, {B, Tq, 4})},
+                       {"memory", random_array(rng, {B, Tk, 4})},
+                       {"W_Q", random_array(rng, {4, 4})},
+                       {"W_K", random_array(rng, {4, 4})},
+                       {"W_V", random_array(rng, {4, 4})},
+                       {"attn_mask", arr({B * H, Tq, Tk}, m)}});
+    Spec s;
+    s.heads = H;
+    const Problem<double> p = make_problem<double>(b, s);
+    REQUIRE(p.attn_bias);
+    REQUIRE(p.attn_bias->shape(0) == B);
+    REQUIRE(p.attn_bias->shape(1) == H);
+    for (std::size_t bi = 0; bi < B; ++bi)
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t i = 0; i < Tq; ++i)
+                for (std::size_t j = 0; j < Tk; ++j)
+                    CHECK((*p.attn_bias)(bi, h, i, j) == double(((bi * H + h) * Tq + i) * Tk + j));
+    // As booleans (true = blocked): hidden keys become -inf in the bias, per head.
+    std::vector<double> blocked(B * H * Tq * Tk, 0.0);
+    blocked[((1 * H + 1) * Tq + 0) * Tk + 2] = 1;  // item 1, head 1, query 0, key 2
+    b.arrays["attn_mask"] = arr({B * H, Tq, Tk}, blocked);
+    b.arrays["attn_mask"].dtype = "bool";
+    s.attn_mask_means = MaskMeans::block;
+    const Problem<double> q = make_problem<double>(b, s);
+    REQUIRE(q.attn_bias);
+    CHECK(std::isinf((*q.attn_bias)(1, 1, 0, 2)));
+    CHECK((*q.attn_bias)(1, 0, 0, 2) == 0.0);
+    CHECK((*q.attn_bias)(0, 1, 0, 2) == 0.0);
+    // Another first size is still refused, naming the forms.
+    b.arrays["attn_mask"] = arr({5, Tq, Tk}, std::vector<double>(5 * Tq * Tk, 0.0), "attn_mask");
+    s.attn_mask_means = MaskMeans::unset;
+    CHECK_THROWS_WITH_AS(make_problem<double>(b, s),
+                         "test: attn_mask: expected (Tq, Tk) = (2, 4), (B, Tq, Tk), (H, Tq, Tk), (B·H, Tq, Tk) or "
+                         "(B, H, Tq, Tk) with B = 3, H = 2, found (5, 2, 4)",
+                         InputError);
+}

@@ -3,6 +3,7 @@
 // lists what a checkpoint holds.
 #include "attnscope/io/checkpoint.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -128,6 +129,22 @@ struct InspectArgs {
 
 std::string shape_text(const std::vector<std::size_t>& s) { return shape_str(s); }
 
+// The command that runs a layer, its options spelled as flags and other words quoted for a shell.
+std::string command_text(const std::vector<std::string>& words) {
+    std::string s;
+    for (const auto& w : words) {
+        std::string word = w.size() > 2 && w.front() == '{' && w.back() == '}' ? flag_of(w.substr(1, w.size() - 2)) : w;
+        if (word.empty() || word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                   "_-./:=+,@%") != std::string::npos) {
+            std::string q = "'";
+            for (char ch : word) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+            word = q + "'";
+        }
+        s += (s.empty() ? "" : " ") + word;
+    }
+    return s;
+}
+
 void print_text(const Checkpoint& c, const CheckpointOverview& ov) {
     std::size_t total = 0, bytes = 0;
     for (const auto& g : ov.groups) total += g.tensors.size();
@@ -138,6 +155,17 @@ void print_text(const Checkpoint& c, const CheckpointOverview& ov) {
     std::cout << "config: " << (c.config_path.empty() ? "none" : escape_control(c.config_path)) << '\n';
     std::cout << "preset: " << (ov.preset.empty() ? "none" : ov.preset) << " (" << escape_control(ov.preset_note)
               << ")\n";
+    for (const auto& g : ov.groups)  // the command that runs the first layer found
+        if (g.attention) {
+            std::cout << "run: " << escape_control(command_text(run_command(c, ov, *g.attention))) << '\n';
+            break;
+        }
+    std::size_t name_width = 0, type_width = 0;  // the columns of the tensor lines
+    for (const auto& g : ov.groups)
+        for (const auto& t : g.tensors) {
+            name_width = std::max(name_width, escape_control(t.name).size());
+            type_width = std::max(type_width, t.dtype.size() + 1 + shape_text(t.shape).size());
+        }
     for (const auto& g : ov.groups) {
         std::cout << '\n' << (g.group.empty() ? "(not in a numbered layer)" : escape_control(g.group)) << '\n';
         if (g.attention) {
@@ -156,9 +184,11 @@ void print_text(const Checkpoint& c, const CheckpointOverview& ov) {
             std::cout << '\n';
             if (!a.config.facts.empty()) std::cout << "  from: " << escape_control(join_facts(a.config.facts)) << '\n';
         }
-        for (const auto& t : g.tensors)
-            std::cout << "  " << escape_control(t.name) << "  " << t.dtype << " " << shape_text(t.shape) << "  "
-                      << format_bytes(t.bytes) << '\n';
+        for (const auto& t : g.tensors) {
+            const std::string name = escape_control(t.name), type = t.dtype + " " + shape_text(t.shape);
+            std::cout << "  " << name << std::string(name_width - name.size() + 2, ' ') << type
+                      << std::string(type_width - type.size() + 2, ' ') << format_bytes(t.bytes) << '\n';
+        }
     }
 }
 
@@ -180,7 +210,10 @@ void print_json(const Checkpoint& c, const CheckpointOverview& ov) {
                                {"file", t.file}});
         if (!g.attention) continue;
         const auto& a = *g.attention;
-        nlohmann::json l = {{"layer", *a.layer}, {"prefix", a.prefix}, {"preset", a.preset}};
+        nlohmann::json l = {{"layer", a.layer ? nlohmann::json(*a.layer) : nlohmann::json(nullptr)},
+                            {"prefix", a.prefix},
+                            {"preset", a.preset},
+                            {"run", command_text(run_command(c, ov, a))}};
         l["layout"] = a.preset == "tl" ? "tl" : layout_name(a.layout);
         const auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
         l["heads"] = opt(a.config.heads);

@@ -74,6 +74,10 @@ class Config {
     [[noreturn]] void fail(const std::string& key, const std::string& what) const {
         throw InputError(escape_control(c_.config_path) + ": " + key + ": " + what);
     }
+    // "PATH: rope_theta 0: expected ...": a value that is a number but not a usable one.
+    [[noreturn]] void fail(const std::string& key, const std::string& value, const std::string& what) const {
+        fail(key + " " + value, what);
+    }
 
    private:
     const Checkpoint& c_;
@@ -82,7 +86,9 @@ class Config {
 // ---- presets -----------------------------------------------------------------------------
 
 // How a preset finds a layer: names ROOT N AFTER PROBE, ROOT one of `roots` ("" matches
-// any root ending in `any_root_suffix`, for modules nested under a user's own names).
+// any root ending in `any_root_suffix`, for modules nested under a user's own names), or
+// a module saved alone, `single` + PROBE with no number (one nn.TransformerEncoderLayer).
+// A preset `by_names` needs no config.json: --preset auto takes it when its names are there.
 struct Preset {
     std::string name;
     std::vector<std::string> roots;
@@ -93,6 +99,8 @@ struct Preset {
     // suffix (after the layer prefix) -> bundle name; gpt2's c_attn is split by hand.
     std::vector<std::pair<std::string, std::string>> names;
     std::vector<std::string> required;  // suffixes every layer must have
+    std::string single;                 // mha: "self_attn." (a layer saved on its own)
+    bool by_names = false;
 };
 
 const std::vector<Preset>& presets() {
@@ -105,7 +113,9 @@ const std::vector<Preset>& presets() {
                      {"c_attn.weight"},
                      Layout::math,
                      {{"c_proj.weight", "W_O"}, {"c_proj.bias", "b_O"}},
-                     {"c_attn.weight", "c_proj.weight"}});
+                     {"c_attn.weight", "c_proj.weight"},
+                     "",
+                     false});
         v.push_back({"bert",
                      {"bert.encoder.layer.", "roberta.encoder.layer.", "encoder.layer."},
                      "",
@@ -120,7 +130,9 @@ const std::vector<Preset>& presets() {
                       {"self.key.bias", "b_K"},
                       {"self.value.bias", "b_V"},
                       {"output.dense.bias", "b_O"}},
-                     {"self.query.weight", "self.key.weight", "self.value.weight"}});
+                     {"self.query.weight", "self.key.weight", "self.value.weight"},
+                     "",
+                     false});
         const std::vector<std::pair<std::string, std::string>> llama_names = {
             {"q_proj.weight", "W_Q"}, {"k_proj.weight", "W_K"}, {"v_proj.weight", "W_V"},
             {"o_proj.weight", "W_O"}, {"q_proj.bias", "b_Q"},   {"k_proj.bias", "b_K"},
@@ -133,7 +145,9 @@ const std::vector<Preset>& presets() {
                          {"q_proj.weight"},
                          Layout::torch,
                          llama_names,
-                         {"q_proj.weight", "k_proj.weight", "v_proj.weight"}});
+                         {"q_proj.weight", "k_proj.weight", "v_proj.weight"},
+                         "",
+                         false});
         v.push_back({"mha",
                      {},
                      "layers.",
@@ -149,7 +163,9 @@ const std::vector<Preset>& presets() {
                       {"out_proj.bias", "out_proj.bias"},
                       {"bias_k", "bias_k"},
                       {"bias_v", "bias_v"}},
-                     {}});
+                     {},
+                     "self_attn.",
+                     true});
         v.push_back({"tl",
                      {"blocks."},
                      "",
@@ -164,7 +180,9 @@ const std::vector<Preset>& presets() {
                       {"b_K", "b_K"},
                       {"b_V", "b_V"},
                       {"b_O", "b_O"}},
-                     {"W_Q", "W_K", "W_V", "W_O"}});
+                     {"W_Q", "W_K", "W_V", "W_O"},
+                     "",
+                     false});
         return v;
     }();
     return p;
@@ -198,6 +216,28 @@ std::map<std::string, std::set<std::size_t>> find_layers(const Preset& p, const 
                                             : std::find(p.roots.begin(), p.roots.end(), root) != p.roots.end();
             if (ok) found[root].insert(std::stoul(head.substr(k)));
         }
+    }
+    return found;
+}
+
+// The prefix of a layer saved on its own (`single` + a probe names a tensor), or "".
+std::string find_single(const Preset& p, const std::vector<TensorInfo>& tensors) {
+    if (p.single.empty()) return "";
+    for (const auto& t : tensors)
+        for (const auto& probe : p.probes)
+            if (t.name == p.single + probe) return p.single;
+    return "";
+}
+
+// The preset that needs no config.json and whose layer names the checkpoint holds (a stack
+// of layers, or one saved alone): what {preset} auto takes when there is no model_type.
+const Preset* preset_by_names(const std::vector<TensorInfo>& tensors) {
+    const Preset* found = nullptr;
+    for (const auto& p : presets()) {
+        if (!p.by_names) continue;
+        if (find_layers(p, tensors).empty() && find_single(p, tensors).empty()) continue;
+        if (found) return nullptr;  // two presets' names: neither is taken
+        found = &p;
     }
     return found;
 }
@@ -258,6 +298,10 @@ LayerConfig config_of(const Preset& p, const Config& cfg, std::optional<std::siz
             lc.heads = h, note("heads " + std::to_string(*h), "num_attention_heads");
         if (auto g = cfg.count("num_key_value_heads"))
             lc.kv_heads = g, note("K/V heads " + std::to_string(*g), "num_key_value_heads");
+        if (lc.heads && lc.kv_heads && *lc.heads % *lc.kv_heads != 0)
+            cfg.fail("num_key_value_heads", std::to_string(*lc.kv_heads),
+                     "does not divide num_attention_heads " + std::to_string(*lc.heads) +
+                         " (each K/V head serves H/G query heads)");
         if (auto d = cfg.count("head_dim")) {
             lc.head_dim = d, note("head width " + std::to_string(*d), "head_dim");
         } else if (auto hidden = cfg.count("hidden_size"); hidden && lc.heads) {
@@ -276,6 +320,8 @@ LayerConfig config_of(const Preset& p, const Config& cfg, std::optional<std::siz
         }
         Rope rope;
         rope.base = cfg.number("rope_theta").value_or(10000.0);
+        if (!(rope.base > 1) || !std::isfinite(rope.base))
+            cfg.fail("rope_theta", format_number(rope.base), "expected a finite number above 1");
         note("RoPE base " + format_number(rope.base), cfg.get("rope_theta") ? "rope_theta" : "");
         if (auto f = cfg.number("partial_rotary_factor"); f && *f != 1.0) {
             if (!lc.head_dim) cfg.fail("partial_rotary_factor", "needs head_dim (or hidden_size) to size the rotation");
@@ -301,6 +347,26 @@ LayerConfig config_of(const Preset& p, const Config& cfg, std::optional<std::siz
         if (window) lc.window = window, note("sliding window " + std::to_string(*window), "sliding_window");
     }
     return lc;
+}
+
+// The config's head counts against the widths of the weights they split, so that a count
+// that does not fit is named by its key in config.json rather than as an option nobody gave.
+void check_config_heads(const Preset& p, const Config& cfg, const CheckpointLayer& l) {
+    auto width = [&](const char* name) -> std::optional<std::size_t> {  // output features
+        const auto it = l.arrays.find(name);
+        if (it == l.arrays.end() || it->second.ndim() != 2) return std::nullopt;
+        return l.layout == Layout::torch ? it->second.shape[0] : it->second.shape[1];
+    };
+    auto check = [&](const std::optional<std::size_t>& n, const std::string& key, const char* weight) {
+        const auto w = width(weight);
+        if (n && w && *w % *n != 0)
+            cfg.fail(key, std::to_string(*n),
+                     "does not divide the " + std::to_string(*w) + " output features of " + shown(l.prefix) + "'s " +
+                         weight + " (heads split them evenly)");
+    };
+    if (!cfg.has()) return;
+    check(l.config.heads, p.name == "gpt2" ? "n_head" : "num_attention_heads", "W_Q");
+    check(l.config.kv_heads, "num_key_value_heads", "W_K");
 }
 
 // A tensor of the layer, read; its bytes counted against `budget`.
@@ -350,15 +416,51 @@ void split_c_attn(const Array& w, const Array* b, std::map<std::string, Array>& 
     }
 }
 
-// The preset to use: the one asked for, or config.json's.
-const Preset* preset_for(const Checkpoint& c, const std::string& asked) {
+// The preset to use: the one asked for, or config.json's, or (`by_names`) the one whose
+// names the tensors have.
+const Preset* preset_for(const Checkpoint& c, const std::string& asked, bool by_names = true) {
     if (asked != "auto") {
         const Preset* p = find_preset(asked);
         if (!p) throw UsageError("{preset} " + shown(asked) + ": unknown (presets: auto, " + preset_list() + ")");
         return p;
     }
     const std::string from_config = preset_of_config(c);
-    return from_config.empty() ? nullptr : find_preset(from_config);
+    if (!from_config.empty()) return find_preset(from_config);
+    return by_names ? preset_by_names(c.source->tensors()) : nullptr;
+}
+
+// The layer {layer} asks for among the preset's: its prefix, number and how many there are.
+void locate_layer(const Preset& p, const std::vector<TensorInfo>& tensors, std::optional<std::size_t> asked,
+                  const std::string& path, CheckpointLayer& out) {
+    const auto found = find_layers(p, tensors);
+    if (found.empty()) {
+        out.prefix = find_single(p, tensors);
+        if (out.prefix.empty())
+            throw InputError(path + ": no " + p.name + " attention layer here (no name like '" +
+                             (p.roots.empty() ? "…" + p.any_root_suffix : p.roots[0]) + "N" + p.after + p.probes[0] +
+                             "'); see `attnscope inspect " + path + "`");
+        if (asked)
+            throw UsageError("{layer} " + std::to_string(*asked) + ": " + path + " holds one layer, saved alone (" +
+                             shown(out.prefix) + ", no number); drop {layer}");
+        out.layers = 1;
+        return;
+    }
+    if (found.size() > 1) {
+        std::string roots;
+        for (const auto& [root, layers] : found) roots += (roots.empty() ? "" : ", ") + shown(root) + "N";
+        throw InputError(path + ": several stacks of layers (" + roots +
+                         "); name one layer's weights with {prefix}, e.g. {prefix} " + shown(found.begin()->first) +
+                         std::to_string(*found.begin()->second.begin()) + p.after);
+    }
+    const auto& [root, layers] = *found.begin();
+    out.layers = layers.size();
+    if (!asked && layers.size() > 1)
+        throw UsageError(path + ": holds " + layer_range(layers) + "; choose one with {layer}");
+    const std::size_t n = asked ? *asked : *layers.begin();
+    if (!layers.count(n))
+        throw InputError(path + ": no layer " + std::to_string(n) + " (it holds " + layer_range(layers) + ")");
+    out.layer = n;
+    out.prefix = root + std::to_string(n) + p.after;
 }
 
 }  // namespace
@@ -396,7 +498,7 @@ CheckpointLayer choose_layer(const Checkpoint& c, const LayerRequest& r, std::si
     // With {prefix}, a model_type no preset reads leaves the names to the prefix alone.
     const Preset* p = nullptr;
     try {
-        p = preset_for(c, r.preset);
+        p = preset_for(c, r.preset, r.prefix.empty());  // {prefix} names the weights itself
     } catch (const InputError&) {
         if (r.prefix.empty() || r.preset != "auto") throw;
     }
@@ -414,27 +516,7 @@ CheckpointLayer choose_layer(const Checkpoint& c, const LayerRequest& r, std::si
         for (const auto& t : tensors) any = any || starts_with(t.name, r.prefix);
         if (!any) throw InputError(path + ": no tensor's name begins with '" + shown(r.prefix) + "'");
     } else {
-        const auto found = find_layers(*p, tensors);
-        if (found.empty())
-            throw InputError(path + ": no " + p->name + " attention layer here (no name like '" +
-                             (p->roots.empty() ? "…" + p->any_root_suffix : p->roots[0]) + "N" + p->after +
-                             p->probes[0] + "'); see `attnscope inspect " + path + "`");
-        if (found.size() > 1) {
-            std::string roots;
-            for (const auto& [root, layers] : found) roots += (roots.empty() ? "" : ", ") + shown(root) + "N";
-            throw InputError(path + ": several stacks of layers (" + roots +
-                             "); name one layer's weights with {prefix}, e.g. {prefix} " + shown(found.begin()->first) +
-                             std::to_string(*found.begin()->second.begin()) + p->after);
-        }
-        const auto& [root, layers] = *found.begin();
-        out.layers = layers.size();
-        if (!r.layer && layers.size() > 1)
-            throw UsageError(path + ": holds " + layer_range(layers) + "; choose one with {layer}");
-        const std::size_t n = r.layer ? *r.layer : *layers.begin();
-        if (!layers.count(n))
-            throw InputError(path + ": no layer " + std::to_string(n) + " (it holds " + layer_range(layers) + ")");
-        out.layer = n;
-        out.prefix = root + std::to_string(n) + p->after;
+        locate_layer(*p, tensors, r.layer, path, out);
     }
     out.preset = p ? p->name : "prefix";
 
@@ -459,6 +541,7 @@ CheckpointLayer choose_layer(const Checkpoint& c, const LayerRequest& r, std::si
             throw InputError(path + ": layer has no " + shown(name_of("in_proj_weight")) + " nor " +
                              shown(name_of("q_proj_weight")));
         out.config = config_of(*p, cfg, out.layer);
+        check_config_heads(*p, cfg, out);
         if (p->name == "tl") {
             Bundle b;
             b.source = c.path;
@@ -484,23 +567,14 @@ CheckpointLayer choose_layer(const Checkpoint& c, const LayerRequest& r, std::si
     return out;
 }
 
-CheckpointOverview describe_checkpoint(const Checkpoint& c, const std::string& preset) {
-    CheckpointOverview ov;
-    const Preset* p = nullptr;
-    try {
-        p = preset_for(c, preset);
-        ov.preset_note = p ? (preset == "auto" ? "config.json model_type" : "as asked") : "";
-    } catch (const InputError& e) {
-        ov.preset_note = e.what();
-    }
-    if (!p && ov.preset_note.empty())
-        ov.preset_note = c.config_path.empty() ? "no config.json beside the weights" : "config.json has no model_type";
-    ov.preset = p ? p->name : "";
-    std::map<std::string, std::size_t> index;  // group name -> position in ov.groups
-    std::map<std::string, std::set<std::size_t>> layers;
-    if (p) layers = find_layers(*p, c.source->tensors());
-    for (const auto& t : c.source->tensors()) {
-        // The group: the name up to and including its first all-digit component.
+namespace {
+
+// The tensors grouped by layer: each name up to and including its first all-digit
+// component ("model.layers.3"), "" for names without one; groups in order of appearance.
+std::vector<LayerOverview> group_tensors(const std::vector<TensorInfo>& tensors) {
+    std::vector<LayerOverview> groups;
+    std::map<std::string, std::size_t> index;  // group name -> position in groups
+    for (const auto& t : tensors) {
         std::string group;
         std::optional<std::size_t> number;
         std::size_t start = 0;
@@ -519,47 +593,104 @@ CheckpointOverview describe_checkpoint(const Checkpoint& c, const std::string& p
         }
         auto it = index.find(group);
         if (it == index.end()) {
-            it = index.emplace(group, ov.groups.size()).first;
+            it = index.emplace(group, groups.size()).first;
             LayerOverview lo;
             lo.group = group;
             lo.index = number;
-            ov.groups.push_back(std::move(lo));
+            groups.push_back(std::move(lo));
         }
-        ov.groups[it->second].tensors.push_back(t);
+        groups[it->second].tensors.push_back(t);
     }
-    // Each layer the preset finds: its attention as choose_layer() would see it, without data.
-    if (p && layers.size() == 1) {
-        const Config cfg(c);
+    return groups;
+}
+
+// A layer's attention as choose_layer() would see it, without reading data.
+CheckpointLayer overview_layer(const Checkpoint& c, const Preset& p, const std::string& prefix,
+                               std::optional<std::size_t> layer, std::size_t layers) {
+    CheckpointLayer cl;
+    cl.preset = p.name;
+    cl.layer = layer;
+    cl.layers = layers;
+    cl.prefix = prefix;
+    cl.layout = p.layout;
+    cl.layout_fixed = true;
+    try {
+        cl.config = config_of(p, Config(c), layer);
+    } catch (const InputError& e) {
+        cl.config.facts.push_back(std::string("cannot run: ") + e.what());
+    }
+    if (p.name == "tl")
+        if (const TensorInfo* w = find_tensor(c.source->tensors(), cl.prefix + "W_Q"); w && w->shape.size() == 3)
+            cl.config.heads = w->shape[0];
+    return cl;
+}
+
+}  // namespace
+
+CheckpointOverview describe_checkpoint(const Checkpoint& c, const std::string& preset) {
+    CheckpointOverview ov;
+    const Preset* p = nullptr;
+    try {
+        p = preset_for(c, preset);
+        ov.preset_asked = preset != "auto";
+        if (p)
+            ov.preset_note = ov.preset_asked               ? "as asked"
+                             : preset_of_config(c).empty() ? "its tensors' names"
+                                                           : "config.json model_type";
+    } catch (const InputError& e) {
+        ov.preset_note = e.what();
+    }
+    if (!p && ov.preset_note.empty())
+        ov.preset_note = c.config_path.empty() ? "no config.json beside the weights" : "config.json has no model_type";
+    ov.preset = p ? p->name : "";
+    ov.groups = group_tensors(c.source->tensors());
+    if (!p) return ov;
+    // Each layer the preset finds (one stack of them, or one layer saved alone).
+    const auto layers = find_layers(*p, c.source->tensors());
+    const std::string single = layers.empty() ? find_single(*p, c.source->tensors()) : "";
+    for (auto& g : ov.groups) {
+        if (!single.empty() && g.group.empty()) g.attention = overview_layer(c, *p, single, std::nullopt, 1);
+        if (layers.size() != 1 || !g.index) continue;
         const auto& [root, numbers] = *layers.begin();
-        for (auto& g : ov.groups) {
-            if (!g.index || !numbers.count(*g.index) || g.group != root + std::to_string(*g.index)) continue;
-            CheckpointLayer cl;
-            cl.preset = p->name;
-            cl.layer = g.index;
-            cl.layers = numbers.size();
-            cl.prefix = root + std::to_string(*g.index) + p->after;
-            cl.layout = p->layout;
-            cl.layout_fixed = true;
-            try {
-                cl.config = config_of(*p, cfg, g.index);
-            } catch (const InputError& e) {
-                cl.config.facts.push_back(std::string("cannot run: ") + e.what());
-            }
-            if (p->name == "tl")
-                if (const TensorInfo* w = find_tensor(c.source->tensors(), cl.prefix + "W_Q");
-                    w && w->shape.size() == 3)
-                    cl.config.heads = w->shape[0];
-            g.attention = std::move(cl);
-        }
+        if (numbers.count(*g.index) && g.group == root + std::to_string(*g.index))
+            g.attention = overview_layer(c, *p, g.group + p->after, g.index, numbers.size());
     }
     return ov;
 }
+
+std::vector<std::string> run_command(const Checkpoint& c, const CheckpointOverview& ov, const CheckpointLayer& l) {
+    std::vector<std::string> words = {"attnscope", "run", "BUNDLE", "{checkpoint}", c.path};
+    if (ov.preset_asked) words.insert(words.end(), {"{preset}", l.preset});
+    if (l.layer) words.insert(words.end(), {"{layer}", std::to_string(*l.layer)});
+    if (!l.config.heads) words.insert(words.end(), {"{heads}", "H"});
+    return words;
+}
+
+namespace {
+
+// An array in TransformerLens's layout holds numbers and at least one of them: an empty
+// axis beside huge ones, (1, 2^62, 0), would have the loops below walk the others for
+// nothing. Every array of the layer is checked before any is converted.
+void check_tl_arrays(const Bundle& bundle) {
+    for (const char* n : {"W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"}) {
+        const auto it = bundle.arrays.find(n);
+        if (it == bundle.arrays.end()) continue;
+        const Array& a = it->second;
+        if (a.is_text()) throw InputError(a.origin + ": {layout} tl: expected numbers, found text");
+        if (std::find(a.shape.begin(), a.shape.end(), std::size_t{0}) != a.shape.end())
+            throw InputError(a.origin + ": {layout} tl: shape " + shape_str(a.shape) +
+                             " holds no element (expected weights with no axis of size 0)");
+    }
+}
+
+}  // namespace
 
 std::size_t convert_tl_layout(Bundle& bundle) {
     auto find = [&](const char* n) -> Array* {
         auto it = bundle.arrays.find(n);
         return it == bundle.arrays.end() ? nullptr : &it->second;
     };
+    check_tl_arrays(bundle);
     Array* wq = find("W_Q");
     if (!wq) throw InputError(bundle.source + ": {layout} tl: no array 'W_Q' (TransformerLens: (H, Dm, Dk))");
     if (wq->ndim() != 3)

@@ -631,17 +631,21 @@ void copy_weights(const Bundle& bundle, const Weights& w, Problem<T>& p, NonFini
             nonfinite.warn<T>(arr, p.warnings);
 }
 
-// 5a. Key padding mask: (B, Tk) or (Tk,), 1/true = PAD.
+// 5a. Key padding mask: (B, Tk) for a 3-D x, (Tk,) for a 2-D one, 1/true = PAD. As in
+// PyTorch, a (Tk,) mask is not spread over a batch: nn.MultiheadAttention refuses it.
 // (The appended <bias_kv>/<zero> keys are never PAD, as PyTorch pads the mask with 0.)
 std::optional<xt::xtensor<bool, 2>> read_key_padding(const Builder& bld, const Dims& d, bool batched) {
     const Array* m = bld.find("key_padding_mask");
     if (!m) return std::nullopt;
     bld.numeric(*m);
     const std::size_t Tk = d.source_keys();
-    bool fits = (m->ndim() == 1 && m->shape[0] == Tk) || (m->ndim() == 2 && m->shape[0] == d.B && m->shape[1] == Tk);
+    const bool fits = (!batched && m->ndim() == 1 && m->shape[0] == Tk) ||
+                      (m->ndim() == 2 && m->shape[0] == d.B && m->shape[1] == Tk);
     if (!fits)
-        bld.fail(*m, "expected (Tk,) = (" + std::to_string(Tk) + ",)" +
-                         (batched ? " or (B, Tk) = (" + std::to_string(d.B) + ", " + std::to_string(Tk) + ")" : "") +
+        bld.fail(*m, "expected " +
+                         (batched ? "(B, Tk) = (" + std::to_string(d.B) + ", " + std::to_string(Tk) +
+                                        ") for a 3-D x (one row per batch item, as PyTorch requires)"
+                                  : "(Tk,) = (" + std::to_string(Tk) + ",) for a 2-D x") +
                          " with 1/true = PAD, found shape " + shape_str(m->shape));
     xt::xtensor<bool, 2> pad = xt::xtensor<bool, 2>::from_shape({d.B, d.Tk});
     pad.fill(false);
@@ -686,11 +690,19 @@ std::optional<xt::xtensor<long long, 2>> read_positions(const Builder& bld, cons
     return pos;
 }
 
-// Whether an attn_mask of this shape differs by head: (H, Tq, Tk) with H != B, or
-// (B or 1, H, Tq, Tk) with H > 1.
+// nn.MultiheadAttention's 3-D attn_mask (B·H, Tq, Tk), batch-major (row b·H + h): the
+// (B, H, Tq, Tk) mask with its first two axes merged. Never ambiguous: with B = 1 or H = 1
+// it is the (H, Tq, Tk) or (B, Tq, Tk) form, and with both above 1, B·H is neither B nor H.
+bool merged_batch_heads(const std::vector<std::size_t>& sh, const Dims& d) {
+    return sh.size() == 3 && d.B > 1 && d.H > 1 && sh[0] == d.B * d.H;
+}
+
+// Whether an attn_mask of this shape differs by head: (H, Tq, Tk) with H != B,
+// (B·H, Tq, Tk) with B, H > 1, or (B or 1, H, Tq, Tk) with H > 1.
 bool mask_has_heads(const std::vector<std::size_t>& sh, const Dims& d) {
     const std::size_t Tk = d.source_keys();
-    if (sh.size() == 3) return sh[0] == d.H && d.H != d.B && sh[1] == d.Tq && sh[2] == Tk;
+    if (sh.size() == 3)
+        return (merged_batch_heads(sh, d) || (sh[0] == d.H && d.H != d.B)) && sh[1] == d.Tq && sh[2] == Tk;
     return sh.size() == 4 && sh[1] == d.H && d.H > 1 && (sh[0] == d.B || sh[0] == 1) && sh[2] == d.Tq && sh[3] == Tk;
 }
 
@@ -731,8 +743,8 @@ std::optional<xt::xtensor<bool, 3>> read_bool_attn_mask(const Builder& bld, cons
     return m;
 }
 
-// 5d. A float attn_mask, added to the scores: (Tq, Tk), (B, Tq, Tk), (H, Tq, Tk) or
-// (B, H, Tq, Tk); a 3-D mask is told apart by its first size. A boolean mask that differs
+// 5d. A float attn_mask, added to the scores: (Tq, Tk), (B, Tq, Tk), (H, Tq, Tk),
+// (B·H, Tq, Tk) or (B, H, Tq, Tk); a 3-D mask is told apart by its first size. A boolean mask that differs
 // by head comes here too, as 0 where it lets a key be seen and -inf where it hides it.
 template <typename T>
 std::optional<Tensor<T, 4>> read_float_attn_mask(const Builder& bld, const Spec& spec, const Dims& d,
@@ -769,10 +781,13 @@ std::optional<Tensor<T, 4>> read_float_attn_mask(const Builder& bld, const Spec&
             Bm = d.B, Hm = 1;
         else if (sh[0] == d.H)
             Bm = 1, Hm = d.H;
+        else if (merged_batch_heads(sh, d))  // (B·H, Tq, Tk): the same numbers as (B, H, Tq, Tk)
+            Bm = d.B, Hm = d.H;
     }
     if (Bm == 0)
-        bld.fail(*a, "expected (Tq, Tk) = (" + tqk + "), (B, Tq, Tk), (H, Tq, Tk) or (B, H, Tq, Tk) with B = " +
-                         std::to_string(d.B) + ", H = " + std::to_string(d.H) + ", found " + shape_str(sh));
+        bld.fail(*a, "expected (Tq, Tk) = (" + tqk + "), (B, Tq, Tk), (H, Tq, Tk), (B·H, Tq, Tk) or (B, H, Tq, Tk) " +
+                         "with B = " + std::to_string(d.B) + ", H = " + std::to_string(d.H) + ", found " +
+                         shape_str(sh));
     Buffer<T> given(a->count());
     copy_numbers<T>(*a, given.data());
     if (by_head_bool) {  // may attend -> 0, hidden -> -inf

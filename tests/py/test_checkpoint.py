@@ -738,7 +738,8 @@ class Inspect(CheckpointCase):
         self.assertEqual([l["layout"] for l in doc["layers"]], ["tl"] * 3)
 
     def test_no_preset_lists_tensors(self):
-        state, _, _, _ = model("mha", 35)
+        # Llama's names without its config.json: the preset needs the config (RoPE, K/V heads).
+        state, _, _, _ = model("llama", 35)
         ckpt = self.write("safetensors", state, None, "F64")
         doc = self.inspect_json(ckpt)
         self.assertIsNone(doc["preset"])
@@ -901,6 +902,23 @@ class Refusals(CheckpointCase):
         ckpt = self.write("safetensors", state, config, "F64")
         self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "1", self.x(16)),
                           "model.layers.1.self_attn.k_proj.weight")
+
+    def test_config_values_are_named_by_their_key(self):
+        # Issue 21: a value config.json gives was reported as a flag nobody gave (--rope-base,
+        # --kv-heads, --heads): it is named by its file and key.
+        cases = [("llama", {"rope_theta": 0}, 16, "rope_theta 0: expected a finite number above 1"),
+                 ("llama", {"num_attention_heads": 2, "num_key_value_heads": 4}, 16,
+                  "num_key_value_heads 4: does not divide num_attention_heads 2"),
+                 ("gpt2", {"n_head": 3}, 8, "n_head 3: does not divide the 8 output features")]
+        for preset, over, dm, fragment in cases:
+            with self.subTest(over=over):
+                state = cref.make_state(preset, cref.make_config(preset), seed=46)
+                ckpt = self.write("safetensors", state, cref.make_config(preset, **over), "F64", name=str(len(over)) +
+                                  preset)
+                msg = self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(dm)),
+                                        str(ckpt.parent / "config.json") + ": " + fragment)
+                for flag in ("--rope-base", "--kv-heads", "--heads"):
+                    self.assertNotIn(flag, msg)
 
     def test_no_such_checkpoint(self):
         self.assert_error(run_text("run", "--checkpoint", self.path("nope.safetensors"), "--preset", "mha",
@@ -1095,6 +1113,85 @@ def write_torch_zip(path, tensors, members, prefix="archive"):
     for i, (name, (shape, numel)) in enumerate(tensors.items()):
         sd[name] = _Tensor(_Storage(str(i), numel), shape)
     write_zip_pickle(path, sd, members, 2, prefix)
+
+
+class EncoderStateDicts(CheckpointCase):
+    """Issue 21: the state dict of an nn.TransformerEncoder, or of one
+    nn.TransformerEncoderLayer, saved by torch 1.13 without a config.json, is recognised by
+    its names (the mha preset); inspect aligns its columns and prints the command that runs
+    a layer, and that command gives what the module itself gives."""
+    run_together = True  # each test would import torch: ctest runs the class in one process
+
+    def inspect_text(self, path):
+        r = run_text("inspect", path)
+        self.assert_ok(r)
+        return r.out.splitlines()
+
+    def assert_aligned(self, lines, state):
+        """The tensor lines: name, dtype and shape, bytes, each column starting at one place."""
+        rows = [ln for ln in lines if ln.startswith("  ") and ln.split()[0] in state]
+        self.assertEqual(len(rows), len(state), lines)
+        for column in (lambda ln: ln.index(" float64 ") + 1, lambda ln: len(ln) - len(ln.rsplit("  ", 1)[1])):
+            self.assertEqual(len({column(ln) for ln in rows}), 1, "\n".join(rows))
+
+    def run_command(self, line, bundle, heads, layer=None):
+        """The words of inspect's `run:` line, with BUNDLE and H filled in (and another
+        layer's number), and a dump asked for."""
+        import shlex
+        words = shlex.split(line.split("run: ", 1)[1])
+        self.assertEqual(words[:2], ["attnscope", "run"])
+        words = [str(bundle) if w == "BUNDLE" else str(heads) if w == "H" else w for w in words[1:]]
+        if layer is not None:
+            words[words.index("--layer") + 1] = str(layer)
+        out = self.path("out.npz")
+        r = run_text(*words, "--dump", out, "-q", "--force")
+        self.assert_ok(r, stdout_empty=True)
+        with np.load(out) as z:
+            return {n: z[n] for n in z.files}
+
+    def assert_module(self, got, module, b):
+        x = torch.tensor(b["x"])
+        with torch.no_grad():
+            out, w = module(x, x, x, key_padding_mask=torch.tensor(b["key_padding_mask"]), average_attn_weights=False)
+        common.assert_close(got["output"], out.numpy(), TOL, "output vs nn.MultiheadAttention", "torch module")
+        common.assert_close(got["weights"], w.numpy(), TOL, "weights vs nn.MultiheadAttention", "torch module")
+
+    def test_transformer_encoder(self):
+        enc = encoder(70)
+        f = self.path("encoder.pt")
+        torch.save(enc.state_dict(), f)
+        state = enc.state_dict()
+        lines = self.inspect_text(f)
+        self.assertIn("preset: mha (its tensors' names)", lines)
+        self.assert_aligned(lines, state)
+        runs = [ln for ln in lines if "run: " in ln]
+        self.assertEqual(runs, [f"run: attnscope run BUNDLE --checkpoint {f} --layer 0 --heads H"])
+        b = inputs(8)
+        for n in (0, 2):
+            self.assert_module(self.run_command(runs[0], self.save_npz("in.npz", **b), 2, layer=n),
+                               enc.layers[n].self_attn, b)
+        doc = json.loads(run_text("inspect", f, "--json").out)
+        self.assertEqual(doc["preset"], "mha")
+        self.assertEqual([l["prefix"] for l in doc["layers"]], [f"layers.{n}.self_attn." for n in range(3)])
+        self.assertEqual(doc["layers"][0]["run"], f"attnscope run BUNDLE --checkpoint {f} --layer 0 --heads H")
+
+    def test_one_encoder_layer(self):
+        layer = encoder(71, layers=1).layers[0]
+        f = self.path("layer.pt")
+        torch.save(layer.state_dict(), f)
+        lines = self.inspect_text(f)
+        self.assertIn("preset: mha (its tensors' names)", lines)
+        self.assert_aligned(lines, layer.state_dict())
+        self.assertIn("  attention: self_attn.  layout torch", lines)
+        runs = [ln for ln in lines if "run: " in ln]
+        self.assertEqual(runs, [f"run: attnscope run BUNDLE --checkpoint {f} --heads H"])
+        b = inputs(8)
+        self.assert_module(self.run_command(runs[0], self.save_npz("in.npz", **b), 2), layer.self_attn, b)
+        doc = json.loads(run_text("inspect", f, "--json").out)
+        self.assertEqual([(l["layer"], l["prefix"], l["preset"]) for l in doc["layers"]], [(None, "self_attn.", "mha")])
+        # A layer saved alone has no number to choose.
+        self.assert_error(run_text("run", "--checkpoint", f, "--layer", "0", "--heads", "2",
+                                   self.save_npz("in.npz", **b)), "--layer 0", "saved alone")
 
 
 class Reference(CliTestCase):

@@ -321,5 +321,61 @@ class NumbersAndMessages(CliTestCase):
         self.assert_ok(r)
 
 
+
+class EmptyHugeWeights(CliTestCase):
+    """TransformerLens weights with no element but huge axes (issue 21): refused in one
+    line, never a loop over the axes that are not empty."""
+
+    SHAPES = ((1, 2**62, 0), (2**40, 8, 0))
+
+    def npy_bytes(self, shape):
+        """An .npy of float64 zeros of `shape`, written by hand: numpy refuses to make
+        some of these arrays, though they hold no element."""
+        header = "{'descr': '<f8', 'fortran_order': False, 'shape': %r, }" % (tuple(shape),)
+        header += " " * ((-(10 + len(header) + 1)) % 64) + "\n"
+        return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1")
+
+    def safetensors(self, name, tensors):
+        """A .safetensors file of {name: (shape, float64 data)}, laid out one after another."""
+        head, body, offset = {}, b"", 0
+        for n, (shape, data) in tensors.items():
+            raw = np.asarray(data, "<f8").tobytes()
+            head[n] = {"dtype": "F64", "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
+            body += raw
+            offset += len(raw)
+        text = json.dumps(head).encode()
+        text += b" " * ((-(8 + len(text))) % 8)
+        p = self.path(name)
+        p.write_bytes(len(text).to_bytes(8, "little") + text + body)
+        return p
+
+    def test_bundle_with_layout_tl(self):
+        import zipfile
+        for shape in self.SHAPES:
+            with self.subTest(shape=shape):
+                p = self.path("tl.npz")
+                with zipfile.ZipFile(p, "w") as z:
+                    z.writestr("x.npy", self.npy_bytes((4, 8)) + np.zeros(32).tobytes())
+                    for n in ("W_Q", "W_K", "W_V"):
+                        z.writestr(n + ".npy", self.npy_bytes(shape))
+                r = run_text("run", p, "--layout", "tl", "-q", timeout=120)
+                self.assert_error(r, "W_Q", shape_text(shape), "no element")
+
+    def test_checkpoint_with_preset_tl(self):
+        x = self.save_npz("x.npz", x=np.zeros((4, 8)))
+        for shape in self.SHAPES:
+            with self.subTest(shape=shape):
+                weights = {f"blocks.0.attn.{n}": (shape, []) for n in ("W_Q", "W_K", "W_V")}
+                weights["blocks.0.attn.W_O"] = ((2, 4, 8), np.zeros(64))
+                ckpt = self.safetensors("tl.safetensors", weights)
+                r = run_text("run", x, "--checkpoint", ckpt, "--preset", "tl", "-q", timeout=120)
+                self.assert_error(r, "blocks.0.attn.W_Q", shape_text(shape), "no element")
+
+
+def shape_text(shape):
+    """A shape as attnscope prints it: (1, 2, 3)."""
+    return "(" + ", ".join(map(str, shape)) + ")"
+
+
 if __name__ == "__main__":
     common.main("test_hardening")

@@ -267,6 +267,55 @@ class MultiheadAttentionParity(CliTestCase):
                             fin = np.isfinite(want[n])
                             np.testing.assert_allclose(z[n][fin], want[n][fin], atol=1e-12, err_msg=n)
 
+    def test_merged_batch_and_head_mask(self):
+        # nn.MultiheadAttention's own 3-D attn_mask (B·H, Tq, Tk), row b·H + h, float and bool:
+        # a different mask for every head of every item (issue 21: it was refused).
+        import torch
+        rng = np.random.default_rng(22)
+        B, T, S, E, H = 3, 4, 6, 8, 2
+        torch.manual_seed(0)
+        mha = torch.nn.MultiheadAttention(E, H, batch_first=True, dtype=torch.float64)
+        with torch.no_grad():
+            for p in mha.parameters():
+                p.copy_(torch.from_numpy(rng.standard_normal(tuple(p.shape)) / 2))
+        sd = {k: v.detach().numpy() for k, v in mha.state_dict().items()}
+        x, mem = rng.standard_normal((B, T, E)), rng.standard_normal((B, S, E))
+        blocked = rng.random((B * H, T, S)) < 0.4
+        blocked[:, :, 0] = False  # every row sees a key: PyTorch gives NaN rows otherwise
+        masks = {"float": (rng.standard_normal((B * H, T, S)), []),
+                 "bool": (blocked, ["--attn-mask-means", "block"])}
+        for kind, (m, args) in masks.items():
+            with self.subTest(kind=kind):
+                src = self.save_npz("mha.npz", x=x, memory=mem, attn_mask=m, **sd)
+                out = self.path("out.npz")
+                self.assert_ok(run_text("run", src, "--heads", str(H), "--layout", "torch", *args, "--dump", out,
+                                        "-q", "--force"))
+                o, w = mha(torch.from_numpy(x), torch.from_numpy(mem), torch.from_numpy(mem),
+                           attn_mask=torch.from_numpy(m), average_attn_weights=False)
+                with np.load(out) as z:
+                    self.assertEqual(z["weights"].shape, (B, H, T, S))
+                    for b in range(B):
+                        for h in range(H):
+                            common.assert_close(z["weights"][b, h], w.detach().numpy()[b, h], 1e-13,
+                                                f"{kind} mask: weights of item {b}, head {h}", "torch module")
+                    common.assert_close(z["output"], o.detach().numpy(), 1e-13, f"{kind} mask: output",
+                                        "torch module")
+
+    def test_one_padding_row_for_a_batch_is_refused(self):
+        # PyTorch refuses a (Tk,) key_padding_mask with a 3-D query; so does attnscope (issue
+        # 21: it was spread over the batch). With a 2-D x it is the form both take.
+        import torch
+        B, T, E, H = 2, 7, 12, 4
+        b = bundle(23, B=B, T=T, Dm=E, H=H, key_padding_mask=np.arange(T) >= 5)
+        mha = torch.nn.MultiheadAttention(E, H, batch_first=True, dtype=torch.float64)
+        x = torch.from_numpy(b["x"])
+        with self.assertRaisesRegex(AssertionError, "expected `key_padding_mask` to be `None` or 2-D"):
+            mha(x, x, x, key_padding_mask=torch.from_numpy(b["key_padding_mask"]))
+        self.assert_error(run_text("run", self.save_npz("b.npz", **b), "--heads", str(H), "-q"),
+                          "key_padding_mask", "expected (B, Tk) = (2, 7)", "found shape (7,)")
+        b["x"] = b["x"][0]
+        self.assert_ok(run_text("run", self.save_npz("b.npz", **b), "--heads", str(H), "-q"))
+
     def test_appended_keys_are_labelled_and_refused_with_rope(self):
         b = bundle(21, H=2, Dk=4, bias_k=np.ones(8), bias_v=np.ones(4), key_tokens=list("abcdefg"))
         del b["key_tokens"]

@@ -6,7 +6,8 @@
 //   bert   [bert.|roberta.]encoder.layer.N.attention.  nn.Linear (out, in); not causal
 //   llama  [model.]layers.N.self_attn.{q,k,v,o}_proj   nn.Linear; GQA, RoPE, causal, window
 //          (also mistral and qwen2)
-//   mha    an nn.MultiheadAttention under a prefix (layers.N.self_attn. of nn.TransformerEncoder)
+//   mha    an nn.MultiheadAttention under a prefix (layers.N.self_attn. of nn.TransformerEncoder,
+//          or self_attn. of one nn.TransformerEncoderLayer saved alone); needs no config.json
 //   tl     TransformerLens: blocks.N.attn.W_Q (H, Dm, Dk) …, converted to the math layout
 // choose_layer() reads only that layer's tensors and hands them on under the bundle's
 // names (W_Q, b_Q, …, or nn.MultiheadAttention's in_proj_weight, …) with the layout they
@@ -80,9 +81,18 @@ struct LayerOverview {
 struct CheckpointOverview {
     std::string preset;                 // "" when none applies
     std::string preset_note;            // why none applies, or where the preset came from
+    bool preset_asked = false;          // named by {preset}, not found by auto
     std::vector<LayerOverview> groups;  // in the order their first tensor is listed
 };
+// With {preset} auto, the preset is config.json's model_type's or, without one, the preset
+// that needs no config.json (mha, for nn.TransformerEncoder or a TransformerEncoderLayer
+// saved alone) whose names the tensors have.
 CheckpointOverview describe_checkpoint(const Checkpoint& c, const std::string& preset = "auto");
+
+// The command that runs layer `l` of overview `ov`, word by word, options as {field}:
+// attnscope run BUNDLE {checkpoint} PATH [{preset} P] [{layer} N] [{heads} H]. BUNDLE and H
+// stand for what a checkpoint does not hold: the input x, and a head count it does not record.
+std::vector<std::string> run_command(const Checkpoint& c, const CheckpointOverview& ov, const CheckpointLayer& l);
 
 // TransformerLens's layout in a bundle: W_Q/W_K/W_V (H, Dm, Dk), W_O (H, Dv, Dm),
 // b_Q/b_K/b_V (H, Dk), b_O (Dm) rewritten in place to the math layout (Dm, H·Dk), …;

@@ -68,7 +68,7 @@ TEST_CASE("io: every bad fixture throws an InputError naming the file and the pr
         {"bad_shape_text.npy", Via::array, {"not a valid .npy header: shape must be a tuple of non-negative integers"}},
         {"negative_shape.npy", Via::array, {"not a valid .npy header: shape must be a tuple of non-negative integers"}},
         {"bad_magic.npy", Via::array, {"not a .npy file (no \\x93NUMPY magic at the start)"}},
-        {"version9.npy", Via::array, {"unsupported .npy format version 9 (expected 1, 2 or 3)"}},
+        {"version9.npy", Via::array, {"unsupported .npy format version 9.0 (expected 1.0, 2.0 or 3.0)"}},
         {"not_npy.npy", Via::array, {"not a .npy file"}},
         {"npz_bad_crc.npz",
          Via::bundle,

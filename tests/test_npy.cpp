@@ -372,3 +372,59 @@ TEST_CASE("io: .npy header keys and dtypes reach messages escaped, clipped, on o
     check_message(m, {"dir\\x1b/l.npy: x: unsupported dtype '<ffff", "... (5001 bytes in all)'"});
     CHECK(m.size() < 400);
 }
+
+TEST_CASE("io: format versions other than 1.0, 2.0 and 3.0 are refused by their number, as numpy does") {
+    // numpy's test_format.py lists (1, 1), (0, 0), (0, 1), (2, 2), (255, 255) as bad magic;
+    // (2, 1) and (3, 1) are refused the same way (numpy reads only minor version 0).
+    const std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }";
+    const std::string data("\x00\x00\x00\x00\x00\x00\xf0\x3f\x00\x00\x00\x00\x00\x00\x00\x40", 16);  // 1.0, 2.0
+    const std::vector<std::pair<int, int>> versions = {{1, 1}, {2, 1}, {3, 1}, {2, 2}, {0, 0}, {0, 1}, {255, 255}};
+    TempDir dir;
+    std::string names;
+    for (const auto& [major, minor] : versions) {
+        const std::string v = std::to_string(major) + "." + std::to_string(minor);
+        CAPTURE(v);
+        std::string bytes = make_npy(dict, data, major >= 2 && major <= 3 ? 2 : 1);
+        bytes[6] = char(major);
+        bytes[7] = char(minor);
+        const std::string phrase = "v.npy: unsupported .npy format version " + v + " (expected 1.0, 2.0 or 3.0)";
+        check_message(input_error([&] { parse_npy(bytes, "v.npy"); }), {phrase});
+        // The 8 bytes of the magic alone (numpy's test): the version is what is wrong, not the length.
+        check_message(input_error([&] { parse_npy(bytes.substr(0, 8), "v.npy"); }), {phrase});
+        spit(dir / ("v" + std::to_string(major) + "_" + std::to_string(minor) + ".npy"), bytes);
+        names += " v" + std::to_string(major) + "_" + std::to_string(minor);
+    }
+    // float128 ('<f16') and other widths: the width is what is not supported.
+    check_message(input_error([&] {
+                      parse_npy(
+                          make_npy("{'descr': '<f16', 'fortran_order': False, 'shape': (1,), }", std::string(16, '\0')),
+                          "w.npy");
+                  }),
+                  {"w.npy: unsupported dtype '<f16' (128-bit floats are not supported)"});
+    check_message(input_error([&] {
+                      parse_npy(
+                          make_npy("{'descr': '<i3', 'fortran_order': False, 'shape': (1,), }", std::string(3, '\0')),
+                          "w.npy");
+                  }),
+                  {"w.npy: unsupported dtype '<i3' (24-bit integers are not supported)"});
+    if (!have_numpy()) {
+        MESSAGE("skipped the numpy check: /usr/bin/python3 cannot import numpy");
+        return;
+    }
+    // numpy refuses every one of those files too.
+    spit(dir / "check.py", R"PY(
+import sys, numpy as np
+for name in sys.argv[2:]:
+    try:
+        np.load("%s/%s.npy" % (sys.argv[1], name))
+        print(name, "read")
+    except ValueError:
+        print(name, "refused")
+)PY");
+    const std::string command = "/usr/bin/python3 '" + (dir / "check.py") + "' '" + dir.path.string() + "'" + names;
+    CHECK(std::system((command + " > '" + (dir / "numpy.log") + "' 2>&1").c_str()) == 0);
+    std::string want;
+    for (const auto& [major, minor] : versions)
+        want += "v" + std::to_string(major) + "_" + std::to_string(minor) + " refused\n";
+    CHECK(slurp(dir / "numpy.log") == want);
+}

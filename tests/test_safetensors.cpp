@@ -6,9 +6,11 @@
 // file and what is wrong (the sanitizer build runs these too).
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -180,7 +182,6 @@ TEST_CASE("safetensors: hostile files are refused with one line naming the file 
         {"metadata_not_strings", {"__metadata__ 'n' is a number, expected a string"}},
         {"metadata_not_object", {"__metadata__ must be an object of strings, found an array"}},
         {"entry_not_object", {"tensor 'a': expected an object of dtype, shape and data_offsets, found an array"}},
-        {"extra_key", {"tensor 'a': unexpected key 'crc' (expected only dtype, shape and data_offsets)"}},
         {"missing_offsets", {"tensor 'a': lacks data_offsets"}},
         {"bad_dtype", {"tensor 'a': unknown dtype 'F12' (expected F64, F32, F16, BF16"}},
         {"dtype_not_string", {"tensor 'a': dtype must be a string, found a number"}},
@@ -315,4 +316,113 @@ TEST_CASE("safetensors: a read over the memory limit is a MemoryLimitError; open
     CHECK(huge->tensors()[0].bytes == 10'000'000'000ULL);
     check_message(memory_limit_error([&] { huge->read("w", 1 << 20); }),
                   {"tensor 'w' of shape (50000, 50000) needs 18.6 GiB in memory, over the memory limit of 1.0 MiB"});
+}
+
+// ---- the header as the reference reads it ------------------------------------------------------
+
+namespace {
+// A file of the header text `h` (its length prefixed) and `data`.
+std::string st_file(const std::string& h, const std::string& data = "") {
+    std::string out;
+    for (int k = 0; k < 8; ++k) out += char(h.size() >> (8 * k) & 0xff);
+    return out + h + data;
+}
+}  // namespace
+
+TEST_CASE("safetensors: the header's framing, as the reference's serde_json::from_str reads it") {
+    const std::string f4("\x00\x00\x80\x3f\x00\x00\x80\x3f", 8);  // two float32 ones
+    const std::string entry = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+    // Accepted: JSON whitespace before and after the object (the reference's own tests
+    // test_whitespace_padded_header and test_whitespace_leading_padded_header, bytes as there).
+    for (const std::string& h : {std::string("{}\x0D\x20\x09\x0A"), std::string("\x09\x0A{}\x0D\x20")}) {
+        CAPTURE(h);
+        CHECK(parse_safetensors(st_file(h), "ws.safetensors")->tensors().empty());
+    }
+    CHECK(parse_safetensors(st_file("\n {" + entry + "}  ", f4), "ws.safetensors")->tensors().size() == 1);
+    // Refused: NUL padding, a byte-order mark, anything after the object after a NUL.
+    struct Bad {
+        std::string header, phrase;
+    };
+    const std::vector<Bad> bad = {
+        {"{" + entry + "}" + std::string(6, '\0'), "the header holds a NUL byte at header offset 54"},
+        {"\xEF\xBB\xBF{" + entry + "}", "the header starts with a UTF-8 byte-order mark, expected '{'"},
+        {std::string("{}\0garbage", 10), "the header holds a NUL byte at header offset 2"},
+        {"{}garbage", "the header is not valid JSON"},
+    };
+    for (const Bad& b : bad) {
+        CAPTURE(b.header);
+        check_message(input_error([&] { parse_safetensors(st_file(b.header, f4), "pad.safetensors"); }),
+                      {"pad.safetensors: " + b.phrase});
+    }
+}
+
+TEST_CASE("safetensors: keys other than dtype, shape and data_offsets are ignored, as the reference does") {
+    // tensor.rs: TensorInfo derives Deserialize without deny_unknown_fields, so serde
+    // ignores any other key of an entry, whatever its value.
+    const auto extra = open_safetensors(kCk + "bad/extra_key.safetensors");  // {"a": {..., "crc": 1}}
+    REQUIRE(extra->tensors().size() == 1);
+    check_values(extra->read("a").doubles(), {1, 1, 1, 1});
+    const std::string f4("\x00\x00\x80\x3f\x00\x00\x80\x3f", 8);
+    const std::string h = R"({"a":{"x":{"y":[1,{"z":null}],"w":"s"},"dtype":"F32","q":[[]],"shape":[2],)"
+                          R"("data_offsets":[0,8],"r":-1.5}})";
+    const auto nested = parse_safetensors(st_file(h, f4), "extra.safetensors");
+    REQUIRE(nested->tensors().size() == 1);
+    CHECK(nested->tensors()[0].shape == std::vector<std::size_t>{2});
+    check_values(nested->read("a").doubles(), {1, 1});
+    // Still refused: a known key given twice, and a value of a known key of the wrong kind.
+    check_message(input_error([&] {
+                      parse_safetensors(st_file(R"({"a":{"q":1,"dtype":"F32","dtype":"F32","shape":[2],)"
+                                                R"("data_offsets":[0,8]}})",
+                                                f4),
+                                        "e.safetensors");
+                  }),
+                  {"tensor 'a': key 'dtype' appears twice"});
+}
+
+TEST_CASE("checkpoints: a directory where a file is expected, and config.json nested 100,000 deep") {
+    TempDir dir;
+    const std::string good_file = slurp(kCk + "good/multi.safetensors");
+    // model.safetensors.index.json that is a directory: said so, not "no checkpoint here".
+    REQUIRE(::mkdir((dir / "model.safetensors.index.json").c_str(), 0755) == 0);
+    spit(dir / "model.safetensors", good_file);
+    check_message(input_error([&] { open_checkpoint(dir.path.string()); }),
+                  {dir / "model.safetensors.index.json", ": is a directory, expected a file"});
+    check_message(input_error([&] { open_checkpoint(dir / "model.safetensors.index.json"); }),
+                  {dir / "model.safetensors.index.json", ": is a directory, expected a file"});
+    REQUIRE(::rmdir((dir / "model.safetensors.index.json").c_str()) == 0);
+    CHECK(open_checkpoint(dir.path.string()).source->tensors().size() == 5);
+
+    // config.json of 100,000 nested arrays (200 KB): refused by its depth, no stack overflow.
+    spit(dir / "config.json", std::string(100000, '[') + std::string(100000, ']'));
+    check_message(input_error([&] { open_checkpoint(dir / "model.safetensors"); }),
+                  {dir / "config.json", ": objects and arrays nested more than 64 deep"});
+    // 64 levels are read; a NUL byte (which nlohmann's reader takes for the end) is refused.
+    spit(dir / "config.json", "{\"a\": " + std::string(63, '[') + std::string(63, ']') + "}");
+    CHECK(open_checkpoint(dir / "model.safetensors").config.size() == 1);
+    spit(dir / "config.json", std::string("{}\0{", 4));
+    check_message(input_error([&] { open_checkpoint(dir / "model.safetensors"); }),
+                  {dir / "config.json", ": not valid JSON: a NUL byte at offset 2"});
+}
+
+TEST_CASE("safetensors: a file truncated by another process while mapped: one line naming it, exit 2") {
+    TempDir dir;
+    const std::string path = dir / "shrinks.safetensors";
+    const std::size_t n = 1 << 20;  // float16 elements: 2 MiB of data, 512 pages
+    spit(path, st_file(R"({"a":{"dtype":"F16","shape":[)" + std::to_string(n) + R"(],"data_offsets":[0,)" +
+                           std::to_string(2 * n) + "]}}",
+                       std::string(2 * n, '\0')));
+    const std::string err = dir / "stderr";
+    const int status = in_child([&] {
+        const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        ::dup2(fd, 2);
+        exit_on_changed_mappings();
+        const auto src = open_safetensors(path);  // mapped, data not read
+        if (::truncate(path.c_str(), 4096) != 0) return 3;
+        src->read("a");  // widens every float16: touches the pages past the new end
+        return 0;
+    });
+    CHECK(status == 2);
+    CHECK(slurp(err) == "attnscope: error: " + path +
+                            ": the file changed while it was read (truncated by another process?); nothing more "
+                            "was read\n");
 }

@@ -125,6 +125,7 @@ struct InspectArgs {
     std::string path;
     std::string preset = "auto";
     bool json = false;
+    RunOptions limits;  // max_memory only: the limit of a run, read as run reads it
 };
 
 std::string shape_text(const std::vector<std::size_t>& s) { return shape_str(s); }
@@ -170,7 +171,7 @@ void print_text(const Checkpoint& c, const CheckpointOverview& ov) {
         std::cout << '\n' << (g.group.empty() ? "(not in a numbered layer)" : escape_control(g.group)) << '\n';
         if (g.attention) {
             const auto& a = *g.attention;
-            std::cout << "  attention: " << a.prefix << "  layout "
+            std::cout << "  attention: " << escape_control(a.prefix) << "  layout "
                       << (a.preset == "tl" ? "tl" : layout_name(a.layout));
             if (a.config.heads) std::cout << ", heads " << *a.config.heads;
             if (a.config.kv_heads) std::cout << ", K/V heads " << *a.config.kv_heads;
@@ -192,6 +193,33 @@ void print_text(const Checkpoint& c, const CheckpointOverview& ov) {
     }
 }
 
+// nlohmann's dump as every JSON document attnscope prints: indented by 2, invalid UTF-8 replaced.
+std::string dump(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+nlohmann::json layer_json(const Checkpoint& c, const CheckpointOverview& ov, const CheckpointLayer& a) {
+    nlohmann::json l = {{"layer", a.layer ? nlohmann::json(*a.layer) : nlohmann::json(nullptr)},
+                        {"prefix", a.prefix},
+                        {"preset", a.preset},
+                        {"run", command_text(run_command(c, ov, a))}};
+    l["layout"] = a.preset == "tl" ? "tl" : layout_name(a.layout);
+    const auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+    l["heads"] = opt(a.config.heads);
+    l["kv_heads"] = opt(a.config.kv_heads ? a.config.kv_heads : a.config.heads);
+    l["head_dim"] = opt(a.config.head_dim);
+    l["causal"] = opt(a.config.causal);
+    l["window"] = opt(a.config.window);
+    if (a.config.rope)
+        l["rope"] = {{"base", a.config.rope->base},
+                     {"dim", opt(a.config.rope->dim)},
+                     {"style", a.config.rope->style == RopeStyle::half ? "half" : "interleaved"}};
+    else
+        l["rope"] = nullptr;
+    l["facts"] = a.config.facts;
+    return l;
+}
+
+// One document, the same bytes as dump() of it whole; the tensors (its last member) are
+// written one by one, so that a million of them never sit in one tree (each names its file).
 void print_json(const Checkpoint& c, const CheckpointOverview& ov) {
     nlohmann::json j;
     j["path"] = c.path;
@@ -199,44 +227,33 @@ void print_json(const Checkpoint& c, const CheckpointOverview& ov) {
     j["config"] = c.config_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.config_path);
     j["preset"] = ov.preset.empty() ? nlohmann::json(nullptr) : nlohmann::json(ov.preset);
     j["preset_note"] = ov.preset_note;
-    nlohmann::json tensors = nlohmann::json::array(), layers = nlohmann::json::array();
-    for (const auto& g : ov.groups) {
-        for (const auto& t : g.tensors)
-            tensors.push_back({{"name", t.name},
-                               {"dtype", t.dtype},
-                               {"shape", t.shape},
-                               {"bytes", t.bytes},
-                               {"group", g.group},
-                               {"file", t.file}});
-        if (!g.attention) continue;
-        const auto& a = *g.attention;
-        nlohmann::json l = {{"layer", a.layer ? nlohmann::json(*a.layer) : nlohmann::json(nullptr)},
-                            {"prefix", a.prefix},
-                            {"preset", a.preset},
-                            {"run", command_text(run_command(c, ov, a))}};
-        l["layout"] = a.preset == "tl" ? "tl" : layout_name(a.layout);
-        const auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-        l["heads"] = opt(a.config.heads);
-        l["kv_heads"] = opt(a.config.kv_heads ? a.config.kv_heads : a.config.heads);
-        l["head_dim"] = opt(a.config.head_dim);
-        l["causal"] = opt(a.config.causal);
-        l["window"] = opt(a.config.window);
-        if (a.config.rope)
-            l["rope"] = {{"base", a.config.rope->base},
-                         {"dim", opt(a.config.rope->dim)},
-                         {"style", a.config.rope->style == RopeStyle::half ? "half" : "interleaved"}};
-        else
-            l["rope"] = nullptr;
-        l["facts"] = a.config.facts;
-        layers.push_back(l);
-    }
-    j["tensors"] = tensors;
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& g : ov.groups)
+        if (g.attention) layers.push_back(layer_json(c, ov, *g.attention));
     j["layers"] = layers;
-    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    j["tensors"] = nlohmann::json::array();  // the last key: the document ends `"tensors": []\n}`
+    std::string text = dump(j);
+    text.resize(text.size() - 3);  // up to and with the '['
+    std::cout << text;
+    bool first = true;
+    for (const auto& g : ov.groups)
+        for (const auto& t : g.tensors) {
+            std::string one = dump({{"name", t.name},
+                                    {"dtype", t.dtype},
+                                    {"shape", t.shape},
+                                    {"bytes", t.bytes},
+                                    {"group", g.group},
+                                    {"file", t.file.str()}});
+            std::string indented;  // at depth 2 of the document: 4 more spaces on every line
+            for (const char ch : one) indented += ch == '\n' ? std::string("\n    ") : std::string(1, ch);
+            std::cout << (first ? "\n    " : ",\n    ") << indented;
+            first = false;
+        }
+    std::cout << (first ? "]\n}\n" : "\n  ]\n}\n");
 }
 
 int run_inspect(const InspectArgs& a) {
-    const Checkpoint c = open_checkpoint(a.path);
+    const Checkpoint c = open_checkpoint(a.path, memory_limit(a.limits));
     const CheckpointOverview ov = describe_checkpoint(c, a.preset);
     if (a.json)
         print_json(c, ov);
@@ -263,6 +280,10 @@ Subcommand setup_inspect_command(CLI::App& parent) {
         ->capture_default_str()
         ->group(kCheckpoint);
     cmd->add_flag("--json", a->json, "Print one JSON document")->group(kOutputs);
+    cmd->add_option("--max-memory", a->limits.max_memory,
+                    "Refuse checkpoints whose listing needs more memory than this (e.g. 8G, 512M; default 3/4 of "
+                    "physical memory)")
+        ->group(kLimits);
     return {cmd, [a] { return run_inspect(*a); }};
 }
 

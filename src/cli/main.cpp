@@ -10,6 +10,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
+#include "attnscope/io/read.hpp"
 #include "attnscope/io/write.hpp"
 #include "help.hpp"
 #include "subcommand.hpp"
@@ -47,6 +48,7 @@ int fail(const attnscope::Error& e, int code) {
 int main(int argc, char** argv) {
     using namespace attnscope;
     clean_up_on_fatal_signals();
+    exit_on_changed_mappings();  // a mapped input truncated under us: one line, exit 2
     CLI::App app{"attnscope: inspect transformer attention, stage by stage"};
     app.formatter(std::make_shared<cli::HelpFormatter>());  // before the subcommands: they inherit it
     app.set_version_flag("-V,--version", std::string("attnscope ") + cli::kVersion, "Print the version");

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
 #include "bytes.hpp"
+#include "json_doc.hpp"
 
 namespace attnscope {
 namespace {
@@ -61,10 +63,18 @@ std::string head_of(const std::string& path, std::size_t n) {
     return out;
 }
 
+// A checkpoint file's name that is a directory: refused by name (else it would be
+// searched as a checkpoint directory, or passed over as missing).
+void refuse_directory(const std::string& path) {
+    if (is_dir(path)) throw InputError(shown_path(path) + ": is a directory, expected a file");
+}
+
 // The file of a checkpoint directory: the sharded index first, then the single files.
 std::string pick_in_directory(const std::string& dir) {
-    for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin"})
+    for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin"}) {
+        refuse_directory(join(dir, name));
         if (is_file(join(dir, name))) return join(dir, name);
+    }
     std::string lone;
     int count = 0;
     if (DIR* d = ::opendir(dir.c_str())) {
@@ -86,18 +96,34 @@ std::string pick_in_directory(const std::string& dir) {
                      "pytorch_model.bin or one .safetensors file)");
 }
 
-std::map<std::string, std::string> read_config(const std::string& path) {
-    const std::string text = read_file(path, kMaxConfigBytes);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        throw InputError(shown_path(path) + ": not valid JSON: " + shown(e.what(), 160));
-    }
+// config.json's top-level members, each as its JSON text. Bounded as every JSON input:
+// its nesting, and its tree with its text within the memory limit.
+std::map<std::string, std::string> read_config(const std::string& path, std::size_t max_bytes) {
+    const FileBytes file = map_file(path, std::min(max_bytes, kMaxConfigBytes));
+    const nlohmann::json j =
+        io_detail::parse_json_document<nlohmann::json>(file.bytes, shown_path(path), max_bytes, false);
     if (!j.is_object()) throw InputError(shown_path(path) + ": expected a JSON object, found " + j.type_name());
     std::map<std::string, std::string> out;
     for (const auto& [key, value] : j.items()) out[key] = value.dump();
     return out;
+}
+
+// Which container a file is: by its name, then by checks that cannot collide. A
+// safetensors header is a JSON object right after the 8-byte length (JSON whitespace may
+// come first); a torch zip starts with a zip signature; a legacy torch file with a pickle's
+// PROTO opcode (0x80), which is also the low byte of any safetensors header length
+// 128 + 256k, so it is named only when the file is neither of the others.
+enum class Container { safetensors, torch_zip, legacy_torch };
+Container container_of(const std::string& file) {
+    if (ends_with(file, ".safetensors")) return Container::safetensors;
+    const std::string head = head_of(file, 64);
+    const auto at = [&](std::size_t i) { return i < head.size() ? static_cast<unsigned char>(head[i]) : 0u; };
+    if (head.compare(0, 4, "PK\x03\x04") == 0) return Container::torch_zip;
+    std::size_t i = 8;
+    while (at(i) == ' ' || at(i) == '\t' || at(i) == '\n' || at(i) == '\r') ++i;
+    if (at(i) == '{') return Container::safetensors;
+    if (at(0) == 0x80 && at(1) >= 2 && at(1) <= 5) return Container::legacy_torch;
+    return Container::safetensors;  // its reader says what is wrong
 }
 
 }  // namespace
@@ -105,28 +131,32 @@ std::map<std::string, std::string> read_config(const std::string& path) {
 Checkpoint open_checkpoint(const std::string& path, std::size_t max_bytes) {
     Checkpoint c;
     c.path = path;
+    const bool named_as_file = ends_with(path, ".json") || ends_with(path, ".safetensors") || ends_with(path, ".bin") ||
+                               ends_with(path, ".pt") || ends_with(path, ".pth");
+    if (named_as_file) refuse_directory(path);
     const std::string file = is_dir(path) ? pick_in_directory(path) : path;
     if (ends_with(file, ".json")) {
         c.format = "sharded safetensors";
         c.source = open_safetensors_index(file, max_bytes);
     } else {
-        const std::string head = head_of(file, 8);
-        if (head.size() >= 4 && head.compare(0, 4, "PK\x03\x04") == 0) {
-            c.format = "torch zip";
-            c.source = open_torch_zip(file, max_bytes);
-        } else if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x80 &&
-                   static_cast<unsigned char>(head[1]) <= 5) {
-            throw InputError(shown_path(file) +
-                             ": a PyTorch file in the legacy (pre-1.6) format; re-save it with torch.save "
-                             "(the zip format) or as .safetensors");
-        } else {
-            c.format = "safetensors";
-            c.source = open_safetensors(file, max_bytes);
+        switch (container_of(file)) {
+            case Container::torch_zip:
+                c.format = "torch zip";
+                c.source = open_torch_zip(file, max_bytes);
+                break;
+            case Container::legacy_torch:
+                throw InputError(shown_path(file) +
+                                 ": a PyTorch file in the legacy (pre-1.6) format; re-save it with torch.save "
+                                 "(the zip format) or as .safetensors");
+            case Container::safetensors:
+                c.format = "safetensors";
+                c.source = open_safetensors(file, max_bytes);
+                break;
         }
     }
     const std::string config = join(dir_of(file), "config.json");
     if (is_file(config)) {
-        c.config = read_config(config);
+        c.config = read_config(config, max_bytes);
         c.config_path = config;
     }
     return c;

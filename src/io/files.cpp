@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <istream>
 #include <memory>
@@ -15,6 +18,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/read.hpp"
+#include "attnscope/io/write.hpp"
 #include "bytes.hpp"
 #include "grow.hpp"
 
@@ -29,6 +33,71 @@ struct Fd {
     int fd;
     ~Fd() { ::close(fd); }
 };
+
+// ---- mapped files, and the signal a truncated one raises ----------------------------------
+//
+// A page of a mapping past the end of its file (truncated by another process since it was
+// mapped) raises SIGBUS when touched. Every mapping is listed here with the line that
+// names its file, in a fixed table that a signal handler may read (no locks, no heap).
+
+constexpr std::uintptr_t kFilling = 1;  // a slot being filled in (no mapping starts at 1)
+struct Mapped {
+    std::atomic<std::uintptr_t> begin{0};  // 0: a free slot; kFilling; the mapping's start
+    std::size_t size = 0;
+    const std::string* line = nullptr;  // "attnscope: error: FILE: ...\n"
+};
+constexpr std::size_t kMappedSlots = 256;  // a run maps a few files; a fuller table only loses the name
+Mapped mapped[kMappedSlots];
+static_assert(std::atomic<std::uintptr_t>::is_always_lock_free, "signal handlers need lock-free atomics");
+
+// Maps fd's `size` bytes read-only (MAP_POPULATE: every page at once) and lists the
+// mapping; MAP_FAILED gives empty bytes.
+FileBytes map_listed(int fd, std::size_t size, const std::string& path, bool populate) {
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
+    if (p == MAP_FAILED) return {};
+    auto line = std::make_shared<const std::string>(
+        "attnscope: error: " + escape_control(path) +
+        ": the file changed while it was read (truncated by another process?); nothing more was read\n");
+    Mapped* slot = nullptr;
+    for (Mapped& m : mapped) {
+        std::uintptr_t free = 0;
+        if (!m.begin.compare_exchange_strong(free, kFilling)) continue;
+        m.size = size;
+        m.line = line.get();
+        m.begin.store(reinterpret_cast<std::uintptr_t>(p), std::memory_order_release);
+        slot = &m;
+        break;
+    }
+    std::shared_ptr<const void> keep(p, [size, slot, line](const void* q) {
+        if (slot) slot->begin.store(0, std::memory_order_release);
+        ::munmap(const_cast<void*>(q), size);
+    });
+    return {std::string_view(static_cast<const char*>(p), size), std::move(keep)};
+}
+
+extern "C" void on_sigbus(int, siginfo_t* info, void*) {
+    static constexpr char kUnknown[] =
+        "attnscope: error: an input file changed while it was read (truncated by another process?)\n";
+    const char* text = kUnknown;
+    std::size_t n = sizeof kUnknown - 1;
+    const auto at = reinterpret_cast<std::uintptr_t>(info->si_addr);
+    for (const Mapped& m : mapped) {
+        const std::uintptr_t b = m.begin.load(std::memory_order_acquire);
+        if (b > kFilling && at >= b && at - b < m.size && m.line) {
+            text = m.line->data();
+            n = m.line->size();
+            break;
+        }
+    }
+    remove_unfinished_outputs();
+    while (n > 0) {
+        const ssize_t w = ::write(2, text, n);
+        if (w <= 0) break;
+        text += w;
+        n -= std::size_t(w);
+    }
+    ::_exit(2);
+}
 
 // Opens `path` for reading and checks it: a file, not a directory; a regular file no
 // larger than the memory limit.
@@ -104,15 +173,31 @@ FileBytes map_file(const std::string& path, std::size_t max_bytes) {
     int fd = -1;
     const struct stat st = open_checked(path, max_bytes, fd);
     Fd closer{fd};
-    if (S_ISREG(st.st_mode) && st.st_size > 0) {
-        const std::size_t size = std::size_t(st.st_size);
-        void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-        if (p != MAP_FAILED) {
-            std::shared_ptr<const void> keep(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
-            return {std::string_view(static_cast<const char*>(p), size), std::move(keep)};
-        }
-    }
+    if (S_ISREG(st.st_mode) && st.st_size > 0)
+        if (FileBytes f = map_listed(fd, std::size_t(st.st_size), path, true); f.keep) return f;
     return read_fd(fd, st, path, max_bytes);
+}
+
+FileBytes map_file_lazily(const std::string& path, std::size_t max_bytes, bool regular_only) {
+    // O_NONBLOCK: opening a FIFO does not wait for a writer (it is refused or read below).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (regular_only ? O_NONBLOCK : 0));
+    if (fd < 0) throw InputError(shown_path(path) + ": cannot open file: " + std::strerror(errno));
+    Fd closer{fd};
+    struct stat st {};
+    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (!regular && regular_only)
+        throw InputError(shown_path(path) + ": is " + describe_path(path) + ", expected a regular file");
+    if (regular && st.st_size > 0)
+        if (FileBytes f = map_listed(fd, std::size_t(st.st_size), path, false); f.keep) return f;
+    return map_file(path, max_bytes);
+}
+
+void exit_on_changed_mappings() {
+    struct sigaction on {};
+    on.sa_sigaction = on_sigbus;
+    on.sa_flags = SA_SIGINFO;
+    sigemptyset(&on.sa_mask);
+    ::sigaction(SIGBUS, &on, nullptr);
 }
 
 FileBytes read_stream(std::istream& in, const std::string& name, std::size_t max_bytes) {

@@ -227,6 +227,12 @@ ElementType parse_descr(const std::string& descr, const std::string& origin) {
     bool ok = (kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
               ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) ||
               (kind == 'b' && size == 1) || (kind == 'U' && size >= 1);
+    if (!ok && (kind == 'f' || kind == 'i' || kind == 'u' || kind == 'b'))
+        throw bad(std::to_string(size * 8) + "-bit " +
+                  (kind == 'f'   ? "floats"
+                   : kind == 'b' ? "bools"
+                                 : "integers") +
+                  " are not supported");
     if (!ok) throw bad("not a numeric, bool or text type");
     if (kind == 'U') size *= 4;  // UCS-4 code units
     bool big = order == '>';
@@ -286,25 +292,21 @@ struct Preamble {
     std::size_t header_start, header_len;
 };
 
-// 1. The preamble: the magic "\x93NUMPY", a format version of 1 (2-byte header length)
-//    or 2 or 3 (4-byte), and a header that ends within the file.
+// 1. The preamble: the magic "\x93NUMPY", a format version of 1.0 (2-byte header length)
+//    or 2.0 or 3.0 (4-byte; numpy refuses any other, (1, 1) and (2, 2) too), and a header
+//    that ends within the file.
 Preamble read_preamble(std::string_view bytes, const std::string& origin) {
     static constexpr char kMagic[] = "\x93NUMPY";
-    if (bytes.size() < 10 || bytes.substr(0, 6) != std::string_view(kMagic, 6))
+    if (bytes.size() < 8 || bytes.substr(0, 6) != std::string_view(kMagic, 6))
         throw InputError(origin + ": not a .npy file (no \\x93NUMPY magic at the start)");
-    unsigned major = static_cast<unsigned char>(bytes[6]);
+    const unsigned major = static_cast<unsigned char>(bytes[6]), minor = static_cast<unsigned char>(bytes[7]);
+    if (major < 1 || major > 3 || minor != 0)
+        throw InputError(origin + ": unsupported .npy format version " + std::to_string(major) + "." +
+                         std::to_string(minor) + " (expected 1.0, 2.0 or 3.0)");
     Preamble p{};
-    if (major == 1) {
-        p.header_len = std::size_t(io_detail::load_le(bytes, 8, 2));
-        p.header_start = 10;
-    } else if (major == 2 || major == 3) {
-        if (bytes.size() < 12) throw InputError(origin + ": truncated .npy header");
-        p.header_len = std::size_t(io_detail::load_le(bytes, 8, 4));
-        p.header_start = 12;
-    } else {
-        throw InputError(origin + ": unsupported .npy format version " + std::to_string(major) +
-                         " (expected 1, 2 or 3)");
-    }
+    p.header_start = major == 1 ? 10 : 12;
+    if (bytes.size() < p.header_start) throw InputError(origin + ": truncated .npy header");
+    p.header_len = std::size_t(io_detail::load_le(bytes, 8, major == 1 ? 2 : 4));
     if (p.header_len > bytes.size() - p.header_start)
         throw InputError(origin + ": truncated .npy file: header claims " + std::to_string(p.header_len) +
                          " bytes, file has " + std::to_string(bytes.size() - p.header_start) + " after the preamble");

@@ -13,11 +13,14 @@
 // which the checks establish anyway), and a sharded checkpoint's in its index's
 // weight_map order.
 //
-// Where we are stricter than the reference implementation (huggingface/safetensors,
-// tensor.rs), on purpose: a key repeated in the header (its JSON reader keeps the last
-// tensor of a name; a struct field named twice it refuses, as we do) and a key other than
-// dtype, shape and data_offsets in an entry (it ignores them) are refused, and
-// "__metadata__" must be an object (null too is refused).
+// As the reference implementation (huggingface/safetensors, tensor.rs: serde_json reads
+// the header into a struct whose TensorInfo has no deny_unknown_fields) does: a key other
+// than dtype, shape and data_offsets in an entry is ignored, whatever its value; the
+// header is one JSON value with nothing but JSON whitespace around it (a NUL byte, a
+// byte-order mark or anything after the object is refused).
+// Where we are stricter, on purpose: a key repeated in the header (its JSON reader keeps
+// the last tensor of a name; a struct field named twice it refuses, as we do) is refused,
+// and "__metadata__" must be an object (null too is refused).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -43,6 +46,7 @@
 #include "attnscope/io/checkpoint.hpp"
 #include "attnscope/io/read.hpp"
 #include "bytes.hpp"
+#include "json_doc.hpp"
 
 namespace attnscope {
 namespace {
@@ -170,6 +174,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
     bool boolean(bool) override { return value("a boolean"); }
     bool number_integer(number_integer_t v) override { return value("the negative number " + std::to_string(v)); }
     bool number_unsigned(number_unsigned_t v) override {
+        if (skipped()) return true;
         if (state_ == State::shape) {
             charge(sizeof(std::size_t));
             cur_.shape.push_back(std::size_t(v));
@@ -183,6 +188,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
         return value("a number");
     }
     bool number_float(number_float_t, const string_t& s) override {
+        if (skipped()) return true;
         if (state_ == State::shape || state_ == State::offsets) {
             const char* field = state_ == State::shape ? "shape" : "data_offsets";
             fail_entry(std::string(field) + " must hold non-negative integers, found " + shown(s));
@@ -190,6 +196,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
         return value("a number");
     }
     bool string(string_t& s) override {
+        if (skipped()) return true;
         if (state_ == State::metadata_value) {
             state_ = State::metadata;
             return true;
@@ -207,6 +214,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
     bool binary(binary_t&) override { return value("binary data"); }
 
     bool start_object(std::size_t) override {
+        if (skip_opened()) return true;
         switch (state_) {
             case State::start:
                 state_ = State::top;
@@ -226,6 +234,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
         }
     }
     bool key(string_t& k) override {
+        if (state_ == State::skip) return true;
         if (state_ == State::top) {
             if (!names_.insert(k).second)
                 fail("tensor " + tname(k) + " appears twice in the header (JSON would keep only the last)");
@@ -254,13 +263,15 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
         } else if (k == "data_offsets") {
             field_ = Field::offsets, bit = 4;
         } else {
-            fail_entry("unexpected key '" + shown(k) + "' (expected only dtype, shape and data_offsets)");
+            field_ = Field::unknown;  // its value is skipped, as the reference ignores it
+            return true;
         }
         if (have_ & bit) fail_entry("key '" + shown(k) + "' appears twice");
         have_ |= bit;
         return true;
     }
     bool end_object() override {
+        if (skip_closed()) return true;
         switch (state_) {
             case State::metadata:
                 state_ = State::top;
@@ -275,6 +286,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
         }
     }
     bool start_array(std::size_t) override {
+        if (skip_opened()) return true;
         if (state_ == State::entry && field_ == Field::shape) {
             state_ = State::shape;
             cur_.shape.clear();
@@ -288,6 +300,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
         return value("an array");
     }
     bool end_array() override {
+        if (skip_closed()) return true;
         if (state_ == State::offsets && offsets_seen_ != 2)
             fail_entry("data_offsets must be [begin, end], found " + std::to_string(offsets_seen_) + " number" +
                        (offsets_seen_ == 1 ? "" : "s"));
@@ -300,14 +313,39 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
     }
 
    private:
-    enum class State { start, top, top_value, metadata, metadata_value, entry, shape, offsets, done };
-    enum class Field { none, dtype, shape, offsets };
+    enum class State { start, top, top_value, metadata, metadata_value, entry, shape, offsets, skip, done };
+    enum class Field { none, dtype, shape, offsets, unknown };
+
+    // The value of an unknown key of an entry: a scalar is passed over at once; an object
+    // or array in State::skip until its own end (skip_depth_ counts the open ones).
+    bool skipped() {
+        if (state_ == State::skip) return true;
+        if (state_ != State::entry || field_ != Field::unknown) return false;
+        field_ = Field::none;
+        return true;
+    }
+    bool skip_opened() {
+        if (state_ == State::skip) return ++skip_depth_, true;
+        if (state_ != State::entry || field_ != Field::unknown) return false;
+        state_ = State::skip;
+        skip_depth_ = 1;
+        return true;
+    }
+    bool skip_closed() {
+        if (state_ != State::skip) return false;
+        if (--skip_depth_ == 0) {
+            state_ = State::entry;
+            field_ = Field::none;
+        }
+        return true;
+    }
 
     [[noreturn]] void fail(const std::string& what) const { throw InputError(src_ + ": " + what); }
     [[noreturn]] void fail_entry(const std::string& what) const { fail("tensor " + tname(cur_.name) + ": " + what); }
 
     // A value where something else was expected.
     bool value(const std::string& found) {
+        if (skipped()) return true;
         switch (state_) {
             case State::start:
                 fail(std::string("the header is ") + found + ", expected a JSON object of tensors");
@@ -373,6 +411,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
     bool is_metadata_ = false;
     unsigned have_ = 0;  // dtype 1, shape 2, data_offsets 4
     int offsets_seen_ = 0;
+    std::size_t skip_depth_ = 0;
     Entry cur_;
     std::string meta_key_;
     std::unordered_set<std::string> names_, seen_;
@@ -395,6 +434,19 @@ void check_utf8(std::string_view header, const std::string& src) {
         }
         k += n;
     }
+}
+
+// The header is one JSON object with only JSON whitespace around it, as the reference's
+// serde_json::from_str requires: no NUL byte (nlohmann's reader would take the first for
+// the end of the text and accept `{}\0garbage`), no byte-order mark (nlohmann's reader
+// skips one). Writers pad with trailing spaces.
+void check_framing(std::string_view header, const std::string& src) {
+    if (const auto nul = header.find('\0'); nul != std::string_view::npos)
+        throw InputError(src + ": the header holds a NUL byte at header offset " + std::to_string(nul) +
+                         " (a header may be padded only with spaces)");
+    const auto start = header.find_first_not_of(" \t\n\r");
+    if (start != std::string_view::npos && header.substr(start, 3) == "\xEF\xBB\xBF")
+        throw InputError(src + ": the header starts with a UTF-8 byte-order mark, expected '{'");
 }
 
 // The data buffer must be covered exactly, as the reference implementation requires
@@ -462,6 +514,7 @@ class SafetensorsFile : public TensorSource {
 
         // 2. The header: UTF-8, a JSON object, each entry checked as it is read.
         check_utf8(header, src_);
+        check_framing(header, src_);
         HeaderReader reader(src_, max_bytes);
         nlohmann::json::sax_parse(header.begin(), header.end(), &reader);
 
@@ -469,11 +522,12 @@ class SafetensorsFile : public TensorSource {
         const std::vector<std::size_t> order = check_coverage(reader.entries, data_.size(), src_);
         infos_.reserve(order.size());
         where_.reserve(order.size());
+        const SharedText file(source);  // one string for every tensor
         for (const std::size_t i : order) {
             Entry& e = reader.entries[i];
             index_.emplace(e.name, infos_.size());
             infos_.push_back(
-                TensorInfo{std::move(e.name), std::string(e.dtype->numpy), std::move(e.shape), e.bytes, source});
+                TensorInfo{std::move(e.name), std::string(e.dtype->numpy), std::move(e.shape), e.bytes, file});
             where_.push_back(Where{e.dtype, std::size_t(e.begin)});
         }
     }
@@ -555,51 +609,14 @@ class SafetensorsFile : public TensorSource {
     std::unordered_map<std::string, std::size_t> index_;
 };
 
-// A file's bytes, mapped whatever its size: only the pages read are ever touched (no
-// MAP_POPULATE, unlike map_file, which serves readers that go through every byte). What
-// cannot be mapped (a pipe, /dev/stdin, a procfs file) is read by map_file under the limit.
-FileBytes map_lazily(const std::string& path, std::size_t max_bytes) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return map_file(path, max_bytes);  // its message
-    struct stat st {};
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-        const std::size_t size = std::size_t(st.st_size);
-        void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        ::close(fd);
-        if (p != MAP_FAILED) {
-            std::shared_ptr<const void> keep(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
-            return {std::string_view(static_cast<const char*>(p), size), std::move(keep)};
-        }
-    } else {
-        ::close(fd);
-    }
-    return map_file(path, max_bytes);
-}
-
-std::unique_ptr<SafetensorsFile> open_file(const std::string& path, std::size_t max_bytes) {
-    FileBytes f = map_lazily(path, max_bytes);
+// A file mapped, not read: only a tensor's pages are touched when it is read. A shard
+// (`regular_only`) must be a regular file: a FIFO would block, a device never end.
+std::unique_ptr<SafetensorsFile> open_file(const std::string& path, std::size_t max_bytes, bool regular_only) {
+    FileBytes f = map_file_lazily(path, max_bytes, regular_only);
     return std::make_unique<SafetensorsFile>(f.bytes, path, max_bytes, std::move(f.keep));
 }
 
 // ---- sharded checkpoints -----------------------------------------------------------------
-
-// The index's JSON with repeated keys refused (a JSON object keeps the last silently).
-nlohmann::ordered_json parse_index(const std::string& text, const std::string& src) {
-    std::vector<std::unordered_set<std::string>> keys;
-    const auto refuse_duplicates = [&](int, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json& j) {
-        using E = nlohmann::ordered_json::parse_event_t;
-        if (event == E::object_start) keys.emplace_back();
-        if (event == E::object_end) keys.pop_back();
-        if (event == E::key && !keys.back().insert(j.get<std::string>()).second)
-            throw InputError(src + ": key '" + shown(j.get<std::string>(), 160) + "' appears twice in an object");
-        return true;
-    };
-    try {
-        return nlohmann::ordered_json::parse(text, refuse_duplicates);
-    } catch (const nlohmann::json::exception& e) {
-        throw InputError(src + ": not valid JSON: " + shown(e.what(), 200));
-    }
-}
 
 // "a number", "an object"...: what a JSON value is, for messages.
 std::string a_type(const nlohmann::ordered_json& j) {
@@ -625,7 +642,9 @@ class ShardedSafetensors : public TensorSource {
         if (file.bytes.size() > kMaxIndexBytes)
             throw InputError(src + ": " + std::to_string(file.bytes.size()) +
                              " bytes, over the limit of 100000000 bytes for an index");
-        const nlohmann::ordered_json j = parse_index(std::string(file.bytes), src);
+        // Its text and tree counted against the limit; nesting bounded.
+        const nlohmann::ordered_json j =
+            io_detail::parse_json_document<nlohmann::ordered_json>(file.bytes, src, max_bytes, true);
         if (!j.is_object()) throw InputError(src + ": expected a JSON object with a weight_map, found " + a_type(j));
         const auto wm = j.find("weight_map");
         if (wm == j.end()) throw InputError(src + ": lacks weight_map (the tensors' shards)");
@@ -651,7 +670,7 @@ class ShardedSafetensors : public TensorSource {
                     throw InputError(src + ": weight_map puts tensor " + tname(tensor) + " in " + tname(name) +
                                      ", which does not exist beside the index");
                 shard_names_.push_back(name);
-                shards_.push_back(open_file(dir + name, max_bytes));
+                shards_.push_back(open_file(dir + name, max_bytes, true));
             }
             listed.emplace_back(tensor, it->second);
         }
@@ -699,7 +718,7 @@ class ShardedSafetensors : public TensorSource {
 }  // namespace
 
 std::unique_ptr<TensorSource> open_safetensors(const std::string& path, std::size_t max_bytes) {
-    return open_file(path, max_bytes);
+    return open_file(path, max_bytes, false);
 }
 
 std::unique_ptr<TensorSource> parse_safetensors(std::string_view bytes, const std::string& source,

@@ -926,6 +926,7 @@ class TorchZipSource final : public TensorSource {
 
     std::string_view bytes_;
     std::string source_;
+    SharedText file_{source_};  // every tensor's TensorInfo::file
     std::shared_ptr<const void> keep_;
     ZipReader zip_;
     std::vector<Member> members_;
@@ -1039,7 +1040,7 @@ void TorchZipSource::add_tensor(const Named& named, const Pickle& p, const std::
     ti.dtype = e.numpy;
     ti.shape = std::move(shape);
     ti.bytes = std::size_t(count) * e.size;
-    ti.file = source_;
+    ti.file = file_;
     by_name_.emplace(named.name, infos_.size());
     infos_.push_back(std::move(ti));
     entries_.push_back({t.elem, t.offset, t.size, t.stride, std::size_t(count), it->second, storage});
@@ -1126,25 +1127,10 @@ Array TorchZipSource::read(const std::string& name, std::size_t max_bytes) const
     return a;
 }
 
-// A file's bytes mapped without reading them: pages come in as read() touches them. Not
-// a regular file (a pipe): read whole, within the memory limit.
-FileBytes map_lazily(const std::string& path, std::size_t max_bytes) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw InputError(shown_path(path) + ": cannot open file: " + std::strerror(errno));
-    struct stat st {};
-    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-    void* p = regular ? ::mmap(nullptr, std::size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
-    ::close(fd);
-    if (p == MAP_FAILED) return map_file(path, max_bytes);
-    const std::size_t size = std::size_t(st.st_size);
-    std::shared_ptr<const void> keep(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
-    return {std::string_view(static_cast<const char*>(p), size), std::move(keep)};
-}
-
 }  // namespace
 
 std::unique_ptr<TensorSource> open_torch_zip(const std::string& path, std::size_t max_bytes) {
-    FileBytes file = map_lazily(path, max_bytes);
+    FileBytes file = map_file_lazily(path, max_bytes);
     return std::make_unique<TorchZipSource>(file.bytes, path, max_bytes, std::move(file.keep));
 }
 

@@ -3,6 +3,8 @@
 // data_offsets, the coverage of the data buffer, and reading each tensor.
 //
 // Oracles, besides the sanitizers:
+//  - an accepted file's header is a JSON object with only JSON whitespace around it (no NUL
+//    padding, no byte-order mark, nothing after a NUL), as the reference reads it;
 //  - an accepted file's tensors have distinct names, and each one's byte count is its
 //    shape's product times its dtype's size;
 //  - together they cover the data buffer exactly (the bytes after the header), as the
@@ -81,6 +83,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::uint64_t header = 0;
     for (int k = 7; k >= 0; --k) header = header << 8 | data[k];
     ATTNSCOPE_FUZZ_CHECK(header <= size - 8);
+    // The header is one JSON object in JSON whitespace, as serde_json::from_str reads it:
+    // no NUL byte anywhere (padding, or after the object), no byte-order mark.
+    const std::string_view text = bytes.substr(8, std::size_t(header));
+    ATTNSCOPE_FUZZ_CHECK(text.find('\0') == std::string_view::npos);
+    const std::size_t first = text.find_first_not_of(" \t\r\n");
+    ATTNSCOPE_FUZZ_CHECK(first != std::string_view::npos && text[first] == '{');
     std::set<std::string> names;
     std::size_t covered = 0;
     for (const TensorInfo& t : src->tensors()) {

@@ -1058,6 +1058,164 @@ class Hostile(CheckpointCase):
         self.refused_both_ways(f, str(f))
 
 
+def run_limited(argv, timeout=60, address_space=None):
+    """(exit code, stdout, stderr, peak RSS bytes) of one attnscope process, as peak_rss,
+    with a timeout and optionally its address space capped (so that a reader with no
+    bound fails fast instead of taking the machine's memory)."""
+    import resource
+
+    def cap():
+        if address_space:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    with tempfile.NamedTemporaryFile("r") as rss:
+        p = subprocess.run(["/usr/bin/time", "-q", "-f", "%M", "-o", rss.name, str(common.BIN)] +
+                           [str(a) for a in argv], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           timeout=timeout, preexec_fn=cap)
+        text = rss.read().split()
+        return p.returncode, p.stdout, p.stderr, int(text[-1]) * 1024 if text else 0
+
+
+def safetensors_bytes(header, data, pad_to=None):
+    """A .safetensors file by the format's description: the 8-byte little-endian length, the
+    JSON header (padded with spaces to `pad_to` bytes when given), the data."""
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if pad_to is not None:
+        assert len(text) <= pad_to
+        text += b" " * (pad_to - len(text))
+    return struct.pack("<Q", len(text)) + text + data
+
+
+class HostileFiles(CheckpointCase):
+    """Files and file systems that once crashed, hung or exhausted `inspect` and `run`: each
+    refused with one line, within --max-memory, or read as the format says."""
+
+    def test_header_length_with_low_byte_0x80_is_safetensors(self):
+        # 128 = 0x80 is also a pickle's PROTO opcode: the file is not a legacy torch file.
+        w = np.arange(64, dtype=np.float32).reshape(8, 8)
+        head = {"layers.0.self_attn.out_proj.weight": {"dtype": "F32", "shape": [8, 8], "data_offsets": [0, 256]}}
+        for pad, name in ((128, "model.safetensors"), (384, "weights.st"), (640, "pytorch_model.bin")):
+            with self.subTest(pad=pad, name=name):
+                d = self.path(f"d{pad}")
+                d.mkdir()
+                f = d / name
+                f.write_bytes(safetensors_bytes(head, w.tobytes(), pad_to=pad))
+                self.assertEqual(f.read_bytes()[0], 0x80)
+                for target in ((f, d) if name != "weights.st" else (f,)):  # a directory is searched by name
+                    r = run_text("inspect", target, "--json")
+                    self.assert_ok(r)
+                    doc = json.loads(r.out)
+                    self.assertEqual(doc["format"], "safetensors")
+                    self.assertEqual([(t["name"], t["shape"]) for t in doc["tensors"]],
+                                     [("layers.0.self_attn.out_proj.weight", [8, 8])])
+
+    def test_inspect_inflating_pickle_is_refused_by_the_memory_limit(self):
+        f = self.path("inflates.pt")
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
+            with z.open("archive/data.pkl", "w", force_zip64=True) as m:
+                chunk = bytes(1 << 20)
+                for _ in range(256):  # 256 MiB inflated, 250 KB in the file
+                    m.write(chunk)
+        self.assertLess(f.stat().st_size, 1 << 20)
+        code, out, err, rss = run_limited(["inspect", f, "--max-memory", "64M"], address_space=1 << 30)
+        self.assertEqual((code, out, len(err.splitlines())), (2, "", 1), err)
+        self.assertIn("its pickle is 256.0 MiB decompressed, over the memory limit of 64.0 MiB (--max-memory)", err)
+        self.assertLess(rss, 64 << 20)
+
+    def test_inspect_of_a_link_to_dev_zero_stops_at_the_limit(self):
+        link = self.path("zero.safetensors")
+        os.symlink("/dev/zero", link)
+        code, out, err, rss = run_limited(["inspect", link, "--max-memory", "48M"], address_space=1 << 30)
+        self.assertEqual((code, out, len(err.splitlines())), (2, "", 1), err)
+        self.assertIn("the memory limit of 48.0 MiB (--max-memory)", err)
+        self.assertLess(rss, (48 + 40) << 20)
+
+    def sharded(self, name, index_extra=None, shard_writer=None):
+        """A directory with a sharded index naming one shard a.safetensors (written by
+        shard_writer(path) when given, else a valid one)."""
+        d = self.path(name)
+        d.mkdir()
+        head = {"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+        if shard_writer:
+            shard_writer(d / "a.safetensors")
+        else:
+            (d / "a.safetensors").write_bytes(safetensors_bytes(head, bytes(8)))
+        index = {**(index_extra or {}), "weight_map": {"w": "a.safetensors"}}
+        (d / "model.safetensors.index.json").write_text(json.dumps(index, separators=(",", ":")))
+        return d
+
+    def test_fifo_shard_is_refused_without_blocking(self):
+        d = self.sharded("fifo", shard_writer=os.mkfifo)
+        code, out, err, _ = run_limited(["inspect", d], timeout=20)
+        self.assertEqual((code, out, len(err.splitlines())), (2, "", 1), err)
+        self.assertIn("a.safetensors: is a FIFO, expected a regular file", err)
+
+    def test_index_of_nested_arrays_is_counted(self):
+        # 2 MB of empty arrays in the index's metadata: 700,000 JSON values in a tree.
+        d = self.sharded("nested", {"metadata": {"pad": [[]] * 700_000}})
+        self.assertGreater((d / "model.safetensors.index.json").stat().st_size, 2_000_000)
+        code, out, err, rss = run_limited(["inspect", d, "--max-memory", "24M"], address_space=1 << 30)
+        self.assertEqual((code, out, len(err.splitlines())), (2, "", 1), err)
+        self.assertIn("its JSON needs more than the memory limit of 24.0 MiB (--max-memory)", err)
+        self.assertLess(rss, (24 + 40) << 20)
+        # Nested 100,000 deep: refused by its depth (nlohmann's tree would overflow the stack).
+        deep = self.sharded("deep")
+        (deep / "model.safetensors.index.json").write_text('{"weight_map": {"w": "a.safetensors"}, "m": ' +
+                                                           "[" * 100_000 + "]" * 100_000 + "}")
+        self.assert_error(run_text("inspect", deep), "nested more than 64 deep")
+        # config.json beside a checkpoint, likewise.
+        cfg = self.sharded("deep_config")
+        (cfg / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+        self.assert_error(run_text("inspect", cfg), "config.json: objects and arrays nested more than 64 deep")
+
+    def test_index_that_is_a_directory(self):
+        d = self.path("indexdir")
+        (d / "model.safetensors.index.json").mkdir(parents=True)
+        self.assert_error(run_text("inspect", d), "model.safetensors.index.json: is a directory, expected a file")
+
+    def test_one_tensor_listed_many_times_under_a_long_path(self):
+        # A 1 MB pickle naming one tensor 150,000 times, in a directory 3.6 KB deep: each
+        # name's record must not copy the path.
+        d = self.tmp
+        for k in range(18):
+            d = d / (chr(ord("a") + k) * 200)
+        d.mkdir(parents=True)
+        f = d / "m.pt"
+        t = _Tensor(_Storage("0", 4), (2, 2))
+        write_zip_pickle(f, {"a": [t] * 150_000}, {"0": bytes(16)})
+        self.assertGreater(len(str(f)), 3600)
+        code, out, err, rss = run_limited(["inspect", f, "--max-memory", "256M"], timeout=120, address_space=1 << 30)
+        if code == 0:  # each tensor is its own group ("a.7"): a blank line, the group, the tensor
+            self.assertEqual(sum(line.startswith("  a.") for line in out.splitlines()), 150_000)
+        else:
+            self.assertEqual((code, len(err.splitlines())), (2, 1), err)
+            self.assertIn("256.0 MiB (--max-memory)", err)
+        self.assertLess(rss, 256 << 20)
+        print(f"one tensor 150,000 times under a {len(str(f))}-byte path: exit {code}, peak RSS "
+              f"{rss / (1 << 20):.0f} MiB", file=sys.stderr)
+
+    def test_attention_line_escapes_the_prefix(self):
+        evil = "\x1b]0;pwned\x07\x1b[2J\n"
+        names = [f"{evil}layers.0.self_attn.{n}" for n in ("in_proj_weight", "in_proj_bias", "out_proj.weight",
+                                                               "out_proj.bias")]
+        shapes = ([6, 2], [6], [2, 2], [2])
+        head, off = {}, 0
+        for n, s in zip(names, shapes):
+            size = 4 * int(np.prod(s))
+            head[n] = {"dtype": "F32", "shape": s, "data_offsets": [off, off + size]}
+            off += size
+        f = self.path("evil.safetensors")
+        f.write_bytes(safetensors_bytes(head, bytes(off)))
+        r = run_text("inspect", f, "--preset", "mha")
+        self.assert_ok(r)
+        self.assertIn("attention:", r.out)
+        for c in ("\x1b", "\x07"):
+            self.assertNotIn(c, r.out)
+        attention = [line for line in r.out.splitlines() if "attention:" in line]
+        self.assertEqual(len(attention), 1, r.out)
+        self.assertIn("\\x1b]0;pwned\\x07\\x1b[2J\\n", attention[0])
+
+
 class _Storage:
     """Pickles as a persistent id ('storage', torch.FloatStorage, key, 'cpu', numel)."""
 

@@ -20,13 +20,32 @@
 
 namespace attnscope {
 
+// Text shared by its copies: the file of every tensor of one file is one string (a path
+// may be 4 KB long, and a file may list a million tensors). Empty by default.
+class SharedText {
+   public:
+    SharedText() = default;
+    SharedText(std::string s) : p_(std::make_shared<const std::string>(std::move(s))) {}  // NOLINT: a string
+    SharedText(const char* s) : SharedText(std::string(s)) {}                             // NOLINT: a string
+    const std::string& str() const { return p_ ? *p_ : empty(); }
+    operator const std::string&() const { return str(); }  // NOLINT: reads as the string it is
+    friend bool operator==(const SharedText& a, std::string_view b) { return a.str() == b; }
+
+   private:
+    static const std::string& empty() {
+        static const std::string e;
+        return e;
+    }
+    std::shared_ptr<const std::string> p_;
+};
+
 // One tensor of a checkpoint, as its directory describes it.
 struct TensorInfo {
     std::string name;                // "model.layers.3.self_attn.q_proj.weight"
     std::string dtype;               // numpy's spelling: "float32", "float16", "bfloat16", "int64", "bool"…
     std::vector<std::size_t> shape;  // C order
     std::size_t bytes = 0;           // its data's size in the file
-    std::string file;                // the file holding it (a shard, or the checkpoint itself)
+    SharedText file;                 // the file holding it (a shard, or the checkpoint itself)
 };
 
 // The tensors of one container. Implementations: safetensors (one file or a sharded

@@ -60,12 +60,26 @@ std::uint32_t crc32_bytes(std::uint32_t crc, const unsigned char* p, std::size_t
 // arrive: a regular file larger than `max_bytes` is refused before it is read, anything
 // else once more than `max_bytes` have been read (never more than that is held, whatever
 // the source sends: `/dev/zero` is refused, not read until memory runs out). A mapped file
-// must not be truncated while it is read.
+// truncated while it is read raises SIGBUS: see exit_on_changed_mappings().
 struct FileBytes {
     std::string_view bytes;
     std::shared_ptr<const void> keep;
 };
 FileBytes map_file(const std::string& path, std::size_t max_bytes = kNoLimit);
+
+// A file's bytes mapped without reading them: only the pages read are ever touched (no
+// MAP_POPULATE, unlike map_file, which serves readers that go through every byte); for the
+// checkpoint readers, which read one layer of a file of many gigabytes. What cannot be
+// mapped (a pipe, /dev/stdin, a procfs file) is read by map_file under the limit; with
+// `regular_only` (a shard named by an index), anything but a regular file is refused,
+// without blocking on a FIFO.
+FileBytes map_file_lazily(const std::string& path, std::size_t max_bytes = kNoLimit, bool regular_only = false);
+
+// From now on, a mapped file found truncated while it is read (SIGBUS) ends the process
+// with exit code 2 and one line on standard error naming the file ("attnscope: error:
+// FILE: the file changed while it was read ..."), after removing the outputs being
+// written, instead of dying without a word. For programs (the CLI), not libraries.
+void exit_on_changed_mappings();
 
 // A stream (standard input) read to its end, bounded as map_file() bounds a pipe: once
 // more than `max_bytes` have been read, MemoryLimitError "NAME: the input is larger than

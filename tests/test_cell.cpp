@@ -117,7 +117,12 @@ void check_cell(const Computed& c, const CellRef& cell, int decimals) {
         for (std::size_t k = 0; k < d.Tk; ++k) row_sum += std::exp(tr.masked()(b, h, i, k) - row_max);
         const double e = visible ? std::exp(tr.scores(b, h, i, j) - row_max) : 0.0;
         check_printed(number_after(line_with(text, "4) row max"), "keys = "), row_max, decimals, "row max");
-        check_printed(number_after(line_with(text, "row sum of exp"), "keys = "), row_sum, decimals, "row sum");
+        check_printed(number_after(line_with(text, "row sum of exp"), " = "), row_sum, decimals, "row sum");
+        std::size_t seen = 0;  // the keys the sum runs over: the visible ones
+        for (std::size_t k = 0; k < d.Tk; ++k) seen += tr.mask(b, i, k);
+        CHECK(contains(line_with(text, "row sum of exp"), "over the " + std::to_string(seen) +
+                                                              (seen < d.Tk ? " visible" : "") +
+                                                              (seen == 1 ? " key = " : " keys = ")));
         const std::string lw = line_with(text, "weight = ");
         check_printed(number_after(lw, "weight = "), e, decimals, "exp(m - max)");
         check_printed(number_after(lw, " / "), row_sum, decimals, "row sum (weight line)");

@@ -243,3 +243,36 @@ TEST_CASE("views: the raw score spread is the spread of q_i · k_j, whatever the
         }
     }
 }
+
+TEST_CASE("views: the diagnostics table heads the entropy ent, not H, and gives top w·v's share") {
+    // Issue 21: the legend promised the top w·v key's share of the context but the table
+    // printed only the key, and headed the entropy "H", the heads' symbol. By hand: W_K = 0
+    // makes every row uniform over the 3 keys; W_V = I makes v_j = x_j, of norms 5, 1 and
+    // 0; so ||w_ij v_j|| = ||v_j|| / 3 and key 0's share is 5 / (5 + 1 + 0) = 83%.
+    std::mt19937 rng(11);
+    Bundle b = bundle({{"x", arr({3, 2}, {3, 4, 0, 1, 0, 0})},
+                       {"W_Q", random_array(rng, {2, 2})},
+                       {"W_K", zeros({2, 2})},
+                       {"W_V", arr({2, 2}, {1, 0, 0, 1})}});
+    auto c = compute(b, Spec{});
+    std::ostringstream out;
+    TextOptions o;
+    write_diagnostics_text(out, c->view, diagnose(c->view), o);
+    const std::string text = out.str();
+    INFO(text);
+    const auto lines = lines_of(text);
+    const auto header = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+        return l.find("query") != std::string::npos && l.find("eff") != std::string::npos;
+    });
+    REQUIRE(header != lines.end());
+    CHECK(contains(*header, "  ent  "));
+    CHECK(contains(*header, "  top w·v %  "));
+    CHECK(!contains(*header, "  H  "));
+    for (std::size_t i = 0; i < 3; ++i) {
+        const std::string& row = *(header + 1 + std::ptrdiff_t(i));
+        CAPTURE(row);
+        CHECK(contains(row, "k0 83  "));
+        CHECK(contains(row, "1.099"));  // ln 3
+    }
+    CHECK(contains(text, "share of the context"));
+}

@@ -126,3 +126,52 @@ TEST_CASE("summary: a sink's logit joins the denominator only") {
     CHECK(s.entropy[0] == doctest::Approx(std::log(2.0)));  // of w / Σ w, as --diagnose
     CHECK(s.sink_mass[0] == doctest::Approx(0.5));          // keys 0 and 1 are the sink keys
 }
+
+TEST_CASE("summary: a row with a NaN or an infinity among its logits is NaN, -1, and not finite") {
+    // Issue 21: such a row reported entropy 0 and effective_keys 1 (a one-hot row's) while
+    // row_sum was NaN. Its dense weights are NaN (softmax of a NaN, or of inf - inf).
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    const std::vector<std::vector<double>> rows = {
+        {0.0, nan, 1.0, 0.5},      // one NaN among finite logits
+        {nan, nan, 1.0, 0.5},      // a first block of NaNs only (cut at 2): no largest logit in it
+        {nan, nan, nan, nan},      // nothing but NaN
+        {0.0, inf, 1.0, 0.5},      // +inf: inf - inf
+        {-inf, -inf, -inf, -inf},  // visible keys whose logits are all -inf: 0 / 0
+    };
+    for (std::size_t k = 0; k < rows.size(); ++k)
+        for (const auto& cuts : {std::vector<std::size_t>{}, {2}, {1, 3}}) {
+            CAPTURE(k);
+            CAPTURE(cuts.size());
+            Summary s = one_row(3, 4);
+            const auto bins = summarize(s, rows[k], nullptr, 3, cuts);
+            CHECK(std::isnan(s.entropy[0]));
+            CHECK(std::isnan(s.effective_keys[0]));
+            CHECK(std::isnan(s.max_weight[0]));
+            CHECK(std::isnan(s.row_sum[0]));
+            CHECK(std::isnan(s.sink_mass[0]));
+            CHECK(std::isnan(s.local_mass[0]));
+            CHECK(std::isnan(s.mean_distance[0]));
+            CHECK(s.max_key[0] == -1);
+            CHECK(s.topk_index == std::vector<std::int64_t>{-1, -1, -1});
+            for (double w : s.topk_weight) CHECK(std::isnan(w));
+            CHECK(s.visible_keys[0] == 4);
+            CHECK(!s.finite(0));
+            CHECK(!s.counted(0));
+            for (double v : bins) CHECK(v == 0.0);  // nothing of it in the head's profile
+        }
+    // float: the vectorised sums of the fast path
+    const std::vector<float> f = {0.f, std::numeric_limits<float>::quiet_NaN(), 1.f, 0.5f};
+    Summary s = one_row(3, 4);
+    summarize(s, f, nullptr, 3, {});
+    CHECK(std::isnan(s.entropy[0]));
+    CHECK(s.max_key[0] == -1);
+    // a sink logit that is NaN
+    const std::vector<double> x = {0.0, 1.0};
+    summarize(s, x, nullptr, 1, {}, &nan);
+    CHECK(std::isnan(s.row_sum[0]));
+    CHECK(!s.finite(0));
+    // and a finite row stays finite
+    summarize(s, x, nullptr, 1, {});
+    CHECK(s.finite(0));
+    CHECK(s.row_sum[0] == doctest::Approx(1.0));
+}

@@ -1,7 +1,7 @@
 // `attnscope decode BUNDLE --prefill P [model/mask options of run] [--bug NAME] [--json]
-// [--heatmap]`: options → io → model → core (decode) → report. Positions 0..P-1 run as one
-// causal prefill; every later position as one query against the KV cache; each step is
-// compared with the same row of one full causal run.
+// [--heatmap] [--batch LIST] [--head LIST]`: options → io → model → core (decode) →
+// report. Positions 0..P-1 run as one causal prefill; every later position as one query
+// against the KV cache; each step is compared with the same row of one full causal run.
 #include "attnscope/core/decode.hpp"
 
 #include <iostream>
@@ -14,6 +14,7 @@
 #include "attnscope/io/write.hpp"
 #include "attnscope/model/model.hpp"
 #include "attnscope/report/decode_report.hpp"
+#include "attnscope/report/report.hpp"
 #include "help.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
@@ -38,6 +39,9 @@ int run_typed(const DecodeArgs& a, const Bundle& bundle, const Spec& spec, Decod
     const Problem<T> problem = make_problem<T>(bundle, spec);
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
     check_decodable(problem, a.prefill, bug);
+    TextOptions chosen;  // --batch, --head: checked before any work
+    chosen.batches = a.run.batches, chosen.heads = a.run.heads_shown;
+    check_selection(chosen, problem.dims);
     Compute how;
     how.keep = StageSet().set(kWeights).set(kSinkWeight).set(kContext).set(kOutput);
     how.threads = a.run.threads;
@@ -55,6 +59,7 @@ int run_typed(const DecodeArgs& a, const Bundle& bundle, const Spec& spec, Decod
         DecodeTextOptions o;
         o.source = bundle.source;
         o.heatmap = a.heatmap;
+        o.batches = a.run.batches, o.heads = a.run.heads_shown;
         write_decode_text(std::cout, problem, run, o);
     }
     std::cout.flush();
@@ -68,6 +73,10 @@ int run_decode(DecodeArgs& a) {
             "--no-causal: decode is causal by construction (a step sees only the cache: its own "
             "position and those before)");
     if (a.json && a.heatmap) throw UsageError("--heatmap: a text view; --json gives every weight row as numbers");
+    if ((!a.run.batches.empty() || !a.run.heads_shown.empty()) && (a.json || !a.dump.empty()))
+        throw UsageError(std::string(a.run.batches.empty() ? "--head" : "--batch") +
+                         ": decode's selections choose the rows of the text view; --json and --dump hold every "
+                         "batch item and head");
     if (!a.dump.empty()) {
         if (a.dump.size() < 4 || a.dump.compare(a.dump.size() - 4, 4, ".npz") != 0)
             throw UsageError("--dump " + a.dump + ": decode writes one .npz archive (a name ending in .npz)");
@@ -107,6 +116,7 @@ Subcommand setup_decode_command(CLI::App& parent) {
         ->check(CLI::IsMember(bugs))
         ->group(kDecoding);
     cmd->add_flag("--json", a->json, "Print one JSON document: config, prefill and every step")->group(kOutputs);
+    add_selection_options(cmd, a->run, "the text view");
     cmd->add_flag("--heatmap", a->heatmap, "Each weight row as one line of a character ramp instead of numbers")
         ->group(kViews);
     cmd->add_option("--dump", a->dump,

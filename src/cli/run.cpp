@@ -284,19 +284,19 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
                 write_summary_json(out, *summary, view.batched);
             };
         write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
-    } else if (!o.quiet && summary && stages.empty()) {
-        write_summary_text(std::cout, *summary, view.batched, o.batches, o.heads_shown);
     } else if (!o.quiet) {
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
-        if (o.panels) {
+        if (summary && stages.empty()) {
+            write_run_header(std::cout, view, text);
+        } else if (o.panels) {
             write_run_header(std::cout, view, text);
             write_panels(std::cout, view, text);
         } else if (o.cell.empty() || !o.stages.empty())
             write_text(std::cout, view, text);
         if (o.diagnose) write_diagnostics_text(std::cout, view, diagnostics, text);
         if (!o.cell.empty()) write_cell(std::cout, view, cell, o.decimals);
-        if (summary) write_summary_text(std::cout, *summary, view.batched, o.batches, o.heads_shown);
+        if (summary) write_summary_text(std::cout, *summary, view, text);
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
@@ -424,6 +424,17 @@ std::vector<std::string> matrix_stage_names() {
 
 }  // namespace
 
+void add_selection_options(CLI::App* cmd, RunOptions& o, const std::string& where) {
+    cmd->add_option("--batch", o.batches, "Batch items shown in " + where + " (default all)")
+        ->delimiter(',')
+        ->check(kIndex)
+        ->group(kSelections);
+    cmd->add_option("--head", o.heads_shown, "Heads shown in " + where + " (default all)")
+        ->delimiter(',')
+        ->check(kIndex)
+        ->group(kSelections);
+}
+
 // Options that choose the inputs: the bundle and arrays from their own files.
 void add_input_options(CLI::App* run, RunOptions& o) {
     run->add_option("bundle", o.bundle,
@@ -529,14 +540,7 @@ void add_output_options(CLI::App* run, RunOptions& o) {
                     "K, V, scores, mask, masked_scores, weights, context, output; with the variants Q_rot, K_rot, "
                     "bias, sink_weight; head_output when asked for")
         ->group(kOutputs);
-    run->add_option("--batch", o.batches, "Batch items shown in every output (default all)")
-        ->delimiter(',')
-        ->check(kIndex)
-        ->group(kSelections);
-    run->add_option("--head", o.heads_shown, "Heads shown in every output (default all)")
-        ->delimiter(',')
-        ->check(kIndex)
-        ->group(kSelections);
+    add_selection_options(run, o, "every output");
     run->add_option("--decimals", o.decimals, "Decimals in the printed report")
         ->capture_default_str()
         ->check(CLI::Range(0, 17))

@@ -99,5 +99,8 @@ std::size_t memory_limit(const RunOptions& o);
 // An option of one value given twice takes the later value (--heads 2 ... --heads 1, and
 // --compare's run B over run A), as in most command lines; call once every option is added.
 void later_options_replace(CLI::App* cmd);
+// --batch LIST and --head LIST (indices from 0) into o.batches and o.heads_shown, under
+// the selections heading; `where` says what they choose ("every output").
+void add_selection_options(CLI::App* cmd, RunOptions& o, const std::string& where);
 
 }  // namespace attnscope::cli

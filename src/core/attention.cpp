@@ -532,6 +532,7 @@ class Attention {
         s->topk_weight.assign(rows * s->K, 0.0);
         s->distance_profile.assign(d.B * d.H * s->bins, 0.0);
         s->profile_rows.assign(d.B * d.H, 0);
+        s->nonfinite_rows.assign(d.B * d.H, 0);
         tile_bins_.assign(d.B * d.H * tiles * s->bins, 0.0);
         tr_.summary = std::move(s);
     }
@@ -540,9 +541,9 @@ class Attention {
         Summary& s = *tr_.summary;
         const std::size_t tiles = (d_.Tq + kSummaryRows - 1) / kSummaryRows;
         for (std::size_t bh = 0; bh < d_.B * d_.H; ++bh) {
-            std::int64_t n = 0;
-            for (std::size_t i = 0; i < d_.Tq; ++i) n += s.visible_keys[bh * d_.Tq + i] > 0;
-            s.profile_rows[bh] = n;
+            std::int64_t n = 0, bad = 0;
+            for (std::size_t i = 0; i < d_.Tq; ++i) n += s.counted(bh * d_.Tq + i), bad += !s.finite(bh * d_.Tq + i);
+            s.profile_rows[bh] = n, s.nonfinite_rows[bh] = bad;
             double* prof = &s.distance_profile[bh * s.bins];
             for (std::size_t t = 0; t < tiles; ++t)
                 for (std::size_t k = 0; k < s.bins; ++k) prof[k] += tile_bins_[(bh * tiles + t) * s.bins + k];

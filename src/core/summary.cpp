@@ -26,7 +26,7 @@ HeadClass classify_head(const Summary& s, std::size_t b, std::size_t h) {
     }
     for (std::size_t i = 0; i < s.Tq; ++i) {
         const std::size_t r = s.row(b, h, i);
-        if (s.visible_keys[r] == 0) continue;
+        if (!s.counted(r)) continue;
         c.sink += s.sink_mass[r];
         c.local += s.local_mass[r];
         c.effective_keys += s.effective_keys[r];
@@ -44,9 +44,13 @@ HeadClass classify_head(const Summary& s, std::size_t b, std::size_t h) {
     return c;
 }
 
+std::string sink_keys_words(std::size_t s) {
+    return s == 0 ? "no key" : s == 1 ? "key 0" : "keys 0.." + std::to_string(s - 1);
+}
+
 std::string head_class_rule(const SummarySpec& spec) {
     auto pct = [](double v) { return std::to_string(int(std::lround(v * 100))) + "%"; };
-    return "sink: mean mass on keys 0.." + std::to_string(spec.sink_keys) + "-1 >= " + pct(kSinkHead) +
+    return "sink: mean mass on " + sink_keys_words(spec.sink_keys) + " >= " + pct(kSinkHead) +
            "; diagonal: at distance 0 >= " + pct(kDiagonalHead) +
            "; previous-token: at distance 1 >= " + pct(kPreviousHead) + "; local: within " +
            std::to_string(spec.local) + " >= " + pct(kLocalHead) + "; else broad";
@@ -190,7 +194,10 @@ void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, lon
     const double neg_inf = -std::numeric_limits<double>::infinity();
     if (st.m == neg_inf) {
         const double mx = double(kernels::row_max(x, n));
-        if (mx > st.m) raise_max(r, mx);
+        if (mx > st.m)
+            raise_max(r, mx);
+        else  // no largest logit: hidden keys (-inf), or NaN, which the sums would never see
+            st.nan_block = st.nan_block || std::any_of(x, x + n, [](T v) { return std::isnan(v); });
     }
     double mx = neg_inf;
     if (st.m != neg_inf) {
@@ -221,23 +228,36 @@ void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, lon
     }
 }
 
+namespace {
+
+// A row without weights: `v` in every number (0 for a row that sees no key, NaN for one
+// whose logits are not finite), -1 for every key, `slot` in every top-k weight.
+void blank_row(const RowSlots& r, Summary& s, std::size_t row, double v, double slot) {
+    s.entropy[row] = s.effective_keys[row] = s.max_weight[row] = v;
+    s.sink_mass[row] = s.local_mass[row] = s.mean_distance[row] = s.row_sum[row] = v;
+    s.max_key[row] = -1;
+    std::fill(r.index, r.index + r.K, std::int64_t(-1));
+    std::fill(r.logit, r.logit + r.K, slot);
+}
+
+}  // namespace
+
 void finish(const RowSlots& r, const double* sink, Summary& s, std::size_t row, double* tile_bins) {
     const RowState& st = *r.st;
     s.visible_keys[row] = st.seen;
-    if (st.seen == 0) {
-        s.entropy[row] = s.effective_keys[row] = s.max_weight[row] = 0;
-        s.sink_mass[row] = s.local_mass[row] = s.mean_distance[row] = s.row_sum[row] = 0;
-        s.max_key[row] = -1;
-        std::fill(r.index, r.index + r.K, std::int64_t(-1));
-        std::fill(r.logit, r.logit + r.K, 0.0);
-        return;
-    }
+    if (st.seen == 0) return blank_row(r, s, row, 0.0, 0.0);
     // Weights are e^(x - M) / den, M = max(m, sink): the sums (relative to m) times f / den.
     const double M = sink && *sink > st.m ? *sink : st.m;
     const double f = st.m == M ? 1.0 : std::exp(st.m - M);
     const Sums& sum = st.sum;
     const double den = sum.z * f + (sink ? std::exp(*sink - M) : 0.0);
     const double unit = f / den;
+    // A NaN logit makes z NaN; +inf makes it NaN (inf - inf); visible keys all -inf leave
+    // it 0 (exp(-inf - -inf) is NaN in the dense softmax); a NaN or +inf sink, den NaN.
+    if (st.nan_block || !(sum.z > 0) || !std::isfinite(sum.z + sum.wx + sum.wd) || !std::isfinite(unit)) {
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        return blank_row(r, s, row, nan, nan);
+    }
     // The top-k's weights, and their order by weight (ties, should rounding make any, to
     // the lower key); the slots never filled hold -1 and 0.
     for (std::size_t k = 0; k < r.K; ++k)

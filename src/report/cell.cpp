@@ -196,9 +196,17 @@ bool write_mask(std::ostream& out, const CellWalk& c, double logit) {
     return visible;
 }
 
+// "the 2 visible keys" of row i (hidden ones add exp(-inf) = 0), or "the 5 keys" when
+// every key of the row is visible.
+std::string visible_keys_words(const CellWalk& c) {
+    const std::size_t Tk = c.v.dims.Tk;
+    std::size_t n = 0;
+    for (std::size_t k = 0; k < Tk; ++k) n += sees(c.v, c.b, c.h, c.i, k);
+    return "the " + std::to_string(n) + (n < Tk ? " visible" : "") + (n == 1 ? " key" : " keys");
+}
+
 // 4) the row max, exp, the row sum and the weight, checked against the stored weight w.
 void write_softmax(std::ostream& out, const CellWalk& c, double logit, bool visible, double w) {
-    const Dims& d = c.v.dims;
     const RowMax r = row_max(c.v.stage(kMaskedScores), c.b, c.h, c.i);
     if (r.max == -std::numeric_limits<double>::infinity()) {
         out << "  4) every key of query " << c.i << " is masked: the whole row of weights is 0 (not NaN)\n";
@@ -208,14 +216,13 @@ void write_softmax(std::ostream& out, const CellWalk& c, double logit, bool visi
     out << "  4) row max over the visible keys = " << c.f(r.max) << " (key " << r.arg << " '"
         << clip_label(axis_label(c.v, "Tk", c.b, r.arg)) << "')\n";
     out << "     exp(" << (visible ? c.f(logit) : "-inf") << " - (" << c.f(r.max) << ")) = " << c.f(e) << '\n';
-    out << "     row sum of exp(m - max) over the " << d.Tk << " keys = " << c.f(r.sum) << '\n';
+    out << "     row sum of exp(m - max) over " << visible_keys_words(c) << " = " << c.f(r.sum) << '\n';
     out << "     weight = " << c.f(e) << " / " << c.f(r.sum) << " = " << c.f(e / r.sum) << "    [weights = " << c.f(w)
         << "]\n";
 }
 
 // 4) with a sink: its logit joins the denominator; the sink's share of the row.
 void write_sink_softmax(std::ostream& out, const CellWalk& c, double logit, bool visible, double w) {
-    const Dims& d = c.v.dims;
     const RowMax r = row_max(c.v.stage(kMaskedScores), c.b, c.h, c.i);
     const double stored_share = at_bhi(c.v.stage(kSinkWeight), c.b, c.h, c.i);
     const auto s = sink_logit(c.v, c.h);
@@ -235,8 +242,8 @@ void write_sink_softmax(std::ostream& out, const CellWalk& c, double logit, bool
         << " (read back from sink_weight)\n";
     out << "     M = max(row max, s_h) = " << c.f(M) << '\n';
     out << "     exp(" << (visible ? c.f(logit) : "-inf") << " - (" << c.f(M) << ")) = " << c.f(e) << '\n';
-    out << "     denominator: sum of exp(m - M) over the " << d.Tk << " keys " << c.f(keys) << " + exp(s_h - M) "
-        << c.f(sink) << " = " << c.f(denom) << '\n';
+    out << "     denominator: sum of exp(m - M) over " << visible_keys_words(c) << " " << c.f(keys)
+        << " + exp(s_h - M) " << c.f(sink) << " = " << c.f(denom) << '\n';
     out << "     weight = " << c.f(e) << " / " << c.f(denom) << " = " << c.f(e / denom) << "    [weights = " << c.f(w)
         << "]\n";
     out << "     sink's share = " << c.f(sink) << " / " << c.f(denom) << " = " << c.f(sink / denom)

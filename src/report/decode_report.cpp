@@ -1,6 +1,7 @@
 // A KV-cache decoding as text and as JSON (see decode_report.hpp).
 #include "attnscope/report/decode_report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <ostream>
 #include <string>
@@ -51,11 +52,31 @@ void put_fitting(std::ostream& out, const std::string& first, const std::string&
         out << first << "\n  " << second << '\n';
 }
 
+// A difference, to three significant digits: "0", "0.998", "16.2", "1.11e-16".
 std::string sci(double v) {
     if (v == 0) return "0";
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1e", v);
+    std::snprintf(buf, sizeof buf, "%.3g", v);
     return buf;
+}
+
+// Each stage's largest difference, named: "weights 0.998, context 3.12, output 16.2"
+// (and the sink's share, with sinks).
+std::string diff_words(const DecodeDiff& d, bool sinks) {
+    return "weights " + sci(d.weights) + (sinks ? ", sink_weight " + sci(d.sink_weight) : std::string()) +
+           ", context " + sci(d.context) + ", output " + sci(d.output);
+}
+
+// The stage holding the largest of d's differences.
+std::string worst_stage(const DecodeDiff& d) {
+    const double m = d.max();
+    return m == d.output ? "output" : m == d.context ? "context" : m == d.weights ? "weights" : "sink_weight";
+}
+
+// `text` wrapped to `width`, its first line indented by `first`, the rest by `first` + 2.
+void put_wrapped(std::ostream& out, const std::string& first, const std::string& text, std::size_t width) {
+    const auto lines = wrap(text, width - display_width(first) - 2);
+    for (std::size_t k = 0; k < lines.size(); ++k) out << first << (k ? "  " : "") << lines[k] << '\n';
 }
 
 // The token of position t of batch item b, escaped and clipped, or "".
@@ -63,6 +84,27 @@ template <typename T>
 std::string token(const Problem<T>& p, std::size_t b, std::size_t t) {
     if (b >= p.query_tokens.size() || t >= p.query_tokens[b].size()) return "";
     return clip_label(escape_control(p.query_tokens[b][t]), 16);
+}
+
+// The label of key j of batch item b: its token, escaped, else "k" and its index (as the
+// other views label keys).
+template <typename T>
+std::string key_label(const Problem<T>& p, std::size_t b, std::size_t j) {
+    if (b < p.key_tokens.size() && j < p.key_tokens[b].size()) return escape_control(p.key_tokens[b][j]);
+    return "k" + std::to_string(j);
+}
+
+// The step's token in words: " 'tok'" when the chosen items share it, else each item's
+// (" b0 'tok' b1 'other'"), or "" without tokens.
+template <typename T>
+std::string step_tokens(const Problem<T>& p, std::size_t t, const std::vector<std::size_t>& batches) {
+    if (p.query_tokens.empty()) return "";
+    bool same = true;
+    for (std::size_t b : batches) same = same && p.query_tokens[b][t] == p.query_tokens[batches[0]][t];
+    if (same) return " '" + token(p, batches[0], t) + "'";
+    std::string s;
+    for (std::size_t b : batches) s += " b" + std::to_string(b) + " '" + token(p, b, t) + "'";
+    return s;
 }
 
 // What the run computes, in words: "RoPE half R=8, ALiBi, window 3, softcap 30, sinks, key padding".
@@ -83,29 +125,69 @@ std::string variants(const Problem<T>& p) {
 
 // ---- text ---------------------------------------------------------------------------------
 
-// One weight row as numbers, or as a heatmap row; at most `room` columns: the ends of a
-// long row around "…".
+// The keys a row of L weights shows within `room` columns: all, or its ends around kGap ("…").
+std::size_t cell_width(const DecodeTextOptions& o) { return o.heatmap ? 1 : std::size_t(o.decimals) + 3; }
+std::vector<std::size_t> row_columns(std::size_t L, std::size_t room, const DecodeTextOptions& o) {
+    const std::size_t fit = std::max<std::size_t>(room / cell_width(o), 3);
+    return shown(L, fit, (fit - 1) / 2);
+}
+
+// One weight row as numbers (" 0.1234" a key), or as a heatmap row (a glyph a key).
 template <typename T>
-std::string row_text(const T* w, const bool* visible, std::size_t L, std::size_t room, const DecodeTextOptions& o) {
-    const std::size_t cell = o.heatmap ? 1 : std::size_t(o.decimals) + 3;  // "0.1234" + a space
-    const std::size_t fit = std::max<std::size_t>(room / cell, 3);
-    const std::size_t edge = (fit - 1) / 2;
+std::string row_text(const T* w, const bool* visible, const std::vector<std::size_t>& cols,
+                     const DecodeTextOptions& o) {
     std::string s;
-    for (std::size_t j : shown(L, fit, edge)) {
-        if (j == kGap) {
+    for (std::size_t j : cols) {
+        if (j == kGap)
             s += o.heatmap ? "…" : " …";
-            continue;
-        }
-        if (o.heatmap) {
-            if (!visible[j])
-                s += kMasked;
-            else
-                s += kRamp[std::size_t(std::lround(std::clamp(double(w[j]), 0.0, 1.0) * 9))];
-        } else {
+        else if (!o.heatmap)
             s += " " + format_number(double(w[j]), o.decimals);
-        }
+        else if (!visible[j])
+            s += kMasked;
+        else
+            s += kRamp[std::size_t(std::lround(std::clamp(double(w[j]), 0.0, 1.0) * 9))];
     }
     return s;
+}
+
+// The keys' labels over the columns of row_text: each key's token (else its index), right-
+// aligned and clipped to its cell; in a heatmap (a column a key) the indices of every
+// tenth key where they fit.
+template <typename T>
+std::string key_header(const Problem<T>& p, std::size_t b, const std::vector<std::size_t>& cols,
+                       const DecodeTextOptions& o) {
+    std::string s;
+    if (!o.heatmap) {
+        const std::size_t cell = cell_width(o);
+        for (std::size_t j : cols)
+            s += j == kGap ? " …" : " " + pad_left(clip_label(key_label(p, b, j), cell - 1), cell - 1);
+        return s;
+    }
+    std::vector<std::string> glyph(cols.size(), " ");
+    for (std::size_t c = 0, next_free = 0; c < cols.size(); ++c) {
+        if (cols[c] == kGap) {
+            glyph[c] = "…";
+            continue;
+        }
+        const std::string n = std::to_string(cols[c]);
+        if (cols[c] % 10 != 0 || c < next_free || c + n.size() > cols.size()) continue;
+        bool room = true;
+        for (std::size_t k = 0; k < n.size(); ++k) room = room && cols[c + k] != kGap;
+        if (!room) continue;
+        for (std::size_t k = 0; k < n.size(); ++k) glyph[c + k] = std::string(1, n[k]);
+        next_free = c + n.size() + 1;
+    }
+    for (const std::string& g : glyph) s += g;
+    return s;
+}
+
+// Whether the chosen batch items label keys 0..L-1 alike (one line of key labels serves all).
+template <typename T>
+bool same_keys(const Problem<T>& p, const std::vector<std::size_t>& batches, std::size_t L) {
+    for (std::size_t b : batches)
+        for (std::size_t j = 0; j < L; ++j)
+            if (key_label(p, b, j) != key_label(p, batches[0], j)) return false;
+    return true;
 }
 
 template <typename T>
@@ -125,6 +207,17 @@ void write_header(std::ostream& out, const Problem<T>& p, const DecodeRun<T>& ru
              wrap("bug " + std::string(bug_name(run.bug)) + " (a teaching experiment): " + what, o.width - 2))
             out << "  " << line << '\n';
     }
+    if (!o.batches.empty() || !o.heads.empty()) {
+        const auto list = [](const char* what, const std::vector<std::size_t>& chosen, std::size_t n) {
+            std::string s;
+            for (std::size_t i : chosen) s += (s.empty() ? "" : ",") + std::to_string(i);
+            return std::string(what) + (chosen.size() == 1 ? " " : "s ") + s + " of " + std::to_string(n);
+        };
+        std::string shown;
+        if (!o.batches.empty()) shown = list("batch item", o.batches, d.B);
+        if (!o.heads.empty()) shown += (shown.empty() ? "" : "; ") + list("head", o.heads, d.H);
+        put_wrapped(out, "  ", "shown: " + shown + " (--batch, --head)", o.width);
+    }
     if (o.heatmap) out << "  heatmap rows: '" << kRamp << "' = weight 0..1, " << kMasked << " = masked key\n";
     if (run.prefill == 0) {
         out << "prefill: none, the cache starts empty\n";
@@ -137,66 +230,78 @@ void write_header(std::ostream& out, const Problem<T>& p, const DecodeRun<T>& ru
         "; ",
         "K cache " + shape_words(run.prefill_k_shape, p.batched) + ", V " + shape_words(run.prefill_v_shape, p.batched),
         o.width);
-    put_fitting(out, "  FLOPs " + grouped(run.prefill_flops), "; ",
-                "max |diff| vs the full run " + sci(run.prefill_diff.max()), o.width);
+    out << "  FLOPs " << grouped(run.prefill_flops) << '\n';
+    put_wrapped(out, "  ", "max |diff| " + diff_words(run.prefill_diff, p.sinks.has_value()), o.width);
 }
 
 template <typename T>
 void write_step(std::ostream& out, const Problem<T>& p, const DecodeStep<T>& s, const DecodeTextOptions& o) {
-    const Dims& d = p.dims;
-    std::string head = "step t=" + std::to_string(s.t);
-    const std::string tok = token(p, 0, s.t);
-    if (!tok.empty()) head += " '" + tok + "'";
+    const auto batches = chosen_or_all(o.batches, p.dims.B), heads = chosen_or_all(o.heads, p.dims.H);
+    std::string head = "step t=" + std::to_string(s.t) + step_tokens(p, s.t, batches);
     if (s.query_position != (long long)s.t) head += " (query at " + std::to_string(s.query_position) + ")";
     put_fitting(out, head + ": cache " + std::to_string(s.cache_length), ", ",
                 "K " + shape_words(s.k_cache_shape, p.batched) + ", V " + shape_words(s.v_cache_shape, p.batched),
                 o.width);
-    const std::size_t L = s.weights.shape(3);
-    for (std::size_t b = 0; b < d.B; ++b)
-        for (std::size_t h = 0; h < d.H; ++h) {
-            std::string label =
-                "  " + (p.batched ? "b" + std::to_string(b) + " " : std::string()) + "h" + std::to_string(h);
-            label = pad_right(label, p.batched ? 9 : 6);
-            std::string line = label + (o.heatmap ? " |" : "");
-            line += row_text(&s.weights(b, h, 0, 0), &s.mask(b, 0, 0), L,
-                             o.width - display_width(line) - (p.sinks ? 12 : 1), o);
+    const std::size_t L = s.weights.shape(3), label_width = p.batched ? 9 : 6;
+    const std::string bar = o.heatmap ? " |" : "";
+    const auto cols = row_columns(L, o.width - label_width - bar.size() - (p.sinks ? 12 : 1), o);
+    const bool one_header = same_keys(p, batches, L);
+    const auto b_ = [&](std::size_t b) { return p.batched ? "b" + std::to_string(b) + " " : std::string(); };
+    for (std::size_t b : batches) {
+        if (b == batches[0] || !one_header)
+            out << pad_right("  " + (one_header ? std::string() : b_(b)) + "keys", label_width) << bar
+                << key_header(p, b, cols, o) << (o.heatmap ? "|" : "") << '\n';
+        for (std::size_t h : heads) {
+            std::string line = pad_right("  " + b_(b) + "h" + std::to_string(h), label_width) + bar;
+            line += row_text(&s.weights(b, h, 0, 0), &s.mask(b, 0, 0), cols, o);
             if (o.heatmap) line += "|";
             if (p.sinks) line += "  sink " + format_number(double(s.sink_weight(b, h, 0)), 2);
             out << line << '\n';
         }
+    }
     for (std::size_t b : s.fully_masked)
-        out << "  " << (p.batched ? "b" + std::to_string(b) + ": " : "") << "no key visible: weights 0\n";
+        if (std::find(batches.begin(), batches.end(), b) != batches.end())
+            out << "  " << (p.batched ? "b" + std::to_string(b) + ": " : "") << "no key visible: weights 0\n";
     const double ratio = s.flops_cached ? double(s.flops_recompute) / double(s.flops_cached) : 0;
     char r[32];
     std::snprintf(r, sizeof r, "%.1fx", ratio);
-    put_fitting(
-        out,
-        "  FLOPs " + grouped(s.flops_cached) + " cached, " + grouped(s.flops_recompute) + " recomputed (" + r + ")",
-        "; ", "max |diff| " + sci(s.diff.max()), o.width);
+    out << "  FLOPs " << grouped(s.flops_cached) << " cached, " << grouped(s.flops_recompute) << " recomputed (" << r
+        << ")\n";
+    put_wrapped(out, "  ", "max |diff| " + diff_words(s.diff, p.sinks.has_value()), o.width);
 }
 
 template <typename T>
-void write_summary(std::ostream& out, const DecodeRun<T>& run, std::size_t width) {
+void write_summary(std::ostream& out, const Problem<T>& p, const DecodeRun<T>& run, std::size_t width) {
     std::uint64_t cached = run.prefill_flops, recompute = run.prefill_flops;
     std::size_t worst = 0;
+    DecodeDiff most = run.prefill_diff;  // each stage's largest, over the prefill and the steps
     for (std::size_t k = 0; k < run.steps.size(); ++k) {
+        const DecodeDiff& d = run.steps[k].diff;
         cached += run.steps[k].flops_cached;
         recompute += run.steps[k].flops_recompute;
-        if (run.steps[k].diff.max() > run.steps[worst].diff.max()) worst = k;
+        if (d.max() > run.steps[worst].diff.max()) worst = k;
+        most.weights = std::max(most.weights, d.weights), most.sink_weight = std::max(most.sink_weight, d.sink_weight);
+        most.context = std::max(most.context, d.context), most.output = std::max(most.output, d.output);
     }
     put_fitting(out,
                 (run.prefill ? "prefill + " : "") + std::to_string(run.steps.size()) +
                     (run.steps.size() == 1 ? " step" : " steps") + ": FLOPs " + grouped(cached) + " with the cache,",
                 " ", grouped(recompute) + " recomputing each prefix", width);
     const double tol = sizeof(T) == 4 ? 1e-5 : 1e-12;
+    const std::string stages = diff_words(most, p.sinks.has_value());
     if (run.bug == DecodeBug::none) {
-        out << "max |diff| vs the full causal run: " << sci(run.max_diff)
-            << (run.max_diff <= tol ? " (the cache gives the same rows)\n" : " (more than rounding)\n");
+        out << "max |diff| vs the full causal run "
+            << (run.max_diff <= tol ? "(the cache gives the same rows):\n" : "(more than rounding):\n");
     } else {
-        out << "bug " << bug_name(run.bug) << ": drifts from the full run by up to " << sci(run.max_diff);
-        if (!run.steps.empty()) out << " (step t=" << run.steps[worst].t << ")";
-        out << '\n';
+        std::string where = worst_stage(most);
+        if (!run.steps.empty() && run.steps[worst].diff.max() >= run.prefill_diff.max())
+            where += ", at t=" + std::to_string(run.steps[worst].t);
+        put_wrapped(out, "",
+                    "bug " + std::string(bug_name(run.bug)) + ": drifts from the full run by up to " +
+                        sci(run.max_diff) + " (" + where + ")",
+                    width);
     }
+    put_wrapped(out, "  ", stages, width);
 }
 
 // ---- JSON ---------------------------------------------------------------------------------
@@ -336,7 +441,7 @@ void write_decode_text(std::ostream& out, const Problem<T>& p, const DecodeRun<T
                        const DecodeTextOptions& options) {
     write_header(out, p, run, options);
     for (const DecodeStep<T>& s : run.steps) write_step(out, p, s, options);
-    write_summary(out, run, options.width);
+    write_summary(out, p, run, options.width);
 }
 
 template <typename T>

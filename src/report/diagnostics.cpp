@@ -12,6 +12,21 @@ namespace attnscope {
 
 using namespace text;
 
+namespace {
+
+// The key of the largest ||w_ij v_j|| and its share of the row's sum in percent: "mat 41".
+std::string top_share(const TraceView& v, std::size_t b, const RowDiagnostics& r) {
+    double total = 0;
+    for (double c : r.contribution) total += c;
+    const double top = r.max_contribution_key < r.contribution.size() ? r.contribution[r.max_contribution_key] : 0;
+    const std::string share = total > 0 && std::isfinite(total) ? std::to_string(int(std::lround(100 * top / total)))
+                              : std::isnan(total)               ? "nan"
+                                                                : "-";  // every value 0 (or inf)
+    return clip_label(axis_label(v, "Tk", b, r.max_contribution_key), 6) + " " + share;
+}
+
+}  // namespace
+
 void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::vector<RowDiagnostics>& rows,
                             const TextOptions& o) {
     const auto batches = chosen_or_all(o.batches, v.dims.B);
@@ -22,14 +37,14 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
         return std::string(buf);
     };
     const std::string legend =
-        "== diagnostics: n = visible keys; H = entropy -sum w ln w (0: one-hot, ln keys: uniform); eff = exp(H), the "
-        "effective "
-        "number of keys; max w and the key it sits on; top w·v = the key with the largest ||w_ij v_j||, its share "
-        "of the context; spread = max - min of the visible scores before → after scaling; sum = the row sum; "
+        "== diagnostics: n = visible keys; ent = the entropy -sum w ln w (0: one-hot, ln keys: uniform); eff = "
+        "exp(ent), the effective number of keys; max w and the key it sits on; top w·v % = the key with the "
+        "largest ||w_ij v_j|| and its share of the context in percent, ||w_ij v_j|| / sum_j ||w_ij v_j||; spread = max "
+        "- min of the visible scores before → after scaling; sum = the row sum; "
         "flag: uniform when eff >= 90% of the visible keys, one-hot when max w >= 0.9";
     const bool sinks = !rows.empty() && rows[0].has_sink;
     const std::string legend_all =
-        legend + (sinks ? "; sink = sink_weight, the share of the row the head's sink takes (sum + sink = 1); H, eff "
+        legend + (sinks ? "; sink = sink_weight, the share of the row the head's sink takes (sum + sink = 1); ent, eff "
                           "and the flags are of the weights over their sum"
                         : "");
     const auto lines = wrap(legend_all, o.width > 14 ? o.width - 4 : 10);
@@ -41,7 +56,7 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
             if (v.dims.G && v.dims.G != v.dims.H) out << " (reads K/V head " << v.dims.kv_head(h) << ")";
             out << '\n';
             std::vector<std::vector<std::string>> table = {
-                {"query", "n", "H", "eff", "max w", "at", "top w·v", "spread", "sum", "flag"}};
+                {"query", "n", "ent", "eff", "max w", "at", "top w·v %", "spread", "sum", "flag"}};
             if (sinks) table[0].insert(table[0].begin() + 9, "sink");
             std::size_t uniform = 0, one_hot = 0, masked = 0, n = 0;
             for (const auto& r : rows) {
@@ -56,7 +71,7 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
                     {clip_label(axis_label(v, "Tq", b, r.query), 6), std::to_string(r.visible_keys), fmt(r.entropy),
                      fmt(r.effective_keys, "%.2f"), fmt(r.max_weight),
                      r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_key), 6),
-                     r.fully_masked ? "-" : clip_label(axis_label(v, "Tk", b, r.max_contribution_key), 6),
+                     r.fully_masked ? "-" : top_share(v, b, r),
                      r.fully_masked ? "-" : fmt(r.score_spread_raw, "%.3g") + "→" + fmt(r.score_spread_scaled, "%.3g"),
                      fmt(r.row_sum, "%.3f"), flags});
                 if (sinks) table.back().insert(table.back().begin() + 9, fmt(r.sink_weight, "%.3f"));

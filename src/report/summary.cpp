@@ -11,7 +11,15 @@
 namespace attnscope {
 namespace {
 
-using text::put_json_number;
+using namespace text;
+
+// A number of a row or head; a NaN (a row whose logits were not finite) is null.
+void put_number(std::ostream& out, double v) {
+    if (std::isnan(v))
+        out << "null";
+    else
+        put_json_number(out, v);
+}
 
 std::vector<std::size_t> rows_shape(const Summary& s, bool batched, std::size_t last) {
     std::vector<std::size_t> shape;
@@ -29,43 +37,44 @@ std::string bin_label(std::size_t k) {
 
 void put_row_fields(std::ostream& out, const Summary& s, std::size_t r) {
     out << ",\"visible_keys\":" << s.visible_keys[r] << ",\"row_sum\":";
-    put_json_number(out, s.row_sum[r]);
+    put_number(out, s.row_sum[r]);
     out << ",\"entropy\":";
-    put_json_number(out, s.entropy[r]);
+    put_number(out, s.entropy[r]);
     out << ",\"effective_keys\":";
-    put_json_number(out, s.effective_keys[r]);
+    put_number(out, s.effective_keys[r]);
     out << ",\"max_weight\":";
-    put_json_number(out, s.max_weight[r]);
+    put_number(out, s.max_weight[r]);
     out << ",\"max_key\":" << s.max_key[r] << ",\"sink_mass\":";
-    put_json_number(out, s.sink_mass[r]);
+    put_number(out, s.sink_mass[r]);
     out << ",\"local_mass\":";
-    put_json_number(out, s.local_mass[r]);
+    put_number(out, s.local_mass[r]);
     out << ",\"mean_distance\":";
-    put_json_number(out, s.mean_distance[r]);
+    put_number(out, s.mean_distance[r]);
     out << ",\"topk_index\":[";
     for (std::size_t k = 0; k < s.K; ++k) out << (k ? "," : "") << s.topk_index[r * s.K + k];
     out << "],\"topk_weight\":[";
     for (std::size_t k = 0; k < s.K; ++k) {
         if (k) out << ',';
-        put_json_number(out, s.topk_weight[r * s.K + k]);
+        put_number(out, s.topk_weight[r * s.K + k]);
     }
     out << ']';
 }
 
 void put_head_fields(std::ostream& out, const Summary& s, std::size_t b, std::size_t h) {
     const HeadClass c = classify_head(s, b, h);
-    out << ",\"class\":\"" << c.label << "\",\"rows\":" << s.profile_rows[b * s.H + h] << ",\"mean_sink_mass\":";
-    put_json_number(out, c.sink);
+    out << ",\"class\":\"" << c.label << "\",\"rows\":" << s.profile_rows[b * s.H + h]
+        << ",\"nonfinite_rows\":" << s.nonfinite_rows[b * s.H + h] << ",\"mean_sink_mass\":";
+    put_number(out, c.sink);
     out << ",\"mean_local_mass\":";
-    put_json_number(out, c.local);
+    put_number(out, c.local);
     out << ",\"mean_effective_keys\":";
-    put_json_number(out, c.effective_keys);
+    put_number(out, c.effective_keys);
     out << ",\"mean_distance\":";
-    put_json_number(out, c.distance);
+    put_number(out, c.distance);
     out << ",\"distance_profile\":[";
     for (std::size_t k = 0; k < s.bins; ++k) {
         if (k) out << ',';
-        put_json_number(out, s.distance_profile[(b * s.H + h) * s.bins + k]);
+        put_number(out, s.distance_profile[(b * s.H + h) * s.bins + k]);
     }
     out << ']';
 }
@@ -75,10 +84,6 @@ void put_options(std::ostream& out, const Summary& s) {
         << ",\"distance_bins\":[";
     for (std::size_t k = 0; k < s.bins; ++k) out << (k ? ",\"" : "\"") << bin_label(k) << '"';
     out << "],\"classes\":\"" << head_class_rule(s.spec) << '"';
-}
-
-bool chosen(const std::vector<std::size_t>& list, std::size_t k) {
-    return list.empty() || std::find(list.begin(), list.end(), k) != list.end();
 }
 
 }  // namespace
@@ -106,37 +111,112 @@ std::vector<OutArray> summary_arrays(const Summary& s, bool batched) {
     };
 }
 
-void write_summary_text(std::ostream& out, const Summary& s, bool batched, const std::vector<std::size_t>& batches,
-                        const std::vector<std::size_t>& heads) {
+namespace {
+
+// The ruler under the sparklines: the first distance of every fourth bin, where it fits
+// ("0   8   128 2K  32K"), `n` columns.
+std::string bin_ruler(std::size_t n) {
+    std::string r;
+    for (std::size_t k = 0; k < n; k += 4) {
+        const unsigned long long d = k == 0 ? 0 : 1ULL << (k - 1);
+        std::string t = d >= (1ULL << 30)   ? std::to_string(d >> 30) + "G"
+                        : d >= (1ULL << 20) ? std::to_string(d >> 20) + "M"
+                        : d >= (1ULL << 10) ? std::to_string(d >> 10) + "K"
+                                            : std::to_string(d);
+        t = t.substr(0, std::min<std::size_t>(4, n - k));
+        r += t + std::string(std::min<std::size_t>(4, n - k) - t.size(), ' ');
+    }
+    return r;
+}
+
+// Per chosen head: its class, mean masses, effective keys, distance and a sparkline of its
+// distance profile, with a ruler of bins above; and the heads' non-finite rows.
+void write_head_table(std::ostream& out, const Summary& s, const std::vector<std::size_t>& batches,
+                      const std::vector<std::size_t>& heads) {
     static const char* const kBars[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
-    out << "== summary: " << (batched ? "(B, H, Tq) = (" + std::to_string(s.B) + ", " : "(H, Tq) = (") << s.H << ", "
-        << s.Tq << "), Tk = " << s.Tk << "\n   per row (in --dump, --json, --jsonl): entropy, top " << s.K
-        << " keys, masses, distance\n";
-    out << "   mass: sink on keys 0.." << s.spec.sink_keys << "-1, local on q-" << s.spec.local
-        << " < k <= q, diag/prev at distance 0/1\n";
-    out << "   eff = exp(entropy); dist = sum w|q-k|; means over the rows that see a key\n";
+    const std::size_t spark = std::min<std::size_t>(s.bins, 19);
     char line[160];
     std::snprintf(line, sizeof line, "%2s %2s %-14s %5s %5s %5s %5s %7s %7s %s\n", "b", "h", "class", "sink", "local",
                   "diag", "prev", "eff", "dist", "profile");
-    out << line;
-    for (std::size_t b = 0; b < s.B; ++b) {
-        if (!chosen(batches, b)) continue;
-        for (std::size_t h = 0; h < s.H; ++h) {
-            if (!chosen(heads, h)) continue;
+    const std::string ruler = std::string(std::string(line).find("profile"), ' ') + bin_ruler(spark);
+    out << line << ruler.substr(0, ruler.find_last_not_of(' ') + 1) << '\n';
+    std::string nonfinite;
+    for (std::size_t b : batches)
+        for (std::size_t h : heads) {
             const HeadClass c = classify_head(s, b, h);
             const double* prof = &s.distance_profile[(b * s.H + h) * s.bins];
             double top = 0;
             for (std::size_t k = 0; k < s.bins; ++k) top = std::max(top, prof[k]);
-            std::string spark;
-            for (std::size_t k = 0; k < std::min<std::size_t>(s.bins, 19); ++k)
-                spark += kBars[top > 0 ? std::size_t(std::lround(prof[k] / top * 8)) : 0];
+            std::string bars;
+            for (std::size_t k = 0; k < spark; ++k)
+                bars += kBars[top > 0 ? std::size_t(std::lround(prof[k] / top * 8)) : 0];
             std::snprintf(line, sizeof line, "%2zu %2zu %-14s %5.3f %5.3f %5.3f %5.3f %7.1f %7.1f ", b, h,
                           c.label.c_str(), c.sink, c.local, c.diagonal, c.previous, c.effective_keys, c.distance);
-            out << line << spark << '\n';
+            out << line << bars << '\n';
+            if (const std::int64_t n = s.nonfinite_rows[b * s.H + h])
+                nonfinite += (nonfinite.empty() ? "" : ", ") + std::string("b") + std::to_string(b) + " h" +
+                             std::to_string(h) + ": " + std::to_string(n);
         }
-    }
-    out << "   profile: mass at distance 0, 1, 2-3, 4-7, ... (█: the head's largest)\n";
+    out << "   profile: mass at distance 0, 1, 2-3, 4-7, ...: a column a bin, the ruler\n"
+           "   gives the first distance of every 4th (█: the head's largest)\n";
+    if (!nonfinite.empty())
+        for (const auto& l :
+             text::wrap("rows with a NaN or inf logit (their numbers NaN, left out of the means): " + nonfinite, 77))
+            out << "   " << l << '\n';
+}
+
+// The top keys of each chosen head's rows (the ends of Tq around "…", unless `full`),
+// within `width`: "key 'token' weight", largest first.
+void write_top_keys(std::ostream& out, const Summary& s, const TraceView& v, const TextOptions& o,
+                    const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
+    if (s.K == 0) return;
+    out << "   top " << s.K << (s.K == 1 ? " key" : " keys") << " per row, largest first: key 'token' weight"
+        << (o.full ? "" : " (--full: every row)") << '\n';
+    const std::size_t width = std::max<std::size_t>(o.width, 40);
+    for (std::size_t b : batches)
+        for (std::size_t h : heads) {
+            out << "  -- " << (v.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h << '\n';
+            for (std::size_t i : shown(s.Tq, o.full ? s.Tq : 2 * o.edgeitems + 2, o.edgeitems)) {
+                if (i == kGap) {
+                    out << "    …\n";
+                    continue;
+                }
+                const std::size_t r = s.row(b, h, i);
+                std::string line = "    " + pad_right(clip_label(axis_label(v, "Tq", b, i), 8), 8);
+                if (!s.finite(r)) line += " (a NaN or inf logit)";
+                if (s.visible_keys[r] == 0) line += " (no key visible)";
+                for (std::size_t k = 0; k < s.K && s.finite(r); ++k) {
+                    const std::int64_t j = s.topk_index[r * s.K + k];
+                    if (j < 0) break;
+                    std::string item = " " + std::to_string(j);
+                    if (!v.key_tokens.empty())
+                        item += " '" + clip_label(axis_label(v, "Tk", b, std::size_t(j)), 8) + "'";
+                    item += " " + format_number(s.topk_weight[r * s.K + k], 3) + (k + 1 < s.K ? "," : "");
+                    if (display_width(line) + display_width(item) + 2 > width) {
+                        line += " …";
+                        break;
+                    }
+                    line += item;
+                }
+                if (!line.empty() && line.back() == ',') line.pop_back();
+                out << line << '\n';
+            }
+        }
+}
+
+}  // namespace
+
+void write_summary_text(std::ostream& out, const Summary& s, const TraceView& v, const TextOptions& o) {
+    const auto batches = chosen_or_all(o.batches, s.B), heads = chosen_or_all(o.heads, s.H);
+    out << "\n== summary: " << (v.batched ? "(B, H, Tq) = (" + std::to_string(s.B) + ", " : "(H, Tq) = (") << s.H
+        << ", " << s.Tq << "), Tk = " << s.Tk << "\n   per row (in --dump, --json, --jsonl): entropy, top " << s.K
+        << " keys, masses, distance\n";
+    out << "   mass: sink on " << sink_keys_words(s.spec.sink_keys) << ", local on q-" << s.spec.local
+        << " < k <= q, diag/prev at distance 0/1\n";
+    out << "   eff = exp(entropy); dist = sum w|q-k|; means over the rows that see a key\n";
+    write_head_table(out, s, batches, heads);
     for (const auto& l : text::wrap("classes: " + head_class_rule(s.spec), 77)) out << "   " << l << '\n';
+    write_top_keys(out, s, v, o, batches, heads);
 }
 
 void write_summary_json(std::ostream& out, const Summary& s, bool batched) {

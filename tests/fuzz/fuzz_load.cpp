@@ -235,6 +235,11 @@ void check_summary(const Problem<T>& p, const Trace<T>& tr, const Summary& s) {
     const std::size_t B = p.dims.B, H = p.dims.H, Tq = p.dims.Tq, Tk = p.dims.Tk, K = s.K;
     const double tol = std::is_same_v<T, float> ? 1e-5 + 1e-6 * double(Tk) : 1e-12 * double(Tk + 1);
     const T inf = std::numeric_limits<T>::infinity();
+    for (std::size_t bh = 0; bh < B * H; ++bh) {  // each head counts its rows marked not finite
+        std::int64_t bad = 0;
+        for (std::size_t i = 0; i < Tq; ++i) bad += !s.finite(bh * Tq + i);
+        ATTNSCOPE_FUZZ_CHECK(s.nonfinite_rows[bh] == bad);
+    }
     for (std::size_t b = 0; b < B; ++b)
         for (std::size_t h = 0; h < H; ++h)
             for (std::size_t i = 0; i < Tq; ++i) {
@@ -249,7 +254,16 @@ void check_summary(const Problem<T>& p, const Trace<T>& tr, const Summary& s) {
                     // product, which sums in another order: arithmetic, as above)
                     finite &= !visible || std::fabs(m) < std::numeric_limits<T>::max() / 64;
                 }
-                if (!finite) continue;
+                if (!finite) {
+                    // a row the summaries found not finite is marked alike, field by field
+                    if (!s.finite(r)) {
+                        ATTNSCOPE_FUZZ_CHECK(std::isnan(s.entropy[r]) && std::isnan(s.effective_keys[r]) &&
+                                             std::isnan(s.max_weight[r]) && std::isnan(s.mean_distance[r]) &&
+                                             s.max_key[r] == -1 && !s.counted(r));
+                        for (std::size_t k = 0; k < K; ++k) ATTNSCOPE_FUZZ_CHECK(s.topk_index[r * K + k] == -1);
+                    }
+                    continue;
+                }
                 // δ, the bound on a score's difference (above), and what it allows in a weight
                 const Tensor<T, 4>& Qs = tr.Q_rot.size() ? tr.Q_rot : tr.Q;
                 const Tensor<T, 4>& Ks = tr.K_rot.size() ? tr.K_rot : tr.K;
@@ -282,6 +296,7 @@ void check_summary(const Problem<T>& p, const Trace<T>& tr, const Summary& s) {
                     if (k <= q && k > q - (long long)s.spec.local) near += w;
                 }
                 if (!std::isfinite(sum)) continue;  // e.g. a sink logit that overflowed
+                ATTNSCOPE_FUZZ_CHECK(s.finite(r));  // finite scores and weights: a finite summary
                 ATTNSCOPE_FUZZ_CHECK(std::fabs(s.row_sum[r] - sum) <= tol);
                 ATTNSCOPE_FUZZ_CHECK(std::fabs(s.sink_mass[r] - sink) <= wtol);
                 ATTNSCOPE_FUZZ_CHECK(std::fabs(s.local_mass[r] - near) <= wtol);
@@ -331,7 +346,7 @@ bool same_summary(const Summary& a, const Summary& b) {
            same_bits(a.mean_distance, b.mean_distance) && same_bits(a.row_sum, b.row_sum) &&
            same_bits(a.max_key, b.max_key) && same_bits(a.visible_keys, b.visible_keys) &&
            same_bits(a.topk_index, b.topk_index) && same_bits(a.topk_weight, b.topk_weight) &&
-           same_bits(a.distance_profile, b.distance_profile);
+           same_bits(a.distance_profile, b.distance_profile) && same_bits(a.nonfinite_rows, b.nonfinite_rows);
 }
 
 template <typename T>

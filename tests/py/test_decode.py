@@ -256,6 +256,81 @@ class Text(CliTestCase):
         self.assertIn("bug rope-position-zero: drifts from the full run by up to", r.out)
 
 
+class Views(CliTestCase):
+    """Issue 21: every difference names its stage; key labels over the rows; each batch
+    item's token; --batch and --head."""
+
+    @staticmethod
+    def diff_lines(text):
+        """{stage: value} of each "max |diff| ..." line of the steps, in order."""
+        out = []
+        for line in text.splitlines():
+            if line.startswith("  max |diff| ") and "full" not in line:
+                out.append({k: float(v) for k, v in
+                            (item.split() for item in line[len("  max |diff| "):].split(", "))})
+        return out
+
+    def test_each_difference_names_its_stage(self):
+        b = bundle(40, B=1, T=6, H=2, Dk=4)
+        src = self.save_npz("b.npz", **b)
+        r = run_text("decode", src, "--heads", "2", "--rope", "--prefill", "2", "--bug", "rope-position-zero")
+        self.assert_ok(r)
+        want = mref.decode(b, 2, 2, bug="rope-position-zero", rope=True)
+        got = self.diff_lines(r.out)[1:]  # the first: the prefill's (rows 0..1, no bug: 0)
+        self.assertEqual(len(got), len(want["steps"]))
+        for g, ref in zip(got, want["steps"]):
+            self.assertEqual(sorted(g), ["context", "output", "weights"])
+            for n, v in g.items():  # printed to 3 significant digits
+                self.assertAlmostEqual(v, ref["diffs"][n], delta=5e-3 * abs(ref["diffs"][n]) + 1e-15,
+                                       msg=f"t={ref['t']} {n}")
+        # the summary names the stage of its largest figure, and every stage's largest
+        most = {n: max(s["diffs"][n] for s in want["steps"]) for n in ("weights", "context", "output")}
+        top = max(most, key=most.get)
+        summary = " ".join(r.out.split("recomputing each prefix")[1].split())
+        self.assertIn(f"by up to {most[top]:.3g} ({top}, at t=", summary)
+        for n, v in most.items():
+            self.assertIn(f"{n} {v:.3g}", summary)
+        for line in r.out.splitlines():
+            self.assertLessEqual(len(line), 80, line)
+
+    def test_key_labels_tokens_of_every_item_and_selections(self):
+        tokens = np.array([["<s>", "I", "like", "green", "tea"], ["<s>", "we", "drink", "black", "tea"]])
+        b = bundle(41, B=2, T=5, H=3, query_tokens=tokens)
+        src = self.save_npz("b.npz", **b)
+        r = run_text("decode", src, "--heads", "3", "--prefill", "3")
+        self.assert_ok(r)
+        self.assertIn("step t=3 b0 'green' b1 'black': cache 4", r.out)  # each item's token
+        self.assertIn("step t=4 'tea': cache 5", r.out)                  # shared: once
+        self.assertIn("  b0 keys    <s>      I   like  green", r.out)
+        self.assertIn("  b1 keys    <s>     we  drink  black", r.out)
+        want = mref.decode(b, 3, 3)
+        r = run_text("decode", src, "--heads", "3", "--prefill", "3", "--batch", "1", "--head", "0,2")
+        self.assert_ok(r)
+        self.assertIn("shown: batch item 1 of 2; heads 0,2 of 3 (--batch, --head)", r.out)
+        rows = [line for line in r.out.splitlines() if line.startswith("  b")]
+        self.assertEqual([line[:9] for line in rows], ["  b1 h0  ", "  b1 h2  "] * 2)
+        for k, step in enumerate(want["steps"]):
+            for n, h in enumerate((0, 2)):
+                printed = [float(v) for v in rows[2 * k + n].split()[2:]]
+                np.testing.assert_allclose(printed, step["weights"][1, h, 0], atol=0.5e-4 + 1e-12)
+        self.assertIn("step t=3 'black'", r.out)
+        self.assertIn("  keys       <s>     we  drink  black\n  b1 h0", r.out)
+        # without tokens, the keys' indices; a heatmap marks every tenth
+        src2 = self.save_npz("c.npz", **bundle(42, B=1, T=23, H=1))
+        r = run_text("decode", src2, "--prefill", "21")
+        self.assertIn("  keys        k0     k1     k2     k3 …    k18    k19    k20    k21\n", r.out)
+        r = run_text("decode", src2, "--prefill", "21", "--heatmap")
+        self.assertIn("  keys    |0         10        20|\n", r.out)
+
+    def test_selections_refused_where_they_cannot_apply(self):
+        src = self.save_npz("b.npz", **bundle(43, B=2, T=4, H=2))
+        self.assert_error(run_text("decode", src, "--heads", "2", "--prefill", "2", "--batch", "2"),
+                          "--batch", "2")
+        self.assert_error(run_text("decode", src, "--heads", "2", "--prefill", "2", "--head", "5"), "--head")
+        self.assert_error(run_text("decode", src, "--heads", "2", "--prefill", "2", "--head", "1", "--json"),
+                          "--head", "--json")
+
+
 class Refusals(CliTestCase):
     """What decode cannot run: one clear line, exit 2, nothing on stdout."""
 

@@ -266,6 +266,108 @@ class Views(CliTestCase):
         self.assertEqual(r.code, 0, r)
 
 
+def dense_causal(b, H, Dk):
+    """numpy: the causal weights (B, H, T, T) of a self-attention bundle (G = H, no bias), a
+    NaN anywhere in a row's visible scores making the whole row NaN, as softmax does."""
+    x = b["x"]
+    B, T, _ = x.shape
+    q = (x @ b["W_Q"]).reshape(B, T, H, Dk).transpose(0, 2, 1, 3)
+    k = (x @ b["W_K"]).reshape(B, T, H, Dk).transpose(0, 2, 1, 3)
+    causal = np.tril(np.ones((T, T), bool))
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.where(causal, q @ k.transpose(0, 1, 3, 2) / np.sqrt(Dk), -np.inf)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True), np.broadcast_to(causal, s.shape)
+
+
+class NonFinite(CliTestCase):
+    """Issue 21: a row whose logits hold a NaN has no weights to summarise: NaN in, NaN out
+    (null in JSON), -1 keys, counted per head and left out of the profile and the means."""
+
+    def test_nan_rows(self):
+        B, T, H, Dk = 2, 12, 2, 3
+        b = bundle(40, B=B, Tq=T, H=H, Dk=Dk)
+        b["x"][1, 5, 2] = np.nan  # item 1: query 5's row, and every later row (key 5), are NaN
+        w, causal = dense_causal(b, H, Dk)
+        bad = np.isnan(w).any(-1)                               # (B, H, T)
+        self.assertEqual(int(bad.sum()), H * (T - 5))
+        pos = np.broadcast_to(np.arange(T), (B, T))
+        want = sref.summarize(np.nan_to_num(w), causal & ~bad[..., None], pos, pos, topk=3, sink_keys=2, local=3)
+        src = self.save_npz("b.npz", **b)
+        for dtype in ("float64", "float32"):
+            out = self.path(f"{dtype}.npz")
+            r = run_text("run", src, "--heads", str(H), "--causal", "--dtype", dtype, "--topk", "3",
+                         "--sink-keys", "2", "--local", "3", "--dump", out, "-q")
+            self.assertEqual(r.code, 0, r)
+            tol = 1e-12 if dtype == "float64" else 2e-5
+            with np.load(out) as got:
+                for n in ("entropy", "effective_keys", "max_weight", "sink_mass", "local_mass", "mean_distance",
+                          "row_sum"):
+                    self.assertTrue(np.isnan(got[n][bad]).all(), f"{dtype} {n}")
+                    np.testing.assert_allclose(got[n][~bad], want[n][~bad], rtol=tol, atol=tol, err_msg=n)
+                self.assertTrue((got["max_key"][bad] == -1).all())
+                self.assertTrue((got["topk_index"][bad] == -1).all())
+                self.assertTrue(np.isnan(got["topk_weight"][bad]).all())
+                np.testing.assert_array_equal(got["max_key"][~bad], want["max_key"][~bad])
+                np.testing.assert_array_equal(got["visible_keys"], np.broadcast_to(np.arange(1, T + 1), bad.shape))
+                np.testing.assert_allclose(got["distance_profile"], want["distance_profile"], rtol=tol, atol=tol)
+        r = run_text("run", src, "--heads", str(H), "--causal", "--summary", "--json")
+        self.assertEqual(r.code, 0, r)
+        doc = json.loads(r.out)["summary"]
+        for o in doc["rows"]:
+            null = bad[o["batch"], o["head"], o["query"]]
+            for n in ("entropy", "effective_keys", "max_weight", "row_sum", "sink_mass", "local_mass",
+                      "mean_distance"):
+                self.assertEqual(o[n] is None, null, (n, o))
+        for o in doc["heads"]:
+            self.assertEqual(o["nonfinite_rows"], int(bad[o["batch"], o["head"]].sum()))
+            self.assertEqual(o["rows"], int((~bad[o["batch"], o["head"]]).sum()))
+            self.assertIsNotNone(o["mean_effective_keys"])
+        r = run_text("run", src, "--heads", str(H), "--causal", "--summary")
+        self.assertEqual(r.code, 0, r)
+        text = " ".join(r.out.split())
+        self.assertIn("rows with a NaN or inf logit (their numbers NaN, left out of the means): "
+                      f"b1 h0: {T - 5}, b1 h1: {T - 5}", text)
+
+
+class TextView(CliTestCase):
+    """Issue 21: the text view has the run's header, the top keys of the rows shown, the
+    sink keys counted plainly, and a ruler of distance bins under the sparklines."""
+
+    def test_header_top_keys_and_ruler(self):
+        B, T, H, Dk = 1, 40, 2, 3
+        tokens = np.array([f"t{i}" for i in range(T)])
+        b = bundle(41, B=B, Tq=T, H=H, Dk=Dk, query_tokens=tokens)
+        src = self.save_npz("b.npz", **b)
+        r = run_text("run", src, "--heads", str(H), "--causal", "--topk", "3", "--edgeitems", "2")
+        self.assertEqual(r.code, 0, r)
+        for line in r.out.splitlines():
+            self.assertLessEqual(len(line), 80, line)
+        self.assertTrue(r.out.startswith("attnscope: self-attention, 2 heads, float64, "), r.out[:200])
+        self.assertIn("  masks   causal", r.out)
+        self.assertIn("sink on keys 0..3,", r.out)
+        self.assertNotIn("-1 >=", r.out)
+        self.assertIn("sink: mean mass on keys 0..3 >= 50%", " ".join(r.out.split()))
+        self.assertNotIn("0..4-1", r.out)
+        # the ruler: first distance of every 4th bin (T = 40: bins 0..6), under "profile"
+        lines = r.out.splitlines()
+        k = next(n for n, line in enumerate(lines) if line.startswith(" b  h class"))
+        self.assertEqual(lines[k + 1][lines[k].index("profile"):], "0   8")
+        # the top keys of rows 0, 1 and 38, 39 of each head, against numpy
+        w, _ = dense_causal(b, H, Dk)
+        for h in range(H):
+            block = r.out.split(f"  -- batch 0, head {h}\n")[1].splitlines()
+            shown = [line for line in block[:5]]
+            self.assertEqual(shown[2].strip(), "…")
+            for line, i in zip(shown[:2] + shown[3:], (0, 1, T - 2, T - 1)):
+                self.assertEqual(line.split()[0], f"t{i}")
+                order = np.lexsort((np.arange(T), -w[0, h, i]))[: min(3, i + 1)]
+                items = [item.split() for item in " ".join(line.split()[1:]).split(", ")]
+                self.assertEqual([int(it[0]) for it in items], order.tolist(), line)
+                self.assertEqual([it[1] for it in items], [f"'t{j}'" for j in order], line)
+                np.testing.assert_allclose([float(it[2]) for it in items], w[0, h, i, order], atol=0.5e-3 + 1e-12)
+
+
 class LongSmoke(CliTestCase):
     """65,536 tokens with a small model width: bounded, and each row sees its prefix."""
 

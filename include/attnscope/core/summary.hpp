@@ -16,9 +16,13 @@
 //   mean_distance  Σ_j w_ij · |q - k|
 //   visible_keys   the keys the mask rule lets the row see
 //   row_sum        Σ_j w_ij (1, or 1 - the sink's share, or 0 with no key)
+// A row whose logits (or its head's sink) hold a NaN or an infinity has no weights to
+// summarise (its dense weights are NaN): every number above is NaN, max_key and topk_index
+// are -1 (topk_weight NaN), visible_keys stays the count; it is counted in nonfinite_rows
+// and left out of its head's profile and means.
 // Per head (B, H, bins):
 //   distance_profile  bin 0: distance 0; bin k >= 1: distances 2^(k-1) .. 2^k - 1; the mass
-//                     of each row in each bin, averaged over the rows that see a key
+//                     of each row in each bin, averaged over the finite rows that see a key
 #pragma once
 
 #include <cmath>
@@ -45,11 +49,15 @@ struct Summary {
     // (B, H, Tq, K)
     std::vector<std::int64_t> topk_index;
     std::vector<double> topk_weight;
-    // (B, H, bins), and the rows each head's profile averages: (B, H)
+    // (B, H, bins), the rows each head's profile averages and its non-finite rows: (B, H)
     std::vector<double> distance_profile;
-    std::vector<std::int64_t> profile_rows;
+    std::vector<std::int64_t> profile_rows, nonfinite_rows;
 
     std::size_t row(std::size_t b, std::size_t h, std::size_t i) const { return (b * H + h) * Tq + i; }
+    // Whether row r's logits were all finite (its numbers then are; NaN marks the others).
+    bool finite(std::size_t r) const { return !std::isnan(row_sum[r]); }
+    // A row the head's profile and means count: finite, and seeing a key.
+    bool counted(std::size_t r) const { return visible_keys[r] > 0 && finite(r); }
 };
 
 // Distance bin of |q - k|: 0 for 0, else bit_width(d) (2^(k-1) <= d < 2^k).
@@ -67,6 +75,7 @@ inline constexpr double kPreviousHead = 0.5;  // mean mass at distance 1 >= this
 inline constexpr double kLocalHead = 0.8;     // mean local_mass >= this: local; else broad
 HeadClass classify_head(const Summary& s, std::size_t b, std::size_t h);
 std::string head_class_rule(const SummarySpec& spec);  // the thresholds in words
+std::string sink_keys_words(std::size_t sink_keys);    // "keys 0..3", "key 0", "no key"
 
 namespace summary_detail {
 
@@ -96,6 +105,7 @@ struct RowState {
     std::size_t filled = 0, used_bins = 0;
     std::int64_t own_index = -1;  // the top-1 slot when K = 0
     double own_logit = 0;
+    bool nan_block = false;  // a block of visible keys had no largest logit, and a NaN
 };
 
 // Where a row's state and its slots live: the state, its K top-k slots (the Summary's,
@@ -118,6 +128,8 @@ void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, lon
 
 // Writes the row's entries of s from its state; `sink`: the head's sink logit, which joins
 // the denominator only (null: none); adds the row's bin masses to tile_bins[0, s.bins).
+// A row whose sums are not finite (a NaN or an infinity among its logits or the sink)
+// is marked as summary.hpp says, once, here: the loops above never test a value.
 void finish(const RowSlots& r, const double* sink, Summary& s, std::size_t row, double* tile_bins);
 
 extern template void absorb<float>(const float*, const bool*, std::size_t, std::size_t, long long, const long long*,

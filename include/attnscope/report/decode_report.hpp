@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "attnscope/core/decode.hpp"
 #include "attnscope/model/model.hpp"
@@ -15,13 +16,16 @@ struct DecodeTextOptions {
     std::string source;    // the bundle's file name, for the header
     bool heatmap = false;  // each weight row as one line of a character ramp, not numbers
     int decimals = 4;
-    std::size_t width = 80;  // lines never longer (long rows show their ends around "…")
+    std::size_t width = 80;                   // lines never longer (long rows show their ends around "…")
+    std::vector<std::size_t> batches, heads;  // the rows shown (empty: all); checked by the caller
 };
 
-// Per step: the token and its position, the cache length, the K/V cache shapes, each
-// (batch item, head)'s weight row (numbers, or a heatmap row), the FLOPs with the cache
-// against recomputing the prefix, and the largest difference from the full causal run;
-// a summary line at the end. Token labels are escaped (escape_control).
+// Per step: the token and its position (each batch item's, where they differ), the cache
+// length, the K/V cache shapes, the keys' labels (tokens, else indices; per batch item)
+// over each chosen (batch item, head)'s weight row (numbers, or a heatmap row), the FLOPs
+// with the cache against recomputing the prefix, and the largest difference from the full
+// causal run, stage by stage; a summary at the end. Token labels are escaped
+// (escape_control).
 template <typename T>
 void write_decode_text(std::ostream& out, const Problem<T>& p, const DecodeRun<T>& run,
                        const DecodeTextOptions& options);

@@ -10,6 +10,7 @@
 #include "attnscope/core/summary.hpp"
 #include "attnscope/core/view.hpp"
 #include "attnscope/io/write.hpp"
+#include "attnscope/report/report.hpp"
 
 namespace attnscope {
 
@@ -17,12 +18,12 @@ namespace attnscope {
 // topk_index / topk_weight (B, H, Tq, K), distance_profile (B, H, bins). They borrow s.
 std::vector<OutArray> summary_arrays(const Summary& s, bool batched);
 
-// Per batch item and head: the classification, mean masses, effective keys, distance and
-// a sparkline of the distance profile, within 80 columns; the thresholds below.
-// `batches`, `heads`: which to show (empty: all).
-void write_summary_text(std::ostream& out, const Summary& s, bool batched, const std::vector<std::size_t>& batches,
-                        const std::vector<std::size_t>& heads);
-
+// After a blank line: per chosen batch item and head (o.batches, o.heads), the
+// classification, mean masses, effective keys, distance and a sparkline of the distance
+// profile under a ruler of its bins, within 80 columns; the thresholds; the heads' rows
+// whose logits were not finite; then the top-k keys (with their tokens, from v) of the
+// first and last o.edgeitems rows of each head (every row with o.full), within o.width.
+void write_summary_text(std::ostream& out, const Summary& s, const TraceView& v, const TextOptions& o);
 // The summary as one JSON object (a member of --json's document).
 void write_summary_json(std::ostream& out, const Summary& s, bool batched);
 

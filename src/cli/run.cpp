@@ -35,6 +35,7 @@
 #include "attnscope/model/qkv.hpp"
 #include "attnscope/report/report.hpp"
 #include "attnscope/report/summary_report.hpp"
+#include "counts.hpp"
 #include "help.hpp"
 #include "long_run.hpp"
 #include "subcommand.hpp"
@@ -404,16 +405,6 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
 
 namespace {
 
-// Positions, heads and batch items are counted from 0. CLI11 would read "-1" into an
-// unsigned option as 18446744073709551615; this refuses it as what it is.
-const CLI::Validator kIndex(
-    [](std::string& s) -> std::string {
-        if (s.find_first_not_of(" \t") != std::string::npos && s[s.find_first_not_of(" \t")] == '-')
-            return "expected an index counted from 0, found " + s;
-        return {};
-    },
-    "INDEX");
-
 // The stages drawn as (query, key) heatmaps: --svg-stage takes one of them.
 std::vector<std::string> matrix_stage_names() {
     std::vector<std::string> names;
@@ -439,7 +430,8 @@ void add_input_options(CLI::App* run, RunOptions& o) {
                      "Weights from a model checkpoint: .safetensors, model.safetensors.index.json, a torch.save "
                      "file (.pt, .pth, .bin) or a directory holding one (x comes from the bundle or --x)");
     ckpt->add_option_function<std::size_t>(
-        "--layer", [&o](std::size_t n) { o.layer = n; }, "The checkpoint's layer N (default: its only layer)");
+            "--layer", [&o](std::size_t n) { o.layer = n; }, "The checkpoint's layer N (default: its only layer)")
+        ->check(index_check());
     ckpt->add_option("--preset", o.preset,
                      "How the checkpoint names its layers: auto (config.json's model_type), gpt2, bert, llama, "
                      "mistral, qwen2, mha, tl")
@@ -463,7 +455,7 @@ void add_input_options(CLI::App* run, RunOptions& o) {
 void add_model_options(CLI::App* run, RunOptions& o) {
     run->add_option("--heads", o.heads, "Number of heads H (splits the projected widths)")
         ->capture_default_str()
-        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+        ->check(count_in(1, kMaxHeads))
         ->group(kModel);
     run->add_flag("--causal,!--no-causal", o.causal, "Causal mask: query i sees only keys j <= i")->group(kMasks);
     run->add_option("--causal-align", o.causal_align,
@@ -481,7 +473,7 @@ void add_model_options(CLI::App* run, RunOptions& o) {
         ->add_option_function<std::size_t>(
             "--kv-heads", [&o](std::size_t g) { o.kv_heads = g; },
             "K/V heads G (grouped-query attention; 1: multi-query): query head h reads K/V head h / (H/G)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+        ->check(count_in(1, kMaxHeads));
     modern->add_flag("--rope", o.rope, "Rotary position embeddings on Q and K (stages Q_rot, K_rot)");
     modern->add_option_function<double>(
         "--rope-base", [&o](double v) { o.rope_base = v; }, "RoPE's base θ: inv_freq_j = θ^(-2j/R) (default 10000)");
@@ -489,7 +481,7 @@ void add_model_options(CLI::App* run, RunOptions& o) {
         ->add_option_function<std::size_t>(
             "--rope-dim", [&o](std::size_t v) { o.rope_dim = v; },
             "Features of each head that rotate, R (even; default Dk, the rest pass through)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+        ->check(count_in(1, kMaxHeads));
     modern
         ->add_option("--rope-style", o.rope_style,
                      "half: feature j pairs with j + R/2 (Llama, GPT-NeoX; default); interleaved: 2j with 2j+1 "
@@ -501,7 +493,7 @@ void add_model_options(CLI::App* run, RunOptions& o) {
         ->add_option_function<std::size_t>(
             "--window", [&o](std::size_t w) { o.window = w; },
             "Sliding window W: with --causal the W latest keys (q_pos - W < k_pos <= q_pos), else |q_pos - k_pos| < W")
-        ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()));
+        ->check(count_in(1, kMaxPositions));
     modern->add_option_function<double>(
         "--softcap", [&o](double c) { o.softcap = c; },
         "Logit soft-capping C · tanh(scores / C) before bias and mask (Gemma 2)");
@@ -531,11 +523,11 @@ void add_output_options(CLI::App* run, RunOptions& o) {
         ->group(kOutputs);
     run->add_option("--batch", o.batches, "Batch items shown in every output (default all)")
         ->delimiter(',')
-        ->check(kIndex)
+        ->check(index_check())
         ->group(kSelections);
     run->add_option("--head", o.heads_shown, "Heads shown in every output (default all)")
         ->delimiter(',')
-        ->check(kIndex)
+        ->check(index_check())
         ->group(kSelections);
     run->add_option("--decimals", o.decimals, "Decimals in the printed report")
         ->capture_default_str()
@@ -543,7 +535,7 @@ void add_output_options(CLI::App* run, RunOptions& o) {
         ->group(kViews);
     run->add_option("--edgeitems", o.edgeitems, "Rows/columns shown at each end of a long axis")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1000))
+        ->check(count_in(1, 1000))
         ->group(kViews);
     run->add_flag("--full", o.full,
                   "Never summarise: every number, every key of a heatmap, every cell of --html and --svg. "
@@ -556,7 +548,7 @@ void add_output_options(CLI::App* run, RunOptions& o) {
     run->add_flag("--json", o.json, "Print one JSON document instead of the report")->group(kOutputs);
     run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)")->group(kOutputs);
     run->add_option("--threads", o.threads, "Compute threads (default: every core)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+        ->check(count_in(1, kMaxThreads))
         ->group(kLimits);
     run->add_flag("--timings", o.timings, "Print the seconds spent loading, computing and writing to stderr")
         ->group(kLimits);
@@ -573,7 +565,7 @@ void add_experiment_options(CLI::App* run, RunOptions& o) {
         ->add_option_function<std::size_t>(
             "--zero-key", [&o](std::size_t j) { o.zero_key = j; },
             "Set key vector J to 0 in every head (its score column collapses)")
-        ->check(kIndex);
+        ->check(index_check());
     experiments->add_flag("--ignore-padding", o.ignore_padding, "Drop the key padding mask");
     experiments->add_option(
         "--compare", o.compare,
@@ -588,7 +580,7 @@ void add_view_options(CLI::App* run, RunOptions& o) {
     views->add_option("--cell", o.cell, "One weight's arithmetic: B,H,I,J (H,I,J for a 2-D x)")
         ->delimiter(',')
         ->expected(3, 4)
-        ->check(kIndex);
+        ->check(index_check());
     views->add_flag("--heatmap", o.heatmap, "Draw scores, mask, masked_scores and weights as heatmaps");
     views->add_flag("--panels", o.panels, "Per head: scores | masked_scores | weights side by side, as heatmaps");
     views->add_flag("--explain", o.explain, "Narrate each stage: formula, shapes with numbers, what the masks hide");
@@ -607,7 +599,7 @@ void add_view_options(CLI::App* run, RunOptions& o) {
     views->add_flag("--log-scale", o.log_scale,
                     "Colour weights and sink_weight by log10 (long rows, where 0..1 leaves every cell dark)");
     views->add_option("--width", o.width, "Terminal width for heads side by side (default: the terminal's)")
-        ->check(CLI::Range(std::size_t{20}, std::size_t{10000}));
+        ->check(count_in(20, 10000));
     run->add_option("--html", o.html, "Write a self-contained HTML report of the chosen stages (opens offline)")
         ->group(kOutputs);
     run->add_option("--svg", o.svg, "Write one stage of one head as an SVG heatmap (the first --batch and --head)")

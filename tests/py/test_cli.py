@@ -990,5 +990,51 @@ class VersionHelp(CliTestCase):
             self.assertIn(option, r.out)
 
 
+# ---------------------------------------------------------------------------
+# Counts (issue 21): never read as 2^64 - n, in every subcommand
+# ---------------------------------------------------------------------------
+
+class Counts(CliTestCase):
+
+    def assert_refused(self, args, line):
+        r = run_text(*args)
+        self.assertEqual((r.code, r.out, r.err), (2, "", f"attnscope: error: {line}\n"), r)
+
+    def test_negative_counts_are_refused_in_every_subcommand(self):
+        sentence, causal = DATA / "sentence.json", DATA / "causal.json"
+        tera = "1000000000000"
+        cases = [
+            (["run", sentence, "--sink-keys", "-1"], f"--sink-keys: expected a number from 0 to {tera}, found '-1'"),
+            (["run", sentence, "--window", "-1"], f"--window: expected a number from 1 to {tera}, found '-1'"),
+            (["run", sentence, "--local", "-1"], f"--local: expected a number from 0 to {tera}, found '-1'"),
+            (["run", sentence, "--layer", "-1"], "--layer: expected an index counted from 0, found '-1'"),
+            (["decode", causal, "--prefill", "2", "--window", "-3"],
+             f"--window: expected a number from 1 to {tera}, found '-3'"),
+            (["decode", causal, "--prefill", "-1"], f"--prefill: expected a number from 0 to {tera}, found '-1'"),
+            (["check", "mine.npz", "--against", sentence, "--window", "-1"],
+             f"--window: expected a number from 1 to {tera}, found '-1'"),
+            (["report", "--html", "r.html", sentence, "--threads", "-1"],
+             "--threads: expected a number from 1 to 4096, found '-1'"),
+        ]
+        for args, line in cases:
+            with self.subTest(args=args):
+                self.assert_refused(args, f"{line} (see attnscope {args[0]} --help)")
+
+    def test_huge_counts_are_refused_not_wrapped(self):
+        # 2^63: as a signed position it is negative (the sink mass was 0 instead of 1).
+        for option in ("--sink-keys", "--local", "--window"):
+            with self.subTest(option=option):
+                lo = "1" if option == "--window" else "0"
+                self.assert_refused(["run", DATA / "sentence.json", option, "9223372036854775808"],
+                                    f"{option}: expected a number from {lo} to 1000000000000, found "
+                                    "'9223372036854775808' (see attnscope run --help)")
+
+    def test_the_largest_sink_count_takes_every_key(self):
+        r = run_text("run", DATA / "causal.json", "--causal", "--summary", "--sink-keys", "1000000000000", "--json")
+        self.assertEqual(r.code, 0, r)
+        sink = np.array([row["sink_mass"] for row in json.loads(r.out)["summary"]["rows"]], dtype=float)
+        assert_close(sink, np.ones_like(sink), 1e-12, "sink mass over every key")
+
+
 if __name__ == "__main__":
     common.main("test_cli")

@@ -124,7 +124,8 @@ void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) 
     // on a missing directory, nor leaves some outputs behind for another one that failed.
     for (const std::string* f : {&o.html, &o.svg, &o.dump})
         if (!f->empty() && describe_path(*f) == "a symbolic link to a regular file" && o.force)
-            std::cerr << "attnscope: note: " << *f << " is a symbolic link; --force replaces the link itself "
+            std::cerr << "attnscope: note: " << escape_control(*f)
+                      << " is a symbolic link; --force replaces the link itself "
                       << "(the file it points to is kept)\n";
     if (!o.html.empty()) check_output_target(o.html, o.force, o.html);
     if (!o.svg.empty()) check_output_target(o.svg, o.force, o.svg);
@@ -240,11 +241,29 @@ void warn_overflow(const Problem<T>& problem, const Trace<T>& trace) {
               << ": the numbers overflow; every later stage it reaches carries it\n";
 }
 
+// One line on stderr for each file written, unless --quiet: "attnscope: wrote r.html (HTML report)".
+void say_written(const RunOptions& o, const std::string& path, const char* what) {
+    if (!o.quiet) std::cerr << "attnscope: wrote " << escape_control(path) << " (" << what << ")\n";
+}
+
+// Whether to print the report: always, unless only files were asked for (--dump, --html,
+// --svg, --jsonl FILE) and no option says what to print (a view, --stages, the report's own).
+bool report_wanted(const RunOptions& o) {
+    const bool files = !o.dump.empty() || !o.html.empty() || !o.svg.empty() || (!o.jsonl.empty() && o.jsonl != "-");
+    static const char* const kPrinted[] = {"--stages", "--heatmap",  "--panels",    "--explain", "--diagnose",
+                                           "--cell",   "--decimals", "--edgeitems", "--width",   "--color"};
+    return !files || std::any_of(std::begin(kPrinted), std::end(kPrinted),
+                                 [&o](const char* option) { return o.given.count(option) > 0; });
+}
+
 // The files: --dump (prepared before the computation, committed here; only the chosen
 // batch items and heads: `selected`, with the summaries when asked for), --html, --svg.
 void write_files(const RunOptions& o, const TraceView& view, const TraceView& selected,
                  const std::vector<std::string>& stages, std::optional<Dump>& dump, const Summary* summary) {
-    if (dump) dump->commit(selected, summary ? summary_arrays(*summary, view.batched) : std::vector<OutArray>{});
+    if (dump) {
+        dump->commit(selected, summary ? summary_arrays(*summary, view.batched) : std::vector<OutArray>{});
+        say_written(o, o.dump, dump_is_npz(o.dump) ? "the stages in one .npz archive" : "the stages as NAME.npy");
+    }
     FigureOptions figure;
     figure.full = o.full;
     figure.range = parse_range(o.range, o.log_scale);
@@ -253,12 +272,14 @@ void write_files(const RunOptions& o, const TraceView& view, const TraceView& se
         AtomicTextFile f(o.html, o.force);
         write_html(f, view, stages, o.batches, o.heads_shown, figure);
         f.commit();
+        say_written(o, o.html, "HTML report");
     }
     if (!o.svg.empty()) {
         AtomicTextFile f(o.svg, o.force);
         write_svg(f, view, o.svg_stage, o.batches.empty() ? 0 : o.batches[0],
                   o.heads_shown.empty() ? 0 : o.heads_shown[0], figure);
         f.commit();
+        say_written(o, o.svg, "SVG heatmap");
     }
 }
 
@@ -285,9 +306,11 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
                 write_summary_json(out, *summary, view.batched);
             };
         write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
-    } else if (!o.quiet && summary && stages.empty()) {
+    } else if (o.quiet || !report_wanted(o)) {
+        return;
+    } else if (summary && stages.empty()) {
         write_summary_text(std::cout, *summary, view.batched, o.batches, o.heads_shown);
-    } else if (!o.quiet) {
+    } else {
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
         if (o.panels) {
@@ -392,6 +415,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     write_stdout(o, view, whole, stages, text, cell, trace.summary.get());
     // last: a run killed while writing its report (a closed pipe) leaves no .jsonl behind
     if (jsonl) jsonl->finish(view, stages, trace.summary.get());
+    if (jsonl && o.jsonl != "-") say_written(o, o.jsonl, "line-delimited JSON");
     if (o.timings) {
         char line[128];
         std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,
@@ -852,7 +876,8 @@ int run_compare(const RunOptions& a) {
         return 0;
     }
 
-    std::cout << "attnscope: compare  A = run " << (a.bundle.empty() ? "<options>" : a.bundle) << "  vs  B = A +";
+    std::cout << "attnscope: compare  A = run " << escape_control(a.bundle.empty() ? "<options>" : a.bundle)
+              << "  vs  B = A +";
     for (const auto& w : extra) std::cout << ' ' << w;
     std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale << " ("
               << B.view.scale_source << ")\n\n";

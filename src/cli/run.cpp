@@ -820,6 +820,9 @@ RunOptions second_run(const RunOptions& a, const std::vector<std::string>& extra
     b->compare.clear();
     CLI::App* run = setup_run(app, *b);
     run->allow_extras(false);
+    for (const std::string& word : extra)
+        if (const auto error = single_dash_error(*run, word))
+            throw UsageError("--compare '" + a.compare + "': " + *error);
     std::vector<std::string> args = {"run"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<std::string> reversed(args.rbegin(), args.rend());

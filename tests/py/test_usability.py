@@ -451,7 +451,55 @@ class Help(CliTestCase):
             self.assertEqual((r.code, r.out), (0, "attnscope 0.1.0\n"))
 
 
+class CommandWords(CliTestCase):
+    """Issue 21: one-dash long options, misspelt commands, `help COMMAND`, other shells."""
+
+    def assert_refused(self, args, line):
+        r = run_root(*args)
+        self.assertEqual((r.code, r.out, r.err), (2, "", f"attnscope: error: {line}\n"), r)
+
+    def test_a_long_option_with_one_dash_is_refused_with_the_right_spelling(self):
+        for word, flag in (("-heads", "--heads"), ("-causal", "--causal"), ("-stages=weights", "--stages")):
+            with self.subTest(word=word):
+                self.assert_refused(["run", "data/sentence.json", word, "2"],
+                                    f"unknown option {word.split('=')[0]}; did you mean {flag}? "
+                                    "(see attnscope run --help)")
+        self.assert_refused(["run", "data/sentence.json", "--compare", "-heads 1"],
+                            "unknown option -heads; did you mean --heads? (see attnscope run --help)")
+        self.assert_refused(["run", "data/sentence.json", "--heads", "2", "--compare", "--scale none -heads 1"],
+                            "--compare '--scale none -heads 1': unknown option -heads; did you mean --heads? "
+                            "(see attnscope run --help)")
+        self.assertEqual(run_root("run", "data/sentence.json", "-q").code, 0)  # a short flag still is one
+
+    def test_an_unknown_command_gets_the_nearest(self):
+        for args in (["rnu", "data/sentence.json"], ["help", "rnu"]):
+            with self.subTest(args=args):
+                self.assert_refused(args, "unknown command 'rnu'; did you mean run? (expected: run, check, decode, "
+                                          "inspect, report; see attnscope --help)")
+
+    def test_help_command_prints_the_commands_help(self):
+        for command in COMMANDS:
+            with self.subTest(command=command):
+                r = run_root("help", *([command] if command else []))
+                self.assertEqual((r.code, r.err), (0, ""))
+                self.assertEqual(r.out, help_of(command).out)
+        self.assertIn("attnscope help COMMAND", help_of("").out)
+
+    def test_completion_for_another_shell_names_the_two(self):
+        self.assert_refused(["--completion", "fish"], "--completion fish: no script for this shell; expected bash "
+                                                      "or zsh")
+        self.assert_refused(["--completion"], "--completion: expected one shell, bash or zsh")
+
+
 class ManPage(CliTestCase):
+
+    def test_each_example_once_and_where_the_bundles_are(self):
+        page = run_root("--man").out
+        examples = re.findall(r"^\.B attnscope (.*)$", page.split("\n.SH EXAMPLES\n")[1].split("\n.SH ")[0], re.M)
+        self.assertGreaterEqual(len(examples), 10)
+        self.assertEqual(len(examples), len(set(examples)), examples)
+        self.assertIn(".SH FILES\n.TP\n.I PREFIX/share/attnscope/data\n", page)
+        self.assertIn("PREFIX/share/attnscope, where the install puts data/", page.replace("\n", " "))
 
     def test_the_man_page_holds_every_option_of_the_help(self):
         r = run_root("--man")
@@ -484,6 +532,13 @@ class ManPage(CliTestCase):
         for path in ("share/man/man1/attnscope.1", "share/bash-completion/completions/attnscope",
                      "share/zsh/site-functions/_attnscope", "bin/attnscope"):
             self.assertTrue((prefix / path).is_file(), path)
+        # The bundles the examples read, where the man page says; the examples run there.
+        data = prefix / "share/attnscope/data"
+        for name in sorted(p.relative_to(ROOT / "data") for p in (ROOT / "data").rglob("*") if p.is_file()):
+            self.assertEqual((data / name).read_bytes(), (ROOT / "data" / name).read_bytes(), name)
+        proc = subprocess.run([str(prefix / "bin/attnscope"), "run", "data/sentence.json", "--heads", "2"],
+                              cwd=prefix / "share/attnscope", capture_output=True, text=True)
+        self.assertEqual((proc.returncode, proc.stderr), (0, ""))
 
 
 class Completion(CliTestCase):

@@ -748,7 +748,7 @@ Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec) {
     if (!o.bundle.empty())
         bundle = load_bundle(o.bundle, limit, check_array_name);  // an unknown array is never read
     else
-        bundle.source = "<options>";
+        bundle.source = o.qkv.empty() ? "<options>" : o.qkv;  // a run of --qkv alone is that file's
     for (const auto& [name, file] : o.array_files) {
         if (file == "-")  // one standard input: it can be read once, as the bundle
             throw UsageError("--" + name + " -: standard input can only hold the whole bundle (run -); give " + name +

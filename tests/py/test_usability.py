@@ -541,6 +541,56 @@ class ManPage(CliTestCase):
         self.assertEqual((proc.returncode, proc.stderr), (0, ""))
 
 
+class Setup(CliTestCase):
+    """Issue 21: the demo's set-up installs what building and running need; the tests' the rest."""
+
+    BUILD = ["cmake", "g++", "make", "libcli11-dev", "nlohmann-json3-dev", "libxtensor-dev", "xtl-dev",
+             "libxsimd-dev", "libopenblas-dev", "zlib1g-dev", "doctest-dev"]
+    TEST_ONLY = ["python3-torch", "python3-numpy", "clang-14", "chromium", "nodejs", "jq", "zsh"]
+
+    def setup_installs(self, *args):
+        """What scripts/setup ARGS asks apt-get and npm for, on a machine that has nothing
+        (dpkg-query, apt-get, npm and id are stand-ins that write down what they are asked)."""
+        stubs, log = self.path("stubs"), self.path("log")
+        stubs.mkdir()
+        for name, body in (("dpkg-query", "exit 1"), ("id", "echo 0"),
+                           ("apt-get", f'echo "apt-get $*" >> "{log}"'), ("npm", f'echo "npm $*" >> "{log}"')):
+            (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+            (stubs / name).chmod(0o755)
+        # A copy of the script whose tests/browser has no node_modules: npm is asked when it is meant to be.
+        root = self.path("repo")
+        (root / "scripts").mkdir(parents=True)
+        (root / "tests/browser").mkdir(parents=True)
+        shutil.copy(ROOT / "scripts/setup", root / "scripts/setup")
+        proc = subprocess.run(["bash", str(root / "scripts/setup"), *args], capture_output=True, text=True,
+                              env=dict(os.environ, PATH=f"{stubs}:/usr/bin:/bin"))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        calls = log.read_text().splitlines()
+        install = next(c for c in calls if c.startswith("apt-get install"))
+        return install.split()[5:], [c for c in calls if c.startswith("npm")]
+
+    def test_the_demo_sets_up_only_what_building_and_running_need(self):
+        packages, npm = self.setup_installs()
+        self.assertEqual(packages, self.BUILD)
+        self.assertEqual(npm, [])
+        demo = (ROOT / "scripts/demo").read_text()
+        self.assertIn("\n  scripts/setup\n", demo)
+
+    def test_the_tests_set_up_the_rest(self):
+        packages, npm = self.setup_installs("--test")
+        self.assertEqual(packages[:len(self.BUILD)], self.BUILD)
+        for p in self.TEST_ONLY:
+            self.assertIn(p, packages)
+        self.assertEqual(len(npm), 1)
+        self.assertIn("puppeteer-core@", npm[0])
+        self.assertIn("\nscripts/setup --test\n", (ROOT / "scripts/test").read_text())
+
+    def test_an_unknown_option_is_refused(self):
+        proc = subprocess.run(["bash", str(ROOT / "scripts/setup"), "--tests"], capture_output=True, text=True)
+        self.assertEqual((proc.returncode, proc.stderr),
+                         (2, "setup: unknown option '--tests' (usage: scripts/setup [--test])\n"))
+
+
 class Completion(CliTestCase):
 
     def bash_complete(self, *words):

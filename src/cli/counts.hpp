@@ -41,8 +41,7 @@ inline CLI::Validator count_in(std::size_t lo, std::size_t hi) {
         [lo, hi](std::string& s) -> std::string {
             const auto v = digits_value(s, hi);
             if (v && *v >= lo) return {};
-            return "expected a number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found '" + s +
-                   "'";
+            return "expected a number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found '" + s + "'";
         },
         "COUNT");
 }

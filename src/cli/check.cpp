@@ -19,6 +19,7 @@
 #include "attnscope/io/read.hpp"
 #include "attnscope/model/model.hpp"
 #include "attnscope/report/check_report.hpp"
+#include "counts.hpp"
 #include "help.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
@@ -112,7 +113,7 @@ Subcommand setup_check_command(CLI::App& parent) {
     cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)")
         ->group(kLimits);
     cmd->add_option("--threads", a->run.threads, "Compute threads for the reference (default: every core)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+        ->check(count_in(1, kMaxThreads))
         ->group(kLimits);
     later_options_replace(cmd);
     return {cmd, [a] { return run_check(*a); }};

@@ -15,6 +15,7 @@
 #include "attnscope/model/model.hpp"
 #include "attnscope/report/decode_report.hpp"
 #include "attnscope/report/report.hpp"
+#include "counts.hpp"
 #include "help.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
@@ -107,6 +108,7 @@ Subcommand setup_decode_command(CLI::App& parent) {
     cmd->add_option("--prefill", a->prefill,
                     "P: positions 0..P-1 run as one causal prefill that fills the cache (0..T; the rest are steps)")
         ->required()
+        ->check(count_in(0, kMaxPositions))
         ->group(kDecoding);
     std::vector<std::string> bugs;
     for (std::string_view b : bug_names()) bugs.emplace_back(b);
@@ -128,7 +130,7 @@ Subcommand setup_decode_command(CLI::App& parent) {
     cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)")
         ->group(kLimits);
     cmd->add_option("--threads", a->run.threads, "Compute threads (default: every core)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+        ->check(count_in(1, kMaxThreads))
         ->group(kLimits);
     later_options_replace(cmd);
     return {cmd, [a] { return run_decode(*a); }};

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "attnscope/base/errors.hpp"
 #include "attnscope/base/suggest.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/stages.hpp"
@@ -20,6 +21,13 @@ namespace {
 
 constexpr std::size_t kPipeWidth = 80, kMaxWidth = 100, kMinWidth = 40;
 constexpr std::size_t kNameColumn = 28;  // where descriptions start
+
+// Where `cmake --install` puts data/ (CMakeLists.txt), relative to the install prefix.
+constexpr const char* kDataDir = "PREFIX/share/attnscope/data";
+constexpr const char* kExampleData =
+    "The examples read the bundles of data/: run them in the source tree, or in PREFIX/share/attnscope, where "
+    "the install puts data/ (PREFIX is the directory above the bin/ holding attnscope, e.g. /usr/local or "
+    "~/.local).";
 
 // The terminal's columns (40..100), or 80 when standard output is not a terminal.
 std::size_t help_width() {
@@ -427,8 +435,61 @@ std::string HelpFormatter::make_help(const CLI::App* app, std::string, CLI::AppF
         for (const CLI::Option* o : s.options) out += option_line(o, width);
     }
     out += examples_text(app->get_parent() ? app->get_name() : "", width);
-    if (!commands.empty()) out += "\nSee attnscope COMMAND --help for a command's options, and man attnscope.\n";
+    if (!commands.empty())
+        out += '\n' +
+               wrap(
+                   "See attnscope help COMMAND (or attnscope COMMAND --help) for a command's options, and man "
+                   "attnscope.",
+                   0, 0, width) +
+               '\n';
     return out;
+}
+
+std::vector<std::string> option_spellings(const CLI::App& cmd) {
+    std::vector<std::string> known;
+    for (const CLI::Option* o : all_options(&cmd)) {
+        if (hidden(o)) continue;
+        for (const auto& n : o->get_lnames()) known.push_back("--" + n);
+        for (const auto& n : o->get_snames()) known.push_back("-" + n);
+    }
+    return known;
+}
+
+void check_command(const CLI::App& app, const std::string& name) {
+    std::vector<std::string> names;
+    for (const CLI::App* c : commands_of(&app)) names.push_back(c->get_name());
+    if (std::find(names.begin(), names.end(), name) != names.end()) return;
+    throw UsageError("unknown command '" + name + "'" + did_you_mean(name, names) + " (expected: " + names_of(app) +
+                     "; see attnscope --help)");
+}
+
+std::string help_command(const CLI::App& app, const std::vector<std::string>& args) {
+    if (args.size() == 1 || (args.size() == 2 && (args[1] == "--help" || args[1] == "-h"))) return app.help();
+    if (args.size() > 2)
+        throw UsageError("help: expected one command, found " + std::to_string(args.size() - 1) +
+                         " words (usage: attnscope help [COMMAND])");
+    check_command(app, args[1]);
+    for (const CLI::App* c : commands_of(&app))
+        if (c->get_name() == args[1]) return c->help();
+    return app.help();
+}
+
+std::optional<std::string> single_dash_error(const CLI::App& cmd, const std::string& arg) {
+    if (arg.size() < 3 || arg[0] != '-' || !std::isalpha(static_cast<unsigned char>(arg[1]))) return std::nullopt;
+    const std::string name = arg.substr(0, arg.find_first_of("= "));
+    const std::vector<std::string> known = option_spellings(cmd);
+    const auto is_short = [&](char c) { return std::count(known.begin(), known.end(), std::string{'-', c}) > 0; };
+    if (std::all_of(name.begin() + 1, name.end(), is_short)) return std::nullopt;  // -qV: -q -V
+    return "unknown option " + name + did_you_mean(name, known) + " (see " + program_of(&cmd) + " --help)";
+}
+
+void check_single_dash(const CLI::App& app, const std::vector<std::string>& args) {
+    const CLI::App* cmd = &app;
+    std::size_t k = 0;
+    for (const CLI::App* c : commands_of(&app))
+        if (!args.empty() && c->get_name() == args[0]) cmd = c, k = 1;
+    for (; k < args.size() && args[k] != "--"; ++k)
+        if (const auto error = single_dash_error(*cmd, args[k])) throw UsageError(*error);
 }
 
 std::string parse_error_message(const CLI::App& cmd, const CLI::ParseError& e) {
@@ -442,12 +503,7 @@ std::string parse_error_message(const CLI::App& cmd, const CLI::ParseError& e) {
     std::vector<std::string> left = cmd.remaining();
     if (left.empty() && cmd.get_parent()) left = cmd.get_parent()->remaining();
     if (extras || std::any_of(left.begin(), left.end(), option_like)) {
-        std::vector<std::string> known;
-        for (const CLI::Option* o : all_options(&cmd)) {
-            if (hidden(o)) continue;
-            for (const auto& n : o->get_lnames()) known.push_back("--" + n);
-            for (const auto& n : o->get_snames()) known.push_back("-" + n);
-        }
+        const std::vector<std::string> known = option_spellings(cmd);
         for (const std::string& arg : left) {
             if (!option_like(arg)) continue;
             const std::string name = arg.substr(0, arg.find('='));
@@ -514,20 +570,28 @@ std::string man_page(const CLI::App& app) {
                 s << ".TP\n.B " << roff(option_names(o)) << '\n' << roff(option_text(o)) << '\n';
         }
     }
-    s << ".SH EXAMPLES\n";
-    for (const char* command : {"", "run", "check", "decode"})
-        for (const Example& e : examples_of(command))
+    s << ".SH EXAMPLES\n" << roff(kExampleData) << '\n';
+    std::vector<std::string> shown;  // a command's examples repeat some of the top level's
+    for (const char* command : {"", "run", "check", "decode", "inspect", "report"})
+        for (const Example& e : examples_of(command)) {
+            if (std::find(shown.begin(), shown.end(), e.line) != shown.end()) continue;
+            shown.emplace_back(e.line);
             s << ".TP\n.B " << roff(std::string("attnscope ") + e.line) << '\n' << roff(e.what) << '\n';
+        }
     s << ".SH EXIT STATUS\n0 success (check: every stage matches); 1 a runtime failure (check: a stage differs); "
       << "2 a usage error or bad input, said in one line on standard error.\n"
       << ".SH ENVIRONMENT\n.TP\n.B NO_COLOR\nAny value: no colour with \\-\\-color auto (\\-\\-color always still "
       << "colours).\n.TP\n.B COLUMNS\nThe width of the report when standard output is not a terminal.\n"
+      << ".SH FILES\n.TP\n.I " << roff(kDataDir) << '\n'
+      << roff("The example bundles (data/ in the source tree) and their README.md.") << '\n'
       << ".SH SEE ALSO\nThe README of attnscope, and attnscope COMMAND \\-\\-help.\n";
     return s.str();
 }
 
 std::string completion_script(const CLI::App& app, const std::string& shell) {
-    return shell == "zsh" ? zsh_script(app) : bash_script(app);
+    if (shell == "bash") return bash_script(app);
+    if (shell == "zsh") return zsh_script(app);
+    throw UsageError("--completion " + shell + ": no script for this shell; expected bash or zsh");
 }
 
 }  // namespace attnscope::cli

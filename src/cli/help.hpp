@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,10 +53,30 @@ std::vector<const CLI::Option*> all_options(const CLI::App* cmd);
 // `cmd`: the subcommand being parsed (or the top level).
 std::string parse_error_message(const CLI::App& cmd, const CLI::ParseError& e);
 
-// The man page (roff), from the same tree as --help: every command and option.
+// The options of `cmd` as spelled on the command line ("--heads", "-q"), hidden ones left out.
+std::vector<std::string> option_spellings(const CLI::App& cmd);
+
+// UsageError unless `name` is a command of `app`: "unknown command 'rnu'; did you mean run?".
+void check_command(const CLI::App& app, const std::string& name);
+
+// `attnscope help [COMMAND]` (`args` as given after the program name, "help" first): the
+// help of the top level or of COMMAND, as `attnscope [COMMAND] --help` prints it.
+std::string help_command(const CLI::App& app, const std::vector<std::string>& args);
+
+// A long option spelled with one dash (-heads, -causal=1): "unknown option -heads; did you
+// mean --heads?" for `cmd`. CLI11 reads -heads as -h -e -a -d -s, so -h would print the
+// help; short flags given together (-qV) are not refused. Nothing for any other word.
+std::optional<std::string> single_dash_error(const CLI::App& cmd, const std::string& arg);
+// The same over a command line (`args` after the program name; COMMAND's options when the
+// first word is a command), up to a "--": UsageError for the first such word.
+void check_single_dash(const CLI::App& app, const std::vector<std::string>& args);
+
+// The man page (roff), from the same tree as --help: every command and option, each
+// example once, and where the example bundles are installed.
 std::string man_page(const CLI::App& app);
 
 // A completion script for `shell` ("bash" or "zsh"): commands, options, choices, files.
+// UsageError for another shell, naming these two.
 std::string completion_script(const CLI::App& app, const std::string& shell);
 
 }  // namespace attnscope::cli

@@ -5,6 +5,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/report/summary_report.hpp"
+#include "counts.hpp"
 
 namespace attnscope::cli {
 
@@ -14,13 +15,15 @@ void add_long_options(CLI::App* run, RunOptions& o) {
                 "Per row, tile by tile, never holding a (Tq, Tk) stage: entropy, effective keys, max weight and "
                 "key, top-k keys, sink and local mass, mean distance; per head a distance profile and class");
     g->add_option("--topk", o.topk, "Keys (and weights) kept per row by --summary, largest first (implies --summary)")
-        ->check(CLI::Range(std::size_t{0}, std::size_t{4096}))
+        ->check(count_in(0, 4096))
         ->each([&o](const std::string&) { o.summary = true; })
         ->capture_default_str();
     g->add_option("--sink-keys", o.sink_keys, "--summary's sink mass: the weight on keys at positions 0..s-1")
+        ->check(count_in(0, kMaxPositions))
         ->each([&o](const std::string&) { o.summary = true; })
         ->capture_default_str();
     g->add_option("--local", o.local, "--summary's local mass: the weight on keys at positions i-w < j <= i")
+        ->check(count_in(0, kMaxPositions))
         ->each([&o](const std::string&) { o.summary = true; })
         ->capture_default_str();
     g->add_option("--jsonl", o.jsonl,

@@ -55,28 +55,22 @@ int main(int argc, char** argv) {
     app.set_help_flag("-h,--help", "Print this help");
     app.require_subcommand(1);
     std::vector<cli::Subcommand> commands;
-    std::string names;
-    for (cli::SetupFn setup : cli::kSubcommands) {
-        commands.push_back(setup(app));
-        names += (names.empty() ? "" : ", ") + commands.back().app->get_name();
-    }
-
-    // Generated from the option tree for the build (man page, completions): hidden options.
-    if (argc == 2 && std::string(argv[1]) == "--man") return std::cout << cli::man_page(app), 0;
-    if (argc == 3 && std::string(argv[1]) == "--completion" &&
-        (std::string(argv[2]) == "bash" || std::string(argv[2]) == "zsh"))
-        return std::cout << cli::completion_script(app, argv[2]), 0;
+    for (cli::SetupFn setup : cli::kSubcommands) commands.push_back(setup(app));
+    const std::vector<std::string> args(argv + 1, argv + argc);
 
     try {
+        // Generated from the option tree for the build (man page, completions): hidden options.
+        if (args.size() == 1 && args[0] == "--man") return std::cout << cli::man_page(app), 0;
+        if (!args.empty() && args[0] == "--completion") {
+            if (args.size() != 2) throw UsageError("--completion: expected one shell, bash or zsh");
+            return std::cout << cli::completion_script(app, args[1]), 0;
+        }
+        // `attnscope help [COMMAND]`: the help of the command, as with --help.
+        if (!args.empty() && args[0] == "help") return std::cout << cli::help_command(app, args), 0;
         // Name an unknown command (CLI11 would only say that one is required).
-        const auto known = [&](const std::string& name) {
-            for (const auto& c : commands)
-                if (c.app->get_name() == name) return true;
-            return false;
-        };
-        if (argc > 1 && argv[1][0] != '-' && !known(argv[1]))
-            throw UsageError(std::string("unknown command '") + argv[1] + "' (expected: " + names +
-                             "; see attnscope --help)");
+        if (!args.empty() && args[0][0] != '-') cli::check_command(app, args[0]);
+        // A long option with one dash (-heads) is refused: CLI11 would read -h, --help.
+        cli::check_single_dash(app, args);
         app.parse(argc, argv);
         for (const auto& c : commands)
             if (c.app->parsed()) return c.run();

@@ -19,6 +19,7 @@
 #include "attnscope/io/read.hpp"
 #include "attnscope/io/write.hpp"
 #include "attnscope/model/model.hpp"
+#include "counts.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
 
@@ -190,7 +191,7 @@ Subcommand setup_report_command(CLI::App& parent) {
     cmd->add_flag("--log-scale", a->log_scale, "Colour the weights by log10 (as run's --log-scale)");
     cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)");
     cmd->add_option("--threads", a->run.threads, "Compute threads (default: every core)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+        ->check(count_in(1, kMaxThreads));
     return {cmd, [a] { return run_report(*a); }};
 }
 

@@ -35,6 +35,7 @@
 #include "attnscope/model/qkv.hpp"
 #include "attnscope/report/report.hpp"
 #include "attnscope/report/summary_report.hpp"
+#include "counts.hpp"
 #include "help.hpp"
 #include "long_run.hpp"
 #include "subcommand.hpp"
@@ -123,7 +124,8 @@ void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) 
     // on a missing directory, nor leaves some outputs behind for another one that failed.
     for (const std::string* f : {&o.html, &o.svg, &o.dump})
         if (!f->empty() && describe_path(*f) == "a symbolic link to a regular file" && o.force)
-            std::cerr << "attnscope: note: " << *f << " is a symbolic link; --force replaces the link itself "
+            std::cerr << "attnscope: note: " << escape_control(*f)
+                      << " is a symbolic link; --force replaces the link itself "
                       << "(the file it points to is kept)\n";
     if (!o.html.empty()) check_output_target(o.html, o.force, o.html);
     if (!o.svg.empty()) check_output_target(o.svg, o.force, o.svg);
@@ -239,11 +241,29 @@ void warn_overflow(const Problem<T>& problem, const Trace<T>& trace) {
               << ": the numbers overflow; every later stage it reaches carries it\n";
 }
 
+// One line on stderr for each file written, unless --quiet: "attnscope: wrote r.html (HTML report)".
+void say_written(const RunOptions& o, const std::string& path, const char* what) {
+    if (!o.quiet) std::cerr << "attnscope: wrote " << escape_control(path) << " (" << what << ")\n";
+}
+
+// Whether to print the report: always, unless only files were asked for (--dump, --html,
+// --svg, --jsonl FILE) and no option says what to print (a view, --stages, the report's own).
+bool report_wanted(const RunOptions& o) {
+    const bool files = !o.dump.empty() || !o.html.empty() || !o.svg.empty() || (!o.jsonl.empty() && o.jsonl != "-");
+    static const char* const kPrinted[] = {"--stages", "--heatmap",  "--panels",    "--explain", "--diagnose",
+                                           "--cell",   "--decimals", "--edgeitems", "--width",   "--color", "--summary"};
+    return !files || std::any_of(std::begin(kPrinted), std::end(kPrinted),
+                                 [&o](const char* option) { return o.given.count(option) > 0; });
+}
+
 // The files: --dump (prepared before the computation, committed here; only the chosen
 // batch items and heads: `selected`, with the summaries when asked for), --html, --svg.
 void write_files(const RunOptions& o, const TraceView& view, const TraceView& selected,
                  const std::vector<std::string>& stages, std::optional<Dump>& dump, const Summary* summary) {
-    if (dump) dump->commit(selected, summary ? summary_arrays(*summary, view.batched) : std::vector<OutArray>{});
+    if (dump) {
+        dump->commit(selected, summary ? summary_arrays(*summary, view.batched) : std::vector<OutArray>{});
+        say_written(o, o.dump, dump_is_npz(o.dump) ? "the stages in one .npz archive" : "the stages as NAME.npy");
+    }
     FigureOptions figure;
     figure.full = o.full;
     figure.range = parse_range(o.range, o.log_scale);
@@ -252,12 +272,14 @@ void write_files(const RunOptions& o, const TraceView& view, const TraceView& se
         AtomicTextFile f(o.html, o.force);
         write_html(f, view, stages, o.batches, o.heads_shown, figure);
         f.commit();
+        say_written(o, o.html, "HTML report");
     }
     if (!o.svg.empty()) {
         AtomicTextFile f(o.svg, o.force);
         write_svg(f, view, o.svg_stage, o.batches.empty() ? 0 : o.batches[0],
                   o.heads_shown.empty() ? 0 : o.heads_shown[0], figure);
         f.commit();
+        say_written(o, o.svg, "SVG heatmap");
     }
 }
 
@@ -284,7 +306,9 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
                 write_summary_json(out, *summary, view.batched);
             };
         write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
-    } else if (!o.quiet) {
+    } else if (o.quiet || !report_wanted(o)) {
+        return;
+    } else {
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
         if (summary && stages.empty()) {
@@ -391,6 +415,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     write_stdout(o, view, whole, stages, text, cell, trace.summary.get());
     // last: a run killed while writing its report (a closed pipe) leaves no .jsonl behind
     if (jsonl) jsonl->finish(view, stages, trace.summary.get());
+    if (jsonl && o.jsonl != "-") say_written(o, o.jsonl, "line-delimited JSON");
     if (o.timings) {
         char line[128];
         std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,
@@ -403,16 +428,6 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
 }  // namespace
 
 namespace {
-
-// Positions, heads and batch items are counted from 0. CLI11 would read "-1" into an
-// unsigned option as 18446744073709551615; this refuses it as what it is.
-const CLI::Validator kIndex(
-    [](std::string& s) -> std::string {
-        if (s.find_first_not_of(" \t") != std::string::npos && s[s.find_first_not_of(" \t")] == '-')
-            return "expected an index counted from 0, found " + s;
-        return {};
-    },
-    "INDEX");
 
 // The stages drawn as (query, key) heatmaps: --svg-stage takes one of them.
 std::vector<std::string> matrix_stage_names() {
@@ -427,11 +442,11 @@ std::vector<std::string> matrix_stage_names() {
 void add_selection_options(CLI::App* cmd, RunOptions& o, const std::string& where) {
     cmd->add_option("--batch", o.batches, "Batch items shown in " + where + " (default all)")
         ->delimiter(',')
-        ->check(kIndex)
+        ->check(index_check())
         ->group(kSelections);
     cmd->add_option("--head", o.heads_shown, "Heads shown in " + where + " (default all)")
         ->delimiter(',')
-        ->check(kIndex)
+        ->check(index_check())
         ->group(kSelections);
 }
 
@@ -450,7 +465,8 @@ void add_input_options(CLI::App* run, RunOptions& o) {
                      "Weights from a model checkpoint: .safetensors, model.safetensors.index.json, a torch.save "
                      "file (.pt, .pth, .bin) or a directory holding one (x comes from the bundle or --x)");
     ckpt->add_option_function<std::size_t>(
-        "--layer", [&o](std::size_t n) { o.layer = n; }, "The checkpoint's layer N (default: its only layer)");
+            "--layer", [&o](std::size_t n) { o.layer = n; }, "The checkpoint's layer N (default: its only layer)")
+        ->check(index_check());
     ckpt->add_option("--preset", o.preset,
                      "How the checkpoint names its layers: auto (config.json's model_type), gpt2, bert, llama, "
                      "mistral, qwen2, mha, tl")
@@ -474,7 +490,7 @@ void add_input_options(CLI::App* run, RunOptions& o) {
 void add_model_options(CLI::App* run, RunOptions& o) {
     run->add_option("--heads", o.heads, "Number of heads H (splits the projected widths)")
         ->capture_default_str()
-        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+        ->check(count_in(1, kMaxHeads))
         ->group(kModel);
     run->add_flag("--causal,!--no-causal", o.causal, "Causal mask: query i sees only keys j <= i")->group(kMasks);
     run->add_option("--causal-align", o.causal_align,
@@ -492,7 +508,7 @@ void add_model_options(CLI::App* run, RunOptions& o) {
         ->add_option_function<std::size_t>(
             "--kv-heads", [&o](std::size_t g) { o.kv_heads = g; },
             "K/V heads G (grouped-query attention; 1: multi-query): query head h reads K/V head h / (H/G)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+        ->check(count_in(1, kMaxHeads));
     modern->add_flag("--rope", o.rope, "Rotary position embeddings on Q and K (stages Q_rot, K_rot)");
     modern->add_option_function<double>(
         "--rope-base", [&o](double v) { o.rope_base = v; }, "RoPE's base θ: inv_freq_j = θ^(-2j/R) (default 10000)");
@@ -500,7 +516,7 @@ void add_model_options(CLI::App* run, RunOptions& o) {
         ->add_option_function<std::size_t>(
             "--rope-dim", [&o](std::size_t v) { o.rope_dim = v; },
             "Features of each head that rotate, R (even; default Dk, the rest pass through)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+        ->check(count_in(1, kMaxHeads));
     modern
         ->add_option("--rope-style", o.rope_style,
                      "half: feature j pairs with j + R/2 (Llama, GPT-NeoX; default); interleaved: 2j with 2j+1 "
@@ -512,7 +528,7 @@ void add_model_options(CLI::App* run, RunOptions& o) {
         ->add_option_function<std::size_t>(
             "--window", [&o](std::size_t w) { o.window = w; },
             "Sliding window W: with --causal the W latest keys (q_pos - W < k_pos <= q_pos), else |q_pos - k_pos| < W")
-        ->check(CLI::Range(std::size_t{1}, std::numeric_limits<std::size_t>::max()));
+        ->check(count_in(1, kMaxPositions));
     modern->add_option_function<double>(
         "--softcap", [&o](double c) { o.softcap = c; },
         "Logit soft-capping C · tanh(scores / C) before bias and mask (Gemma 2)");
@@ -547,7 +563,7 @@ void add_output_options(CLI::App* run, RunOptions& o) {
         ->group(kViews);
     run->add_option("--edgeitems", o.edgeitems, "Rows/columns shown at each end of a long axis")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1000))
+        ->check(count_in(1, 1000))
         ->group(kViews);
     run->add_flag("--full", o.full,
                   "Never summarise: every number, every key of a heatmap, every cell of --html and --svg. "
@@ -560,7 +576,7 @@ void add_output_options(CLI::App* run, RunOptions& o) {
     run->add_flag("--json", o.json, "Print one JSON document instead of the report")->group(kOutputs);
     run->add_flag("-q,--quiet", o.quiet, "Print no report (useful with --dump)")->group(kOutputs);
     run->add_option("--threads", o.threads, "Compute threads (default: every core)")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+        ->check(count_in(1, kMaxThreads))
         ->group(kLimits);
     run->add_flag("--timings", o.timings, "Print the seconds spent loading, computing and writing to stderr")
         ->group(kLimits);
@@ -577,7 +593,7 @@ void add_experiment_options(CLI::App* run, RunOptions& o) {
         ->add_option_function<std::size_t>(
             "--zero-key", [&o](std::size_t j) { o.zero_key = j; },
             "Set key vector J to 0 in every head (its score column collapses)")
-        ->check(kIndex);
+        ->check(index_check());
     experiments->add_flag("--ignore-padding", o.ignore_padding, "Drop the key padding mask");
     experiments->add_option(
         "--compare", o.compare,
@@ -592,7 +608,7 @@ void add_view_options(CLI::App* run, RunOptions& o) {
     views->add_option("--cell", o.cell, "One weight's arithmetic: B,H,I,J (H,I,J for a 2-D x)")
         ->delimiter(',')
         ->expected(3, 4)
-        ->check(kIndex);
+        ->check(index_check());
     views->add_flag("--heatmap", o.heatmap, "Draw scores, mask, masked_scores and weights as heatmaps");
     views->add_flag("--panels", o.panels, "Per head: scores | masked_scores | weights side by side, as heatmaps");
     views->add_flag("--explain", o.explain, "Narrate each stage: formula, shapes with numbers, what the masks hide");
@@ -611,7 +627,7 @@ void add_view_options(CLI::App* run, RunOptions& o) {
     views->add_flag("--log-scale", o.log_scale,
                     "Colour weights and sink_weight by log10 (long rows, where 0..1 leaves every cell dark)");
     views->add_option("--width", o.width, "Terminal width for heads side by side (default: the terminal's)")
-        ->check(CLI::Range(std::size_t{20}, std::size_t{10000}));
+        ->check(count_in(20, 10000));
     run->add_option("--html", o.html, "Write a self-contained HTML report of the chosen stages (opens offline)")
         ->group(kOutputs);
     run->add_option("--svg", o.svg, "Write one stage of one head as an SVG heatmap (the first --batch and --head)")
@@ -736,7 +752,7 @@ Bundle load_inputs(const RunOptions& command_line, std::size_t limit, Spec& spec
     if (!command_line.bundle.empty())
         bundle = load_bundle(command_line.bundle, limit, check_array_name);  // an unknown array is never read
     else
-        bundle.source = "<options>";
+        bundle.source = command_line.qkv.empty() ? "<options>" : command_line.qkv;  // a run of --qkv alone is that file's
     // The options the bundle carries, under the command line's (bundle_config.cpp).
     const RunOptions o = with_bundle_config(command_line, bundle, spec);
     for (const auto& [name, file] : o.array_files) {
@@ -810,6 +826,9 @@ RunOptions second_run(const RunOptions& a, const std::vector<std::string>& extra
     b->compare.clear();
     CLI::App* run = setup_run(app, *b);
     run->allow_extras(false);
+    for (const std::string& word : extra)
+        if (const auto error = single_dash_error(*run, word))
+            throw UsageError("--compare '" + a.compare + "': " + *error);
     std::vector<std::string> args = {"run"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<std::string> reversed(args.rbegin(), args.rend());
@@ -866,7 +885,8 @@ int run_compare(const RunOptions& a) {
         return 0;
     }
 
-    std::cout << "attnscope: compare  A = run " << (a.bundle.empty() ? "<options>" : a.bundle) << "  vs  B = A +";
+    std::cout << "attnscope: compare  A = run " << escape_control(a.bundle.empty() ? "<options>" : a.bundle)
+              << "  vs  B = A +";
     for (const auto& w : extra) std::cout << ' ' << w;
     std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale << " ("
               << B.view.scale_source << ")\n\n";

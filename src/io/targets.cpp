@@ -53,6 +53,11 @@ void check_output_target(const std::string& path, bool replace, const std::strin
         return;
     }
     const std::string found = describe_path(path);
+    // A name taken, as by an existing file (below): a usage error, whatever {force} says.
+    if (found == "a dangling symbolic link")
+        throw UsageError(what +
+                         ": exists and is a dangling symbolic link (never replaced); remove it or choose "
+                         "another name");
     const bool regular = S_ISREG(st.st_mode) || found == "a symbolic link to a regular file";
     if (!regular)
         throw RuntimeFailure(what + ": cannot be written: it exists and is " + found +

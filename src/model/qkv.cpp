@@ -117,6 +117,34 @@ struct Given {
     std::vector<Reading> readings;
 };
 
+// When `heads` fits no order of `shape`: the orders that other head counts would fit, "bhtd
+// with {heads} 2, or bthd with {heads} 5, or bt(hd) with {heads} dividing 8"; "" when none
+// would. A head axis of its own fits its size; a merged one, (hd), any divisor of its size.
+// `field`: {heads} or {kv_heads}.
+std::string other_fits(const std::vector<std::size_t>& shape, std::size_t heads, const std::string& field) {
+    std::vector<std::size_t> counts = {1};
+    for (std::size_t n : shape)
+        if (std::find(counts.begin(), counts.end(), n) == counts.end()) counts.push_back(n);
+    std::vector<std::string> seen;
+    std::string out;
+    for (const char* t : kTemplates) {
+        const Groups groups = *parse_order(t);
+        const auto merged = std::find_if(groups.begin(), groups.end(), [](const std::string& g) {
+            return g.size() > 1 && g.find('h') != std::string::npos;
+        });
+        for (std::size_t h : counts) {
+            if (h == heads || (merged != groups.end() && h != 1)) continue;  // (hd): said once, below
+            const auto r = read_as(groups, shape, h);
+            if (!r || std::find(seen.begin(), seen.end(), r->signature) != seen.end()) continue;
+            seen.push_back(r->signature);
+            const std::size_t size = merged == groups.end() ? 0 : shape[std::size_t(merged - groups.begin())];
+            out += (out.empty() ? "" : ", or ") + std::string(t) + " with " + field +
+                   (size > 1 ? " dividing " + std::to_string(size) : " " + std::to_string(h));
+        }
+    }
+    return out;
+}
+
 std::string candidates_text(const std::vector<Reading>& rs) {
     std::string s;
     for (const auto& r : rs) s += (s.empty() ? "" : " or ") + order_name(r.groups);
@@ -175,11 +203,16 @@ GivenQKV read_qkv(const Bundle& file, std::size_t heads, std::size_t kv_heads,
                                          [&](const Reading& o) { return o.signature == r->signature; });
             if (!dup) x.readings.push_back(*r);
         }
-        if (x.readings.empty())
+        if (x.readings.empty()) {
+            const std::string field = role == 0 ? "{heads}" : "{kv_heads}";
+            const std::string fits = other_fits(x.a->shape, h, field);
             throw InputError(x.a->origin + ": shape " + shape_str(x.a->shape) + " fits no axis order with " +
-                             std::to_string(h) + (role == 0 ? " heads" : " K/V heads") +
-                             " (expected (B, H, T, D), (B, T, H, D), (B, T, H·D), (H, T, D), (B·H, T, D), (T, H·D) "
-                             "or (T, D); {heads} and {kv_heads} set H)");
+                             std::to_string(h) + (role == 0 ? " head" : " K/V head") + (h == 1 ? "" : "s") + " (" +
+                             field + (role == 0 ? ")" : ", default {heads})") +
+                             (fits.empty() ? "; expected (B, H, T, D), (B, T, H, D), (B, T, H·D), (H, T, D), "
+                                             "(B·H, T, D), (T, H·D) or (T, D)"
+                                           : "; it fits " + fits));
+        }
     }
 
     // The combinations on which q, k and v agree: one batch, one key length, one query/key width.

@@ -241,12 +241,14 @@ inline std::vector<std::string> wrap(const std::string& text, std::size_t width)
     return lines;
 }
 
-// "B=2 Tq=6 Tk=6 ...": every size of the shape legend.
+// "B=2 Tq=6 Tk=6 ...": every size of the shape legend (no Dm, Dkv for a run from given
+// Q, K, V: it has no x or memory).
 inline std::string dims_line(const Dims& d) {
+    const bool inputs = d.Dm || d.Dkv;
     return "B=" + std::to_string(d.B) + " Tq=" + std::to_string(d.Tq) + " Tk=" + std::to_string(d.Tk) +
-           " Dm=" + std::to_string(d.Dm) + " Dkv=" + std::to_string(d.Dkv) + " H=" + std::to_string(d.H) +
-           (d.G && d.G != d.H ? " G=" + std::to_string(d.G) : std::string()) + " Dk=" + std::to_string(d.Dk) +
-           " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
+           (inputs ? " Dm=" + std::to_string(d.Dm) + " Dkv=" + std::to_string(d.Dkv) : std::string()) +
+           " H=" + std::to_string(d.H) + (d.G && d.G != d.H ? " G=" + std::to_string(d.G) : std::string()) +
+           " Dk=" + std::to_string(d.Dk) + " Dv=" + std::to_string(d.Dv) + " Dout=" + std::to_string(d.Dout);
 }
 
 // ---------------------------------------------------------------------------

@@ -252,7 +252,7 @@ class JsonOutput(CliTestCase):
     def test_float32_json_round_trips_to_float32_dump(self):
         dump = self.path("f32.npz")
         r = run_text(*example_run("causal", "--json", "--dtype", "float32", "--dump", dump))
-        self.assert_ok(r)
+        self.assertEqual((r.code, r.err), (0, f"attnscope: wrote {dump} (the stages in one .npz archive)\n"), r)
         doc = json.loads(r.out)
         with np.load(dump) as npz:
             for stage in FLOAT_STAGES:
@@ -988,6 +988,105 @@ class VersionHelp(CliTestCase):
         r = run_text("run", "--help")
         for option in ("--heads", "--causal", "--layout", "--dump", "--json", "--stages"):
             self.assertIn(option, r.out)
+
+
+# ---------------------------------------------------------------------------
+# Counts (issue 21): never read as 2^64 - n, in every subcommand
+# ---------------------------------------------------------------------------
+
+class Counts(CliTestCase):
+
+    def assert_refused(self, args, line):
+        r = run_text(*args)
+        self.assertEqual((r.code, r.out, r.err), (2, "", f"attnscope: error: {line}\n"), r)
+
+    def test_negative_counts_are_refused_in_every_subcommand(self):
+        sentence, causal = DATA / "sentence.json", DATA / "causal.json"
+        tera = "1000000000000"
+        cases = [
+            (["run", sentence, "--sink-keys", "-1"], f"--sink-keys: expected a number from 0 to {tera}, found '-1'"),
+            (["run", sentence, "--window", "-1"], f"--window: expected a number from 1 to {tera}, found '-1'"),
+            (["run", sentence, "--local", "-1"], f"--local: expected a number from 0 to {tera}, found '-1'"),
+            (["run", sentence, "--layer", "-1"], "--layer: expected an index counted from 0, found '-1'"),
+            (["decode", causal, "--prefill", "2", "--window", "-3"],
+             f"--window: expected a number from 1 to {tera}, found '-3'"),
+            (["decode", causal, "--prefill", "-1"], f"--prefill: expected a number from 0 to {tera}, found '-1'"),
+            (["check", "mine.npz", "--against", sentence, "--window", "-1"],
+             f"--window: expected a number from 1 to {tera}, found '-1'"),
+            (["report", "--html", "r.html", sentence, "--threads", "-1"],
+             "--threads: expected a number from 1 to 4096, found '-1'"),
+        ]
+        for args, line in cases:
+            with self.subTest(args=args):
+                self.assert_refused(args, f"{line} (see attnscope {args[0]} --help)")
+
+    def test_huge_counts_are_refused_not_wrapped(self):
+        # 2^63: as a signed position it is negative (the sink mass was 0 instead of 1).
+        for option in ("--sink-keys", "--local", "--window"):
+            with self.subTest(option=option):
+                lo = "1" if option == "--window" else "0"
+                self.assert_refused(["run", DATA / "sentence.json", option, "9223372036854775808"],
+                                    f"{option}: expected a number from {lo} to 1000000000000, found "
+                                    "'9223372036854775808' (see attnscope run --help)")
+
+    def test_the_largest_sink_count_takes_every_key(self):
+        r = run_text("run", DATA / "causal.json", "--causal", "--summary", "--sink-keys", "1000000000000", "--json")
+        self.assertEqual(r.code, 0, r)
+        sink = np.array([row["sink_mass"] for row in json.loads(r.out)["summary"]["rows"]], dtype=float)
+        assert_close(sink, np.ones_like(sink), 1e-12, "sink mass over every key")
+
+
+# ---------------------------------------------------------------------------
+# File outputs (issue 21): said when written, the report when asked for, one refusal
+# ---------------------------------------------------------------------------
+
+class FileOutputs(CliTestCase):
+
+    def test_files_alone_print_one_line_each_and_no_report(self):
+        html, svg, npz, jsonl = (self.path(n) for n in ("r.html", "r.svg", "d.npz", "r.jsonl"))
+        r = run_text("run", DATA / "sentence.json", "--heads", "2", "--html", html, "--svg", svg, "--dump", npz,
+                     "--jsonl", jsonl)
+        self.assertEqual((r.code, r.out), (0, ""), r)
+        self.assertEqual(r.err, f"attnscope: wrote {npz} (the stages in one .npz archive)\n"
+                                f"attnscope: wrote {html} (HTML report)\n"
+                                f"attnscope: wrote {svg} (SVG heatmap)\n"
+                                f"attnscope: wrote {jsonl} (line-delimited JSON)\n")
+        d = self.path("d")
+        r = run_text("run", DATA / "sentence.json", "--heads", "2", "--dump", d)
+        self.assertEqual((r.code, r.out, r.err), (0, "", f"attnscope: wrote {d} (the stages as NAME.npy)\n"), r)
+
+    def test_a_view_asks_for_the_report_and_quiet_silences_the_lines(self):
+        html = self.path("r.html")
+        r = run_text("run", DATA / "sentence.json", "--heads", "2", "--html", html, "--stages", "weights")
+        self.assertEqual((r.code, r.err), (0, f"attnscope: wrote {html} (HTML report)\n"), r)
+        self.assertEqual(headings(r.out), ["weights"])
+        r = run_text("run", DATA / "sentence.json", "--heads", "2", "--html", html, "--force", "--diagnose")
+        self.assertIn("entropy", r.out)
+        r = run_text("run", DATA / "sentence.json", "--heads", "2", "--html", html, "--force", "-q")
+        self.assertEqual((r.code, r.out, r.err), (0, "", ""), r)
+
+    def test_a_dangling_link_is_refused_as_an_existing_file_is(self):
+        existing, dangling = self.path("old.html"), self.path("dangling.html")
+        existing.write_text("mine")
+        dangling.symlink_to(self.path("nowhere"))
+        r = run_text("run", DATA / "sentence.json", "--html", existing)
+        self.assertEqual((r.code, r.err), (2, f"attnscope: error: {existing}: exists; pass --force to replace it\n"))
+        for force in ([], ["--force"]):
+            with self.subTest(force=force):
+                r = run_text("run", DATA / "sentence.json", "--html", dangling, *force)
+                self.assertEqual((r.code, r.out, r.err), (2, "", f"attnscope: error: {dangling}: exists and is a "
+                                 "dangling symbolic link (never replaced); remove it or choose another name\n"))
+
+    def test_the_symbolic_link_note_escapes_the_path(self):
+        real = self.path("real.html")
+        real.write_text("mine")
+        link = self.path("l\x1b[31m.html")
+        link.symlink_to(real)
+        r = run_text("run", DATA / "sentence.json", "--html", link, "--force", "-q")
+        self.assertEqual(r.code, 0, r)
+        shown = str(link).replace("\x1b", "\\x1b")
+        self.assertEqual(r.err, f"attnscope: note: {shown} is a symbolic link; --force replaces the link itself "
+                                "(the file it points to is kept)\n")
 
 
 if __name__ == "__main__":

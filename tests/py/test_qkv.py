@@ -186,5 +186,37 @@ class FromQKV(CliTestCase):
         self.assert_error(run_text("run", bundle, "--heads", "2", "--axes", "q=bhtd"), "--axes: says how --qkv")
 
 
+class SdpaLayout(CliTestCase):
+    """Issue 21: SDPA's (B, H, T, D) without --heads names the head counts that fit; a run
+    of --qkv alone shows its file and no model width."""
+
+    def test_the_head_counts_that_fit_are_named(self):
+        rng = np.random.default_rng(21)
+        src = self.save_npz("sdpa.npz", **{n: rng.standard_normal((1, 2, 5, 4)) for n in "qkv"})
+        r = run_text("run", "--qkv", src)
+        self.assertEqual((r.code, r.out), (2, ""))
+        self.assertEqual(r.err, f"attnscope: error: {src}: q: shape (1, 2, 5, 4) fits no axis order with 1 head "
+                                "(--heads); it fits bhtd with --heads 2, or bthd with --heads 5\n")
+        merged = self.save_npz("merged.npz", **{n: rng.standard_normal((1, 5, 8)) for n in "qkv"})
+        r = run_text("run", "--qkv", merged, "--heads", "3")
+        self.assertEqual(r.err, f"attnscope: error: {merged}: q: shape (1, 5, 8) fits no axis order with 3 heads "
+                                "(--heads); it fits bt(hd) with --heads dividing 8\n")
+        k1 = self.save_npz("gqa.npz", q=rng.standard_normal((1, 4, 5, 2)), k=rng.standard_normal((1, 1, 5, 2)),
+                           v=rng.standard_normal((1, 1, 5, 2)))
+        r = run_text("run", "--qkv", k1, "--heads", "4")
+        self.assertEqual(r.err, f"attnscope: error: {k1}: k: shape (1, 1, 5, 2) fits no axis order with 4 K/V "
+                                "heads (--kv-heads, default --heads); it fits bhtd with --kv-heads 1, or bthd with "
+                                "--kv-heads 5\n")
+
+    def test_the_header_shows_what_was_given(self):
+        rng = np.random.default_rng(22)
+        src = self.save_npz("sdpa.npz", **{n: rng.standard_normal((1, 2, 5, 4)) for n in "qkv"})
+        r = run_text("run", "--qkv", src, "--heads", "2", "--stages", "weights")
+        self.assert_ok(r)
+        lines = r.out.splitlines()
+        self.assertEqual(lines[0], f"attnscope: self-attention, 2 heads, float64, {src}")
+        self.assertEqual(lines[1], "  sizes   B=1 Tq=5 Tk=5 H=2 Dk=4 Dv=4 Dout=8")
+
+
 if __name__ == "__main__":
     common.main("run --qkv", against="modern_reference.py")

@@ -451,7 +451,55 @@ class Help(CliTestCase):
             self.assertEqual((r.code, r.out), (0, "attnscope 0.1.0\n"))
 
 
+class CommandWords(CliTestCase):
+    """Issue 21: one-dash long options, misspelt commands, `help COMMAND`, other shells."""
+
+    def assert_refused(self, args, line):
+        r = run_root(*args)
+        self.assertEqual((r.code, r.out, r.err), (2, "", f"attnscope: error: {line}\n"), r)
+
+    def test_a_long_option_with_one_dash_is_refused_with_the_right_spelling(self):
+        for word, flag in (("-heads", "--heads"), ("-causal", "--causal"), ("-stages=weights", "--stages")):
+            with self.subTest(word=word):
+                self.assert_refused(["run", "data/sentence.json", word, "2"],
+                                    f"unknown option {word.split('=')[0]}; did you mean {flag}? "
+                                    "(see attnscope run --help)")
+        self.assert_refused(["run", "data/sentence.json", "--compare", "-heads 1"],
+                            "unknown option -heads; did you mean --heads? (see attnscope run --help)")
+        self.assert_refused(["run", "data/sentence.json", "--heads", "2", "--compare", "--scale none -heads 1"],
+                            "--compare '--scale none -heads 1': unknown option -heads; did you mean --heads? "
+                            "(see attnscope run --help)")
+        self.assertEqual(run_root("run", "data/sentence.json", "-q").code, 0)  # a short flag still is one
+
+    def test_an_unknown_command_gets_the_nearest(self):
+        for args in (["rnu", "data/sentence.json"], ["help", "rnu"]):
+            with self.subTest(args=args):
+                self.assert_refused(args, "unknown command 'rnu'; did you mean run? (expected: run, check, decode, "
+                                          "inspect, report; see attnscope --help)")
+
+    def test_help_command_prints_the_commands_help(self):
+        for command in COMMANDS:
+            with self.subTest(command=command):
+                r = run_root("help", *([command] if command else []))
+                self.assertEqual((r.code, r.err), (0, ""))
+                self.assertEqual(r.out, help_of(command).out)
+        self.assertIn("attnscope help COMMAND", help_of("").out)
+
+    def test_completion_for_another_shell_names_the_two(self):
+        self.assert_refused(["--completion", "fish"], "--completion fish: no script for this shell; expected bash "
+                                                      "or zsh")
+        self.assert_refused(["--completion"], "--completion: expected one shell, bash or zsh")
+
+
 class ManPage(CliTestCase):
+
+    def test_each_example_once_and_where_the_bundles_are(self):
+        page = run_root("--man").out
+        examples = re.findall(r"^\.B attnscope (.*)$", page.split("\n.SH EXAMPLES\n")[1].split("\n.SH ")[0], re.M)
+        self.assertGreaterEqual(len(examples), 10)
+        self.assertEqual(len(examples), len(set(examples)), examples)
+        self.assertIn(".SH FILES\n.TP\n.I PREFIX/share/attnscope/data\n", page)
+        self.assertIn("PREFIX/share/attnscope, where the install puts data/", page.replace("\n", " "))
 
     def test_the_man_page_holds_every_option_of_the_help(self):
         r = run_root("--man")
@@ -484,6 +532,63 @@ class ManPage(CliTestCase):
         for path in ("share/man/man1/attnscope.1", "share/bash-completion/completions/attnscope",
                      "share/zsh/site-functions/_attnscope", "bin/attnscope"):
             self.assertTrue((prefix / path).is_file(), path)
+        # The bundles the examples read, where the man page says; the examples run there.
+        data = prefix / "share/attnscope/data"
+        for name in sorted(p.relative_to(ROOT / "data") for p in (ROOT / "data").rglob("*") if p.is_file()):
+            self.assertEqual((data / name).read_bytes(), (ROOT / "data" / name).read_bytes(), name)
+        proc = subprocess.run([str(prefix / "bin/attnscope"), "run", "data/sentence.json", "--heads", "2"],
+                              cwd=prefix / "share/attnscope", capture_output=True, text=True)
+        self.assertEqual((proc.returncode, proc.stderr), (0, ""))
+
+
+class Setup(CliTestCase):
+    """Issue 21: the demo's set-up installs what building and running need; the tests' the rest."""
+
+    BUILD = ["cmake", "g++", "make", "libcli11-dev", "nlohmann-json3-dev", "libxtensor-dev", "xtl-dev",
+             "libxsimd-dev", "libopenblas-dev", "zlib1g-dev", "doctest-dev"]
+    TEST_ONLY = ["python3-torch", "python3-numpy", "clang-14", "chromium", "nodejs", "jq", "zsh"]
+
+    def setup_installs(self, *args):
+        """What scripts/setup ARGS asks apt-get and npm for, on a machine that has nothing
+        (dpkg-query, apt-get, npm and id are stand-ins that write down what they are asked)."""
+        stubs, log = self.path("stubs"), self.path("log")
+        stubs.mkdir()
+        for name, body in (("dpkg-query", "exit 1"), ("id", "echo 0"),
+                           ("apt-get", f'echo "apt-get $*" >> "{log}"'), ("npm", f'echo "npm $*" >> "{log}"')):
+            (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+            (stubs / name).chmod(0o755)
+        # A copy of the script whose tests/browser has no node_modules: npm is asked when it is meant to be.
+        root = self.path("repo")
+        (root / "scripts").mkdir(parents=True)
+        (root / "tests/browser").mkdir(parents=True)
+        shutil.copy(ROOT / "scripts/setup", root / "scripts/setup")
+        proc = subprocess.run(["bash", str(root / "scripts/setup"), *args], capture_output=True, text=True,
+                              env=dict(os.environ, PATH=f"{stubs}:/usr/bin:/bin"))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        calls = log.read_text().splitlines()
+        install = next(c for c in calls if c.startswith("apt-get install"))
+        return install.split()[5:], [c for c in calls if c.startswith("npm")]
+
+    def test_the_demo_sets_up_only_what_building_and_running_need(self):
+        packages, npm = self.setup_installs()
+        self.assertEqual(packages, self.BUILD)
+        self.assertEqual(npm, [])
+        demo = (ROOT / "scripts/demo").read_text()
+        self.assertIn("\n  scripts/setup\n", demo)
+
+    def test_the_tests_set_up_the_rest(self):
+        packages, npm = self.setup_installs("--test")
+        self.assertEqual(packages[:len(self.BUILD)], self.BUILD)
+        for p in self.TEST_ONLY:
+            self.assertIn(p, packages)
+        self.assertEqual(len(npm), 1)
+        self.assertIn("puppeteer-core@", npm[0])
+        self.assertIn("\nscripts/setup --test\n", (ROOT / "scripts/test").read_text())
+
+    def test_an_unknown_option_is_refused(self):
+        proc = subprocess.run(["bash", str(ROOT / "scripts/setup"), "--tests"], capture_output=True, text=True)
+        self.assertEqual((proc.returncode, proc.stderr),
+                         (2, "setup: unknown option '--tests' (usage: scripts/setup [--test])\n"))
 
 
 class Completion(CliTestCase):

@@ -101,8 +101,8 @@ void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays);
 // to one (the link itself is then replaced; the file it points to is kept). A device, a
 // FIFO, a directory, a socket or a dangling link is never replaced. The directory it would
 // be created in must exist. The error names `what` ("{html} r.html") and what was found:
-// UsageError for an existing file without `replace`, RuntimeFailure for a target that
-// cannot be written at all.
+// UsageError for an existing file without `replace` and for a dangling link (a name taken
+// either way), RuntimeFailure for a target that cannot be written at all.
 void check_output_target(const std::string& path, bool replace, const std::string& what);
 
 // What `path` is, in words, for messages: "absent", "a regular file", "a FIFO", "a

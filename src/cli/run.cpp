@@ -251,7 +251,7 @@ void say_written(const RunOptions& o, const std::string& path, const char* what)
 bool report_wanted(const RunOptions& o) {
     const bool files = !o.dump.empty() || !o.html.empty() || !o.svg.empty() || (!o.jsonl.empty() && o.jsonl != "-");
     static const char* const kPrinted[] = {"--stages", "--heatmap",  "--panels",    "--explain", "--diagnose",
-                                           "--cell",   "--decimals", "--edgeitems", "--width",   "--color", "--summary"};
+                                           "--cell",   "--decimals", "--edgeitems", "--width",   "--color"};
     return !files || std::any_of(std::begin(kPrinted), std::end(kPrinted),
                                  [&o](const char* option) { return o.given.count(option) > 0; });
 }
@@ -752,7 +752,8 @@ Bundle load_inputs(const RunOptions& command_line, std::size_t limit, Spec& spec
     if (!command_line.bundle.empty())
         bundle = load_bundle(command_line.bundle, limit, check_array_name);  // an unknown array is never read
     else
-        bundle.source = command_line.qkv.empty() ? "<options>" : command_line.qkv;  // a run of --qkv alone is that file's
+        bundle.source =
+            command_line.qkv.empty() ? "<options>" : command_line.qkv;  // a run of --qkv alone is that file's
     // The options the bundle carries, under the command line's (bundle_config.cpp).
     const RunOptions o = with_bundle_config(command_line, bundle, spec);
     for (const auto& [name, file] : o.array_files) {

@@ -93,7 +93,7 @@ void AddedVocabulary::build(const Normalizer& normalizer) {
     }
 }
 
-std::vector<std::pair<Text, int>> AddedVocabulary::split(const Text& t, bool normalized) const {
+std::vector<std::pair<Text, int>> AddedVocabulary::split(Text t, bool normalized) const {
     const Trie& trie = normalized ? *normalized_ : *raw_;
     const std::string_view s = t.text;
     std::vector<std::pair<Text, int>> out;
@@ -118,7 +118,7 @@ std::vector<std::pair<Text, int>> AddedVocabulary::split(const Text& t, bool nor
         out.emplace_back(t.slice(start, stop), index);
         done = k = stop;
     }
-    if (done < s.size()) out.emplace_back(done == 0 ? t : t.slice(done, s.size()), -1);
+    if (done < s.size()) out.emplace_back(done == 0 ? std::move(t) : t.slice(done, s.size()), -1);
     return out;
 }
 

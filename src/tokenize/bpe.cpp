@@ -16,38 +16,74 @@ namespace attnscope::tok {
 // Ids are indices of a table: a vocabulary of 64 million tokens is not a real one.
 constexpr std::uint32_t kMaxVocab = 1u << 26;
 
-Vocab read_vocab(const Node& n, std::vector<std::string>& by_id, Budget& budget) {
+Vocab read_vocab(const Node& n, Budget& budget) {
     n.expect_object();
-    Vocab vocab;
-    vocab.reserve(n.size());
-    std::vector<bool> seen;
+    Vocab v;
+    v.ids.reserve(n.size());
     for (const auto& [token, value] : n.json().items()) {
-        const Node v(value, n.path() + "[\"" + clip_fragment(token, 40) + "\"]", n.file());
-        const std::uint32_t id = v.id();
+        const Node node(value, n.path() + "[\"" + clip_fragment(token, 40) + "\"]", n.file());
+        const std::uint32_t id = node.id();
         budget.add(2 * token.size() + 96);
-        if (id >= kMaxVocab) v.fail("the id " + std::to_string(id) + " is past the largest id attnscope takes (2^26 - 1)");
-        if (id >= by_id.size()) {
-            budget.add((std::size_t(id) + 1 - by_id.size()) * sizeof(std::string));
-            by_id.resize(std::size_t(id) + 1), seen.resize(std::size_t(id) + 1);
+        if (id >= kMaxVocab)
+            node.fail("the id " + std::to_string(id) + " is past the largest id attnscope takes (2^26 - 1)");
+        if (id >= v.tokens.size()) {
+            budget.add((std::size_t(id) + 1 - v.tokens.size()) * sizeof(std::string));
+            v.tokens.resize(std::size_t(id) + 1), v.present.resize(std::size_t(id) + 1);
         }
-        if (seen[id]) v.fail("the id " + std::to_string(id) + " is given to two tokens (\"" +
-                             escape_control(clip_fragment(by_id[id], 40)) + "\" too)");
-        seen[id] = true;
-        by_id[id] = token;
-        vocab.emplace(token, id);
+        if (v.present[id])
+            node.fail("the id " + std::to_string(id) + " is given to two tokens (\"" +
+                      escape_control(clip_fragment(v.tokens[id], 40)) + "\" too)");
+        v.present[id] = true;
+        v.tokens[id] = token;
+        v.ids.emplace(token, id);
     }
-    return vocab;
+    return v;
 }
 
 namespace {
 
-constexpr std::size_t kCacheWords = 10'000;  // as the library's cache
-constexpr std::size_t kCachedLength = 256;   // longer words are not kept
+// Words kept (the library keeps 10,000; a text of a megabyte has more distinct words, and
+// each costs about 100 bytes).
+constexpr std::size_t kCacheWords = 100'000;
+constexpr std::size_t kCachedLength = 256;  // longer words are not kept
 
 struct Merge {
     std::uint32_t rank, id;
 };
 std::uint64_t pair_key(std::uint32_t a, std::uint32_t b) { return std::uint64_t(a) << 32 | b; }
+
+// The merges by pair of ids: open addressing with linear probing on a multiplicative hash
+// (the lookups are most of the work of a word not seen before).
+class MergeTable {
+   public:
+    void reserve(std::size_t n) {
+        std::size_t cap = 16;
+        while (cap < 2 * n) cap *= 2;
+        keys_.assign(cap, kEmpty);
+        values_.resize(cap);
+        shift_ = 64 - unsigned(__builtin_ctzll(cap));
+    }
+    // Sets the merge of `key` (replacing an earlier one). reserve() must have room.
+    void set(std::uint64_t key, Merge m) {
+        std::size_t i = slot(key);
+        while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & (keys_.size() - 1);
+        keys_[i] = key, values_[i] = m;
+    }
+    const Merge* find(std::uint64_t key) const {
+        if (keys_.empty()) return nullptr;
+        for (std::size_t i = slot(key);; i = (i + 1) & (keys_.size() - 1)) {
+            if (keys_[i] == key) return &values_[i];
+            if (keys_[i] == kEmpty) return nullptr;
+        }
+    }
+
+   private:
+    static constexpr std::uint64_t kEmpty = ~std::uint64_t(0);  // ids are below 2^26
+    std::size_t slot(std::uint64_t key) const { return std::size_t((key * 0x9E3779B97F4A7C15ull) >> shift_); }
+    std::vector<std::uint64_t> keys_;
+    std::vector<Merge> values_;
+    unsigned shift_ = 64;
+};
 
 struct Symbol {
     std::uint32_t id;
@@ -59,36 +95,24 @@ class Bpe final : public Model {
    public:
     Bpe(const Node& m, Budget& budget);
     void tokenize(std::string_view word, std::vector<Piece>& out) const override;
-    std::optional<std::string> id_to_token(std::uint32_t id) const override {
-        if (id >= by_id_.size()) return std::nullopt;
-        const auto it = vocab_.find(by_id_[id]);
-        if (it == vocab_.end() || it->second != id) return std::nullopt;  // a gap in the ids
-        return by_id_[id];
-    }
-    std::optional<std::uint32_t> token_to_id(const std::string& t) const override {
-        const auto it = vocab_.find(t);
-        return it == vocab_.end() ? std::nullopt : std::optional<std::uint32_t>(it->second);
-    }
-    std::size_t vocab_end() const override { return by_id_.size(); }
 
    private:
     void read_merges(const Node& merges, Budget& budget);
     std::vector<Symbol> initial_symbols(std::string_view word) const;
     void merge_all(std::vector<Symbol>& s) const;
 
-    Vocab vocab_;
-    std::vector<std::string> by_id_;
-    std::unordered_map<std::uint64_t, Merge> merges_;
+    MergeTable merges_;
+    std::vector<std::int32_t> char_ids_;  // id of each one-character token below U+0800, or -1
     std::optional<std::string> unk_;
     std::string prefix_, suffix_;  // continuing_subword_prefix, end_of_word_suffix
     bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
     std::string where_;
     mutable std::mutex mutex_;
-    mutable std::unordered_map<std::string, std::vector<Piece>> cache_;
+    mutable StringMap<std::vector<Piece>> cache_;
 };
 
-Bpe::Bpe(const Node& m, Budget& budget) : where_(escape_control(m.file()) + ": " + m.path()) {
-    vocab_ = read_vocab(m.at("vocab"), by_id_, budget);
+Bpe::Bpe(const Node& m, Budget& budget)
+    : Model(read_vocab(m.at("vocab"), budget)), where_(escape_control(m.file()) + ": " + m.path()) {
     if (auto u = m.find("unk_token")) unk_ = u->str();
     prefix_ = m.str_or("continuing_subword_prefix", "");
     suffix_ = m.str_or("end_of_word_suffix", "");
@@ -96,6 +120,12 @@ Bpe::Bpe(const Node& m, Budget& budget) : where_(escape_control(m.file()) + ": "
     fuse_unk_ = m.bool_or("fuse_unk", false);
     ignore_merges_ = m.bool_or("ignore_merges", false);
     if (auto merges = m.find("merges")) read_merges(*merges, budget);
+    char_ids_.assign(0x800, -1);
+    for (const auto& [token, id] : vocab_.ids) {
+        std::size_t n = 0;
+        const char32_t c = token.empty() ? 0 : decode_at(token, 0, n);
+        if (n == token.size() && c < 0x800) char_ids_[c] = std::int32_t(id);
+    }
 }
 
 // Each merge "a b" or ["a", "b"]: both tokens and their join (b without the subword
@@ -114,18 +144,19 @@ void Bpe::read_merges(const Node& merges, Budget& budget) {
                 m.fail("expected two tokens separated by one space");
             a = line.substr(0, space), b = line.substr(space + 1);
         } else {
-            if (!m.json().is_array() || m.size() != 2) m.fail("expected \"a b\" or [\"a\", \"b\"], found " + json_kind(m.json()));
+            if (!m.json().is_array() || m.size() != 2)
+                m.fail("expected \"a b\" or [\"a\", \"b\"], found " + json_kind(m.json()));
             a = m.at(0).str(), b = m.at(1).str();
         }
-        const auto ia = vocab_.find(a), ib = vocab_.find(b);
-        if (ia == vocab_.end()) m.fail("the token \"" + escape_control(clip_fragment(a, 40)) + "\" is not in the vocabulary");
-        if (ib == vocab_.end()) m.fail("the token \"" + escape_control(clip_fragment(b, 40)) + "\" is not in the vocabulary");
+        const auto ia = vocab_.id(a), ib = vocab_.id(b);
+        if (!ia) m.fail("the token \"" + escape_control(clip_fragment(a, 40)) + "\" is not in the vocabulary");
+        if (!ib) m.fail("the token \"" + escape_control(clip_fragment(b, 40)) + "\" is not in the vocabulary");
         if (b.compare(0, prefix_.size(), prefix_) != 0) m.fail("the second token lacks the continuing_subword_prefix");
         const std::string joined = a + b.substr(prefix_.size());
-        const auto ij = vocab_.find(joined);
-        if (ij == vocab_.end())
+        const auto ij = vocab_.id(joined);
+        if (!ij)
             m.fail("the merged token \"" + escape_control(clip_fragment(joined, 40)) + "\" is not in the vocabulary");
-        merges_[pair_key(ia->second, ib->second)] = {std::uint32_t(i), ij->second};
+        merges_.set(pair_key(*ia, *ib), {std::uint32_t(i), *ij});
     }
 }
 
@@ -135,18 +166,30 @@ void Bpe::read_merges(const Node& merges, Budget& budget) {
 std::vector<Symbol> Bpe::initial_symbols(std::string_view word) const {
     std::vector<Symbol> s;
     s.reserve(word.size());
-    auto add = [&](std::uint32_t id, std::uint32_t len) {
-        s.push_back({id, len, int(s.size()) - 1, -1});
-    };
+    auto add = [&](std::uint32_t id, std::uint32_t len) { s.push_back({id, len, int(s.size()) - 1, -1}); };
     bool unk = false;  // an unknown token pending: its id and bytes
     std::uint32_t unk_id = 0, unk_len = 0;
-    std::string c;
+    const bool plain = prefix_.empty() && suffix_.empty();
+    std::string spelled;
     for (std::size_t k = 0, n = 0; k < word.size(); k += n) {
-        decode_at(word, k, n);
-        c.assign(k > 0 ? prefix_ : std::string());
-        c.append(word.substr(k, n));
-        if (k + n == word.size()) c += suffix_;
-        if (const auto it = vocab_.find(c); it != vocab_.end()) {
+        n = utf8_sequence_length(word, k);
+        if (n == 0) n = 1;
+        std::string_view c = word.substr(k, n);  // the character, with prefix and suffix
+        if (plain && n <= 2) {                   // below U+0800: a table
+            std::size_t len = 0;
+            const std::int32_t id = char_ids_[decode_at(word, k, len)];
+            if (id >= 0) {
+                if (unk) add(unk_id, unk_len), unk = false;
+                add(std::uint32_t(id), std::uint32_t(n));
+                continue;
+            }
+        } else if (!plain) {
+            spelled.assign(k > 0 ? prefix_ : std::string());
+            spelled.append(c);
+            if (k + n == word.size()) spelled += suffix_;
+            c = spelled;
+        }
+        if (const auto it = vocab_.ids.find(c); it != vocab_.ids.end()) {
             if (unk) add(unk_id, unk_len), unk = false;
             add(it->second, std::uint32_t(n));
             continue;
@@ -156,9 +199,9 @@ std::vector<Symbol> Bpe::initial_symbols(std::string_view word) const {
             for (unsigned char b : c) {
                 char hex[8];
                 std::snprintf(hex, sizeof hex, "<0x%02X>", b);
-                const auto it = vocab_.find(hex);
-                if (it == vocab_.end()) break;
-                bytes.push_back(it->second);
+                const auto id = vocab_.id(hex);
+                if (!id) break;
+                bytes.push_back(*id);
             }
             if (bytes.size() == c.size()) {
                 for (std::uint32_t id : bytes) add(id, 1);
@@ -166,14 +209,13 @@ std::vector<Symbol> Bpe::initial_symbols(std::string_view word) const {
             }
         }
         if (!unk_) continue;
-        const auto u = vocab_.find(*unk_);
-        if (u == vocab_.end())
-            throw InputError(where_ + ".unk_token \"" + escape_control(*unk_) + "\" is not in the vocabulary");
+        const auto u = vocab_.id(*unk_);
+        if (!u) throw InputError(where_ + ".unk_token \"" + escape_control(*unk_) + "\" is not in the vocabulary");
         if (unk && fuse_unk_) {
             unk_len += std::uint32_t(n);
         } else {
             if (unk) add(unk_id, unk_len);
-            unk = true, unk_id = u->second, unk_len = std::uint32_t(n);
+            unk = true, unk_id = *u, unk_len = std::uint32_t(n);
         }
     }
     if (unk) add(unk_id, unk_len);
@@ -190,8 +232,8 @@ void Bpe::merge_all(std::vector<Symbol>& s) const {
     std::priority_queue<Candidate> queue;
     auto offer = [&](int left) {
         if (left < 0 || s[std::size_t(left)].next < 0) return;
-        const auto it = merges_.find(pair_key(s[std::size_t(left)].id, s[std::size_t(s[std::size_t(left)].next)].id));
-        if (it != merges_.end()) queue.push({it->second.rank, std::uint32_t(left), it->second.id});
+        const Merge* m = merges_.find(pair_key(s[std::size_t(left)].id, s[std::size_t(s[std::size_t(left)].next)].id));
+        if (m) queue.push({m->rank, std::uint32_t(left), m->id});
     };
     for (std::size_t i = 0; i + 1 < s.size(); ++i) offer(int(i));
     while (!queue.empty()) {
@@ -200,8 +242,8 @@ void Bpe::merge_all(std::vector<Symbol>& s) const {
         Symbol& left = s[top.pos];
         if (left.len == 0 || left.next < 0) continue;
         Symbol& right = s[std::size_t(left.next)];
-        const auto it = merges_.find(pair_key(left.id, right.id));
-        if (it == merges_.end() || it->second.id != top.id) continue;  // the pair changed since
+        const Merge* m = merges_.find(pair_key(left.id, right.id));
+        if (!m || m->id != top.id) continue;  // the pair changed since
         left.id = top.id;
         left.len += right.len;
         right.len = 0;
@@ -215,16 +257,14 @@ void Bpe::merge_all(std::vector<Symbol>& s) const {
 void Bpe::tokenize(std::string_view word, std::vector<Piece>& out) const {
     if (word.empty()) return;
     if (ignore_merges_)
-        if (const auto it = vocab_.find(std::string(word)); it != vocab_.end()) {
+        if (const auto it = vocab_.ids.find(word); it != vocab_.ids.end()) {
             out.push_back({it->second, 0, std::uint32_t(word.size())});
             return;
         }
     const bool cacheable = word.size() <= kCachedLength;
-    std::string key;
     if (cacheable) {
-        key.assign(word);
         std::lock_guard<std::mutex> lock(mutex_);
-        if (const auto it = cache_.find(key); it != cache_.end()) {
+        if (const auto it = cache_.find(word); it != cache_.end()) {
             out.insert(out.end(), it->second.begin(), it->second.end());
             return;
         }
@@ -241,7 +281,8 @@ void Bpe::tokenize(std::string_view word, std::vector<Piece>& out) const {
     }
     if (cacheable) {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (cache_.size() < kCacheWords) cache_.emplace(std::move(key), std::vector<Piece>(out.begin() + std::ptrdiff_t(first), out.end()));
+        if (cache_.size() < kCacheWords)
+            cache_.emplace(std::string(word), std::vector<Piece>(out.begin() + std::ptrdiff_t(first), out.end()));
     }
 }
 

@@ -45,7 +45,8 @@ void byte_fallback(Tokens& tokens) {
     };
     for (std::string& t : tokens) {
         const bool is_byte = t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
-                             std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]));
+                             std::isxdigit(static_cast<unsigned char>(t[3])) &&
+                             std::isxdigit(static_cast<unsigned char>(t[4]));
         if (is_byte) {
             run += char(std::strtoul(t.substr(3, 2).c_str(), nullptr, 16));
             ++count;
@@ -79,9 +80,17 @@ Decoder wordpiece(const Node& n) {
             std::string& t = tokens[i];
             if (i > 0) t = t.compare(0, prefix.size(), prefix) == 0 ? t.substr(prefix.size()) : " " + t;
             if (!cleanup) continue;
-            for (auto [from, to] : {std::pair{" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
-                                    {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"},
-                                    {" 've", "'ve"}, {" 're", "'re"}})
+            for (auto [from, to] : {std::pair{" .", "."},
+                                    {" ?", "?"},
+                                    {" !", "!"},
+                                    {" ,", ","},
+                                    {" ' ", "'"},
+                                    {" n't", "n't"},
+                                    {" 'm", "'m"},
+                                    {" do not", " don't"},
+                                    {" 's", "'s"},
+                                    {" 've", "'ve"},
+                                    {" 're", "'re"}})
                 t = replace_all(t, from, to);
         }
     };
@@ -102,7 +111,8 @@ Decoder metaspace(const Node& n) {
 // Up to `start` leading and `stop` trailing copies of one character removed from each token.
 Decoder strip(const Node& n) {
     const std::string c = n.at("content").str();
-    const std::uint64_t start = n.find("start") ? n.at("start").count() : 0, stop = n.find("stop") ? n.at("stop").count() : 0;
+    const std::uint64_t start = n.find("start") ? n.at("start").count() : 0,
+                        stop = n.find("stop") ? n.at("stop").count() : 0;
     return [=](Tokens& tokens) {
         if (c.empty()) return;
         for (std::string& t : tokens) {

@@ -12,13 +12,12 @@
 //   tokenizer.cpp      the pipeline, tokenizer.json and the older vocabulary files
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,7 +34,8 @@ namespace attnscope::tok {
 // A value of tokenizer.json with its path ("model.merges[3]") for messages.
 class Node {
    public:
-    Node(const nlohmann::json& j, std::string path, const std::string& file) : j_(&j), path_(std::move(path)), file_(&file) {}
+    Node(const nlohmann::json& j, std::string path, const std::string& file)
+        : j_(&j), path_(std::move(path)), file_(&file) {}
     const nlohmann::json& json() const { return *j_; }
     const std::string& path() const { return path_; }
     const std::string& file() const { return *file_; }
@@ -47,7 +47,7 @@ class Node {
     std::size_t size() const;  // of an array or object
     std::string str() const;
     bool boolean() const;
-    std::uint32_t id() const;  // a token id: an integer 0..2^31-1
+    std::uint32_t id() const;     // a token id: an integer 0..2^31-1
     std::uint64_t count() const;  // a non-negative integer
     void expect_object() const;
     void expect_array() const;
@@ -130,9 +130,9 @@ void append_utf8(std::string& out, char32_t cp);
 std::string utf8_lossy(std::string_view s);
 // The byte offset of the first invalid UTF-8 sequence, or npos.
 std::size_t invalid_utf8_at(std::string_view s);
-bool is_whitespace(char32_t c);  // Rust's char::is_whitespace (White_Space)
-bool is_punctuation(char32_t c);  // ASCII punctuation or a Unicode P* category
-bool is_control(char32_t c);      // Cc/Cf/Cn/Co but not \t \n \r (BERT's clean_text)
+bool is_whitespace(char32_t c);       // Rust's char::is_whitespace (White_Space)
+bool is_punctuation(char32_t c);      // ASCII punctuation or a Unicode P* category
+bool is_control(char32_t c);          // Cc/Cf/Cn/Co but not \t \n \r (BERT's clean_text)
 bool is_mark_nonspacing(char32_t c);  // Mn
 bool is_numeric(char32_t c);          // Nd/Nl/No (Rust's char::is_numeric)
 bool is_alphanumeric(char32_t c);     // L* or N*
@@ -171,11 +171,18 @@ std::shared_ptr<const Regex> pattern_of(const Node& n);
 using Normalizer = std::function<void(Text&)>;
 Normalizer make_normalizer(const Node& n);  // null → identity
 
-// A pre-tokenizer splits each Text of the list into words.
-using PreTokenizer = std::function<void(std::vector<Text>&)>;
+// A pre-tokenizer cuts a Text into words, handing each to `emit` in order (empty words
+// are never handed on).
+using Emit = std::function<void(Text&&)>;
+using PreTokenizer = std::function<void(Text&&, const Emit&)>;
 PreTokenizer make_pre_tokenizer(const Node& n);
 // The matches' places, and how the pieces between and around them are kept.
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+// The pieces [start, end) of a text of `size` bytes cut at `matches` (sorted, disjoint)
+// and kept by `behavior` (the library's SplitDelimiterBehavior); empty pieces dropped.
+std::vector<std::pair<std::size_t, std::size_t>> split_ranges(
+    std::size_t size, const std::vector<std::pair<std::size_t, std::size_t>>& matches, SplitBehavior behavior,
+    bool invert = false);
 std::vector<Text> split_text(const Text& t, const std::vector<std::pair<std::size_t, std::size_t>>& matches,
                              SplitBehavior behavior, bool invert = false);
 // GPT-2's byte ↔ character table: byte b is shown as the character byte_char(b).
@@ -189,18 +196,42 @@ struct Piece {
     std::uint32_t start, end;
 };
 
+// Hashing of std::string that also finds by std::string_view (no string built to look up).
+struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+// A model's vocabulary: token → id and id → token. Ids need not be dense.
+struct Vocab {
+    StringMap<std::uint32_t> ids;
+    std::vector<std::string> tokens;  // by id; "" where no token has that id
+    std::vector<bool> present;        // by id
+    std::optional<std::uint32_t> id(std::string_view t) const {
+        const auto it = ids.find(t);
+        return it == ids.end() ? std::nullopt : std::optional<std::uint32_t>(it->second);
+    }
+};
+// A vocabulary object {"token": id, ...}, refusing duplicate ids and memory overuse.
+Vocab read_vocab(const Node& n, Budget& budget);
+
+// A model cuts one word into pieces of its vocabulary.
 class Model {
    public:
+    explicit Model(Vocab vocab) : vocab_(std::move(vocab)) {}
     virtual ~Model() = default;
     virtual void tokenize(std::string_view word, std::vector<Piece>& out) const = 0;
-    // id → token, token → id of the model's own vocabulary.
-    virtual std::optional<std::string> id_to_token(std::uint32_t id) const = 0;
-    virtual std::optional<std::uint32_t> token_to_id(const std::string& token) const = 0;
-    virtual std::size_t vocab_end() const = 0;  // one more than the largest id
+    const Vocab& vocab() const { return vocab_; }
+    // The token of `id`, or nullptr.
+    const std::string* token(std::uint32_t id) const {
+        return id < vocab_.present.size() && vocab_.present[id] ? &vocab_.tokens[id] : nullptr;
+    }
+
+   protected:
+    Vocab vocab_;
 };
-using Vocab = std::unordered_map<std::string, std::uint32_t>;
-// Vocabulary object → map and reverse table, refusing duplicate ids and memory overuse.
-Vocab read_vocab(const Node& n, std::vector<std::string>& by_id, Budget& budget);
 std::unique_ptr<Model> make_bpe(const Node& model, Budget& budget);
 std::unique_ptr<Model> make_wordpiece(const Node& model, Budget& budget);
 
@@ -226,7 +257,7 @@ class AddedVocabulary {
     const std::vector<AddedToken>& tokens() const { return tokens_; }
     // Splits `t` at the tokens whose `normalized` flag is `normalized`: pieces of text
     // (index -1) and matches (index into tokens()).
-    std::vector<std::pair<Text, int>> split(const Text& t, bool normalized) const;
+    std::vector<std::pair<Text, int>> split(Text t, bool normalized) const;
 
    private:
     struct Trie;

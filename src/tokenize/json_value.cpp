@@ -46,8 +46,8 @@ std::string mib(std::size_t b) { return std::to_string((b + (1u << 20) - 1) >> 2
 void Budget::add(std::size_t bytes) {
     used += bytes;
     if (used > max)
-        throw MemoryLimitError(escape_control(origin) + ": the tokenizer needs more than the memory limit of " + mib(max) +
-                               " ({max_memory})");
+        throw MemoryLimitError(escape_control(origin) + ": the tokenizer needs more than the memory limit of " +
+                               mib(max) + " ({max_memory})");
 }
 
 nlohmann::json parse_json_bounded(std::string_view text, const std::string& origin, std::size_t max_bytes,
@@ -77,20 +77,29 @@ nlohmann::json parse_json_bounded(std::string_view text, const std::string& orig
 
 std::string json_kind(const nlohmann::json& j) {
     switch (j.type()) {
-        case nlohmann::json::value_t::null: return "null";
-        case nlohmann::json::value_t::object: return "an object";
-        case nlohmann::json::value_t::array: return "an array";
-        case nlohmann::json::value_t::string: return "the string \"" + escape_control(clip_fragment(j.get_ref<const std::string&>(), 40)) + "\"";
-        case nlohmann::json::value_t::boolean: return j.get<bool>() ? "true" : "false";
-        case nlohmann::json::value_t::number_float: return "the number " + j.dump();
+        case nlohmann::json::value_t::null:
+            return "null";
+        case nlohmann::json::value_t::object:
+            return "an object";
+        case nlohmann::json::value_t::array:
+            return "an array";
+        case nlohmann::json::value_t::string:
+            return "the string \"" + escape_control(clip_fragment(j.get_ref<const std::string&>(), 40)) + "\"";
+        case nlohmann::json::value_t::boolean:
+            return j.get<bool>() ? "true" : "false";
+        case nlohmann::json::value_t::number_float:
+            return "the number " + j.dump();
         case nlohmann::json::value_t::number_integer:
-        case nlohmann::json::value_t::number_unsigned: return "the integer " + j.dump();
-        default: return "an unknown value";
+        case nlohmann::json::value_t::number_unsigned:
+            return "the integer " + j.dump();
+        default:
+            return "an unknown value";
     }
 }
 
 void Node::fail(const std::string& what) const {
-    throw InputError(escape_control(*file_) + ": " + escape_control(path_.empty() ? "(top level)" : path_) + ": " + what);
+    throw InputError(escape_control(*file_) + ": " + escape_control(path_.empty() ? "(top level)" : path_) + ": " +
+                     what);
 }
 
 void Node::expect_object() const {

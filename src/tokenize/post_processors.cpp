@@ -22,7 +22,8 @@ void trim_byte_level_offsets(std::vector<Token>& tokens, bool add_prefix_space) 
         // A single space the pre-tokenizer put before the first word is not in the text.
         if (leading == 1 && add_prefix_space && (i == 0 || o.start == 0)) leading = 0;
         if (leading > 0) o.start = std::min<std::uint32_t>(o.start + std::uint32_t(leading), o.end);
-        if (trailing > 0 && o.end >= trailing) o.end = std::max<std::uint32_t>(o.end - std::uint32_t(trailing), o.start);
+        if (trailing > 0 && o.end >= trailing)
+            o.end = std::max<std::uint32_t>(o.end - std::uint32_t(trailing), o.start);
     }
 }
 
@@ -68,7 +69,8 @@ PostProcessor template_processing(const Node& n) {
         pieces.expect_array();
         if (ids.size() != pieces.size()) s.fail("ids and tokens differ in length");
         std::vector<Token> tokens;
-        for (std::size_t k = 0; k < ids.size(); ++k) tokens.push_back(special_token(ids.at(k).id(), pieces.at(k).str()));
+        for (std::size_t k = 0; k < ids.size(); ++k)
+            tokens.push_back(special_token(ids.at(k).id(), pieces.at(k).str()));
         items.emplace_back(std::move(tokens));
     }
     return [items](std::vector<Token>& tokens, bool add_special) {

@@ -40,15 +40,11 @@ std::vector<std::pair<std::size_t, std::size_t>> char_matches(const std::string&
     return out;
 }
 
-// Applies split(text) → pieces to every Text of the list.
-template <typename F>
-void split_each(std::vector<Text>& list, F&& split) {
-    std::vector<Text> out;
-    out.reserve(list.size());
-    for (Text& t : list)
-        if (!t.text.empty())
-            for (Text& piece : split(t)) out.push_back(std::move(piece));
-    list = std::move(out);
+PreTokenizer make_step(const Node& n);  // one pre-tokenizer of tokenizer.json
+
+// The pieces [b, e) of `t` handed on one by one.
+void emit_ranges(const Text& t, const std::vector<std::pair<std::size_t, std::size_t>>& ranges, const Emit& emit) {
+    for (const auto& [b, e] : ranges) emit(t.slice(b, e));
 }
 
 SplitBehavior behavior_of(const Node& n) {
@@ -61,30 +57,34 @@ SplitBehavior behavior_of(const Node& n) {
     n.fail("expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous");
 }
 
-// Each byte of `t` as GPT-2's character for it, in that byte's place.
-void to_byte_chars(Text& t) {
+// Bytes [b, e) of `t`, each as GPT-2's character for it, in that byte's place.
+Text byte_chars(const Text& t, std::size_t b, std::size_t e) {
     const auto& table = byte_table().to_char;
     Text out;
-    out.text.reserve(t.text.size() + t.text.size() / 4);
-    out.align.reserve(out.text.capacity());
-    for (std::size_t k = 0; k < t.text.size(); ++k) {
-        append_utf8(out.text, table[static_cast<unsigned char>(t.text[k])]);
-        out.align.resize(out.text.size(), t.align[k]);
+    out.text.reserve(2 * (e - b));
+    out.align.reserve(2 * (e - b));
+    for (std::size_t k = b; k < e; ++k) {
+        const char32_t c = table[static_cast<unsigned char>(t.text[k])];
+        if (c < 0x80) {
+            out.text += char(c);
+            out.align.push_back(t.align[k]);
+        } else {
+            out.text += char(0xC0 | (c >> 6));
+            out.text += char(0x80 | (c & 0x3F));
+            out.align.insert(out.align.end(), 2, t.align[k]);
+        }
     }
-    t = std::move(out);
+    return out;
 }
 
 PreTokenizer byte_level(const Node& n) {
     const bool prefix = n.bool_or("add_prefix_space", true), use_regex = n.bool_or("use_regex", true);
     static const std::shared_ptr<const Regex> gpt2 = std::make_shared<const Regex>(kGpt2Pattern, "GPT-2's pattern");
-    return [=](std::vector<Text>& list) {
-        split_each(list, [&](Text& t) {
-            if (prefix && t.text[0] != ' ') prepend(t, " ");
-            std::vector<Text> words =
-                use_regex ? split_text(t, gpt2->find_all(t.text), SplitBehavior::kIsolated) : std::vector<Text>{t};
-            for (Text& w : words) to_byte_chars(w);
-            return words;
-        });
+    return [=](Text&& t, const Emit& emit) {
+        if (prefix && t.text[0] != ' ') prepend(t, " ");
+        if (!use_regex) return emit(byte_chars(t, 0, t.text.size()));
+        for (const auto& [b, e] : split_ranges(t.text.size(), gpt2->find_all(t.text), SplitBehavior::kIsolated))
+            emit(byte_chars(t, b, e));
     };
 }
 
@@ -98,29 +98,38 @@ PreTokenizer metaspace(const Node& n) {
     const char32_t rep = replacement.empty() ? 0 : decode_at(replacement, 0, rn);
     if (rn != replacement.size()) n.at("replacement").fail("expected one character");
     const bool split = n.bool_or("split", true);
-    return [=](std::vector<Text>& list) {
-        split_each(list, [&](Text& t) {
-            map_chars(t, [&](char32_t c, std::string& out) { c == ' ' ? void(out += replacement) : append_utf8(out, c); });
-            const bool starts = t.text.compare(0, replacement.size(), replacement) == 0;
-            if (!starts && (scheme == "always" || (scheme == "first" && t.align[0].start == 0)))
-                prepend(t, replacement);
-            if (!split) return std::vector<Text>{t};
-            return split_text(t, char_matches(t.text, [&](char32_t c) { return c == rep; }),
-                              SplitBehavior::kMergedWithNext);
-        });
+    return [=](Text&& t, const Emit& emit) {
+        map_chars(t, [&](char32_t c, std::string& out) { c == ' ' ? void(out += replacement) : append_utf8(out, c); });
+        const bool starts = t.text.compare(0, replacement.size(), replacement) == 0;
+        if (!starts && (scheme == "always" || (scheme == "first" && t.align[0].start == 0))) prepend(t, replacement);
+        if (!split) return emit(std::move(t));
+        const auto matches = char_matches(t.text, [&](char32_t c) { return c == rep; });
+        emit_ranges(t, split_ranges(t.text.size(), matches, SplitBehavior::kMergedWithNext), emit);
     };
 }
 
 PreTokenizer by_chars(bool (*pred)(char32_t), SplitBehavior behavior) {
-    return [=](std::vector<Text>& list) {
-        split_each(list, [&](Text& t) { return split_text(t, char_matches(t.text, pred), behavior); });
+    return [=](Text&& t, const Emit& emit) {
+        emit_ranges(t, split_ranges(t.text.size(), char_matches(t.text, pred), behavior), emit);
     };
 }
 
 PreTokenizer by_regex(std::shared_ptr<const Regex> re, SplitBehavior behavior, bool invert) {
-    return [=](std::vector<Text>& list) {
-        split_each(list, [&](Text& t) { return split_text(t, re->find_all(t.text), behavior, invert); });
+    return [=](Text&& t, const Emit& emit) {
+        emit_ranges(t, split_ranges(t.text.size(), re->find_all(t.text), behavior, invert), emit);
     };
+}
+
+// Steps applied in turn (empty pieces dropped): each piece of one step goes through the
+// next before the following piece is made, so that no list of every word is ever held.
+void run_steps(const std::vector<PreTokenizer>& steps, std::size_t i, Text&& t, const Emit& emit) {
+    if (t.text.empty()) return;
+    if (i == steps.size()) return emit(std::move(t));
+    steps[i](std::move(t), [&](Text&& piece) { run_steps(steps, i + 1, std::move(piece), emit); });
+}
+
+PreTokenizer chain(std::vector<PreTokenizer> steps) {
+    return [steps = std::move(steps)](Text&& t, const Emit& emit) { run_steps(steps, 0, std::move(t), emit); };
 }
 
 PreTokenizer sequence(const Node& n) {
@@ -128,9 +137,7 @@ PreTokenizer sequence(const Node& n) {
     list.expect_array();
     std::vector<PreTokenizer> steps;
     for (std::size_t i = 0; i < list.size(); ++i) steps.push_back(make_pre_tokenizer(list.at(i)));
-    return [steps](std::vector<Text>& texts) {
-        for (const auto& s : steps) s(texts);
-    };
+    return chain(std::move(steps));
 }
 
 bool is_digit(char32_t c) { return is_numeric(c); }
@@ -141,8 +148,9 @@ char32_t byte_char(unsigned char b) { return byte_table().to_char[b]; }
 
 int char_byte(char32_t c) { return c < 0x200 ? byte_table().to_byte[c] : -1; }
 
-std::vector<Text> split_text(const Text& t, const std::vector<std::pair<std::size_t, std::size_t>>& matches,
-                             SplitBehavior behavior, bool invert) {
+std::vector<std::pair<std::size_t, std::size_t>> split_ranges(
+    std::size_t size, const std::vector<std::pair<std::size_t, std::size_t>>& matches, SplitBehavior behavior,
+    bool invert) {
     // 1) the whole text as alternating pieces: (start, end, is_match)
     struct Part {
         std::size_t b, e;
@@ -155,7 +163,7 @@ std::vector<Text> split_text(const Text& t, const std::vector<std::pair<std::siz
         parts.push_back({b, e, !invert});
         at = e;
     }
-    if (at < t.text.size() || parts.empty()) parts.push_back({at, t.text.size(), invert});
+    if (at < size || parts.empty()) parts.push_back({at, size, invert});
     // 2) the behavior: which pieces are dropped, which are joined to a neighbour
     std::vector<Part> kept;
     if (behavior == SplitBehavior::kMergedWithNext) {
@@ -171,8 +179,9 @@ std::vector<Text> split_text(const Text& t, const std::vector<std::pair<std::siz
     } else {
         bool previous = false;
         for (const Part& p : parts) {
-            const bool join = !kept.empty() && ((behavior == SplitBehavior::kMergedWithPrevious && p.match && !previous) ||
-                                                (behavior == SplitBehavior::kContiguous && p.match == previous));
+            const bool join =
+                !kept.empty() && ((behavior == SplitBehavior::kMergedWithPrevious && p.match && !previous) ||
+                                  (behavior == SplitBehavior::kContiguous && p.match == previous));
             if (join)
                 kept.back().e = p.e;
             else if (!(behavior == SplitBehavior::kRemoved && p.match))
@@ -181,14 +190,26 @@ std::vector<Text> split_text(const Text& t, const std::vector<std::pair<std::siz
         }
     }
     // 3) the pieces, empty ones dropped
-    std::vector<Text> out;
+    std::vector<std::pair<std::size_t, std::size_t>> out;
     for (const Part& p : kept)
-        if (p.e > p.b) out.push_back(p.b == 0 && p.e == t.text.size() ? t : t.slice(p.b, p.e));
+        if (p.e > p.b) out.emplace_back(p.b, p.e);
     return out;
 }
 
-PreTokenizer make_pre_tokenizer(const Node& n) {
-    if (n.is_null()) return [](std::vector<Text>&) {};
+std::vector<Text> split_text(const Text& t, const std::vector<std::pair<std::size_t, std::size_t>>& matches,
+                             SplitBehavior behavior, bool invert) {
+    std::vector<Text> out;
+    for (const auto& [b, e] : split_ranges(t.text.size(), matches, behavior, invert))
+        out.push_back(b == 0 && e == t.text.size() ? t : t.slice(b, e));
+    return out;
+}
+
+PreTokenizer make_pre_tokenizer(const Node& n) { return chain({make_step(n)}); }
+
+namespace {
+
+PreTokenizer make_step(const Node& n) {
+    if (n.is_null()) return [](Text&& t, const Emit& emit) { emit(std::move(t)); };
     const std::string type = n.at("type").str();
     if (type == "ByteLevel") return byte_level(n);
     if (type == "Metaspace") return metaspace(n);
@@ -204,13 +225,11 @@ PreTokenizer make_pre_tokenizer(const Node& n) {
         return by_chars(is_punctuation, b ? behavior_of(*b) : SplitBehavior::kIsolated);
     }
     if (type == "Digits")
-        return by_chars(is_digit, n.bool_or("individual_digits", false) ? SplitBehavior::kIsolated
-                                                                         : SplitBehavior::kContiguous);
+        return by_chars(is_digit,
+                        n.bool_or("individual_digits", false) ? SplitBehavior::kIsolated : SplitBehavior::kContiguous);
     if (type == "BertPreTokenizer")
-        return [](std::vector<Text>& list) {
-            by_chars(is_whitespace, SplitBehavior::kRemoved)(list);
-            by_chars(is_punctuation, SplitBehavior::kIsolated)(list);
-        };
+        return chain(
+            {by_chars(is_whitespace, SplitBehavior::kRemoved), by_chars(is_punctuation, SplitBehavior::kIsolated)});
     if (type == "CharDelimiterSplit") {
         const std::string d = n.at("delimiter").str();
         return by_regex(std::make_shared<const Regex>(regex_escape(d), n.path()), SplitBehavior::kRemoved, false);
@@ -219,5 +238,7 @@ PreTokenizer make_pre_tokenizer(const Node& n) {
                       "\" is not supported (attnscope reads ByteLevel, Split, Metaspace, BertPreTokenizer, "
                       "Whitespace, WhitespaceSplit, Punctuation, Digits, CharDelimiterSplit, Sequence)");
 }
+
+}  // namespace
 
 }  // namespace attnscope::tok

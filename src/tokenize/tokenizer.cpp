@@ -85,20 +85,18 @@ std::shared_ptr<Pipeline> build(const nlohmann::json& j, const std::string& orig
 void encode_text(const Pipeline& p, Text text, std::vector<Token>& out) {
     p.normalizer(text);
     std::vector<Piece> pieces;
-    for (auto& [part, index] : p.added.split(text, true)) {
+    for (auto& [part, index] : p.added.split(std::move(text), true)) {
         if (index >= 0) {
             const AddedToken& a = p.added.tokens()[std::size_t(index)];
             out.push_back({a.id, a.content, part.original(0, part.text.size()), a.special});
             continue;
         }
-        std::vector<Text> words{std::move(part)};
-        p.pre_tokenizer(words);
-        for (const Text& w : words) {
+        p.pre_tokenizer(std::move(part), [&](Text&& w) {
             pieces.clear();
             p.model->tokenize(w.text, pieces);
             for (const Piece& s : pieces)
-                out.push_back({s.id, p.model->id_to_token(s.id).value_or(""), w.original(s.start, s.end), false});
-        }
+                out.push_back({s.id, *p.model->token(s.id), w.original(s.start, s.end), false});
+        });
     }
 }
 
@@ -164,8 +162,8 @@ nlohmann::json bert_file(const std::string& dir, std::size_t max_bytes, Budget& 
     }
     bool lower = true;
     if (is_file(dir + "/tokenizer_config.json")) {
-        const nlohmann::json c =
-            parse_json_bounded(read_file(dir + "/tokenizer_config.json", max_bytes), dir + "/tokenizer_config.json", max_bytes);
+        const nlohmann::json c = parse_json_bounded(read_file(dir + "/tokenizer_config.json", max_bytes),
+                                                    dir + "/tokenizer_config.json", max_bytes);
         if (c.is_object() && c.contains("do_lower_case") && c["do_lower_case"].is_boolean()) lower = c["do_lower_case"];
     }
     nlohmann::json added = nlohmann::json::array();
@@ -177,9 +175,8 @@ nlohmann::json bert_file(const std::string& dir, std::size_t max_bytes, Budget& 
                         {"decoder", {{"type", "WordPiece"}}},
                         {"added_tokens", added}};
     if (vocab.contains("[CLS]") && vocab.contains("[SEP]"))
-        j["post_processor"] = {{"type", "BertProcessing"},
-                               {"cls", {"[CLS]", vocab["[CLS]"]}},
-                               {"sep", {"[SEP]", vocab["[SEP]"]}}};
+        j["post_processor"] = {
+            {"type", "BertProcessing"}, {"cls", {"[CLS]", vocab["[CLS]"]}}, {"sep", {"[SEP]", vocab["[SEP]"]}}};
     return j;
 }
 
@@ -210,7 +207,8 @@ Encoding Tokenizer::encode(std::string_view text, bool add_special) const {
     for (tok::Token& t : tokens) {
         e.ids.push_back(t.id);
         e.pieces.push_back(std::move(t.piece));
-        e.offsets.push_back(t.offsets ? std::optional<ByteSpan>(ByteSpan{t.offsets->start, t.offsets->end}) : std::nullopt);
+        e.offsets.push_back(t.offsets ? std::optional<ByteSpan>(ByteSpan{t.offsets->start, t.offsets->end})
+                                      : std::nullopt);
         e.special.push_back(t.special);
     }
     return e;
@@ -219,7 +217,8 @@ Encoding Tokenizer::encode(std::string_view text, bool add_special) const {
 std::optional<std::string> Tokenizer::piece(std::uint32_t id) const {
     if (const auto it = p_->added_by_id.find(id); it != p_->added_by_id.end())
         return p_->added.tokens()[it->second].content;
-    return p_->model->id_to_token(id);
+    const std::string* t = p_->model->token(id);
+    return t ? std::optional<std::string>(*t) : std::nullopt;
 }
 
 std::string Tokenizer::decode(const std::vector<std::uint32_t>& ids, bool skip_special) const {
@@ -251,7 +250,7 @@ std::string Tokenizer::readable_piece(std::uint32_t id) const {
 }
 
 std::size_t Tokenizer::vocab_size() const {
-    std::size_t n = p_->model->vocab_end();
+    std::size_t n = p_->model->vocab().tokens.size();
     for (const auto& t : p_->added.tokens()) n = std::max<std::size_t>(n, std::size_t(t.id) + 1);
     return n;
 }

@@ -64,7 +64,10 @@ std::string utf8_lossy(std::string_view s) {
         // The maximal prefix of a well-formed sequence at k (Unicode's "maximal subpart"):
         // the lead byte and the continuation bytes that could still follow it.
         const unsigned char c = static_cast<unsigned char>(s[k]);
-        const std::size_t want = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+        const std::size_t want = c >= 0xC2 && c <= 0xDF   ? 2
+                                 : c >= 0xE0 && c <= 0xEF ? 3
+                                 : c >= 0xF0 && c <= 0xF4 ? 4
+                                                          : 1;
         std::size_t m = 1;
         for (; m < want && k + m < s.size(); ++m) {
             const unsigned char d = static_cast<unsigned char>(s[k + m]);
@@ -91,7 +94,9 @@ bool is_whitespace(char32_t c) {
 }
 
 bool is_punctuation(char32_t c) {
-    if (c < 0x80) return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+    if (c < 0x80)
+        return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+               (c >= 0x7B && c <= 0x7E);
     const auto k = category(c);
     return k == UTF8PROC_CATEGORY_PC || k == UTF8PROC_CATEGORY_PD || k == UTF8PROC_CATEGORY_PS ||
            k == UTF8PROC_CATEGORY_PE || k == UTF8PROC_CATEGORY_PI || k == UTF8PROC_CATEGORY_PF ||
@@ -139,8 +144,8 @@ std::string unicode_normalize(std::string_view s, const std::string& form) {
     if (form == "NFD" || form == "NFKD") options |= UTF8PROC_DECOMPOSE;
     if (form == "NFKC" || form == "NFKD") options |= UTF8PROC_COMPAT;
     utf8proc_uint8_t* out = nullptr;
-    const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
-                                &out, static_cast<utf8proc_option_t>(options));
+    const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                static_cast<utf8proc_ssize_t>(s.size()), &out, static_cast<utf8proc_option_t>(options));
     if (n < 0) throw InputError(std::string("text: cannot normalize to ") + form + ": " + utf8proc_errmsg(n));
     std::string result(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
     std::free(out);
@@ -202,8 +207,8 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
         if (rc < 0)
             throw InputError(where_ + ": the regular expression failed on the text at byte " + std::to_string(pos) +
                              ": " + pcre2_message(rc) +
-                             (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
-                                      rc == PCRE2_ERROR_JIT_STACKLIMIT
+                             (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+                                      rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT
                                   ? " (it backtracks without bound)"
                                   : ""));
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());

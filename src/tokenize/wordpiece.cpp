@@ -11,35 +11,21 @@ namespace {
 
 class WordPiece final : public Model {
    public:
-    WordPiece(const Node& m, Budget& budget) : where_(escape_control(m.file()) + ": " + m.path()) {
-        vocab_ = read_vocab(m.at("vocab"), by_id_, budget);
+    WordPiece(const Node& m, Budget& budget)
+        : Model(read_vocab(m.at("vocab"), budget)), where_(escape_control(m.file()) + ": " + m.path()) {
         unk_ = m.str_or("unk_token", "[UNK]");
         prefix_ = m.str_or("continuing_subword_prefix", "##");
         if (auto n = m.find("max_input_chars_per_word")) max_chars_ = n->count();
     }
     void tokenize(std::string_view word, std::vector<Piece>& out) const override;
-    std::optional<std::string> id_to_token(std::uint32_t id) const override {
-        if (id >= by_id_.size()) return std::nullopt;
-        const auto it = vocab_.find(by_id_[id]);
-        if (it == vocab_.end() || it->second != id) return std::nullopt;
-        return by_id_[id];
-    }
-    std::optional<std::uint32_t> token_to_id(const std::string& t) const override {
-        const auto it = vocab_.find(t);
-        return it == vocab_.end() ? std::nullopt : std::optional<std::uint32_t>(it->second);
-    }
-    std::size_t vocab_end() const override { return by_id_.size(); }
 
    private:
     std::uint32_t unk_id() const {
-        const auto it = vocab_.find(unk_);
-        if (it == vocab_.end())
-            throw InputError(where_ + ".unk_token \"" + escape_control(unk_) + "\" is not in the vocabulary");
-        return it->second;
+        const auto id = vocab_.id(unk_);
+        if (!id) throw InputError(where_ + ".unk_token \"" + escape_control(unk_) + "\" is not in the vocabulary");
+        return *id;
     }
 
-    Vocab vocab_;
-    std::vector<std::string> by_id_;
     std::string unk_, prefix_;
     std::uint64_t max_chars_ = 100;
     std::string where_;
@@ -58,7 +44,7 @@ void WordPiece::tokenize(std::string_view word, std::vector<Piece>& out) const {
         while (end > start) {
             candidate.assign(start > 0 ? prefix_ : std::string());
             candidate.append(word.substr(start, end - start));
-            if (const auto it = vocab_.find(candidate); it != vocab_.end()) {
+            if (const auto it = vocab_.ids.find(candidate); it != vocab_.ids.end()) {
                 found = it->second;
                 break;
             }

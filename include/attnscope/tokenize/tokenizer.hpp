@@ -31,9 +31,9 @@ struct ByteSpan {
 // post-processor have no offsets (nullopt).
 struct Encoding {
     std::vector<std::uint32_t> ids;
-    std::vector<std::string> pieces;                 // the vocabulary's string of each id ("Ġworld")
-    std::vector<std::optional<ByteSpan>> offsets;    // into the text; nullopt for added specials
-    std::vector<bool> special;                       // a special token (post-processor's or added)
+    std::vector<std::string> pieces;               // the vocabulary's string of each id ("Ġworld")
+    std::vector<std::optional<ByteSpan>> offsets;  // into the text; nullopt for added specials
+    std::vector<bool> special;                     // a special token (post-processor's or added)
     std::size_t size() const { return ids.size(); }
 };
 
@@ -73,7 +73,6 @@ class Tokenizer {
 Tokenizer load_tokenizer(const std::string& path, std::size_t max_bytes = kNoLimit);
 
 // The same from the text of a tokenizer.json already in memory; `origin` names it.
-Tokenizer parse_tokenizer_json(std::string_view json, const std::string& origin,
-                               std::size_t max_bytes = kNoLimit);
+Tokenizer parse_tokenizer_json(std::string_view json, const std::string& origin, std::size_t max_bytes = kNoLimit);
 
 }  // namespace attnscope

@@ -34,7 +34,8 @@ std::vector<Split> splits_of(const std::vector<Text>& list) {
 std::vector<Split> pre_tokenized(const char* json, const std::string& text, std::uint32_t base = 0) {
     const nlohmann::json j = nlohmann::json::parse(json);
     std::vector<Text> list;
-    make_pre_tokenizer(Node(j, "pre_tokenizer", kFile))(text_of(text, base), [&](Text&& w) { list.push_back(std::move(w)); });
+    make_pre_tokenizer(Node(j, "pre_tokenizer", kFile))(text_of(text, base),
+                                                        [&](Text&& w) { list.push_back(std::move(w)); });
     return splits_of(list);
 }
 
@@ -61,7 +62,7 @@ std::vector<std::string> decoded_tokens(const char* json, std::vector<std::strin
 
 // (id, start, end) of each piece a model (its JSON) makes of one word.
 std::vector<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>> model_pieces(const char* json,
-                                                                                    const std::string& word) {
+                                                                                  const std::string& word) {
     const nlohmann::json j = nlohmann::json::parse(json);
     Budget budget;
     const Node m(j, "model", kFile);
@@ -99,33 +100,44 @@ TEST_CASE("tokenize: GPT-2's byte table is a bijection with Ġ for a space and �
 }
 
 TEST_CASE("tokenize: ByteLevel pre-tokenizer (byte_level.rs pre_tokenization, no_regex_maps_whole_string)") {
-    const std::vector<Split> want = {{"Hello", 0, 5},  {"Ġmy", 5, 8},     {"Ġfriend", 8, 15}, {",", 15, 16},
-                                     {"Ġhow", 16, 20}, {"Ġis", 20, 23},   {"Ġyour", 23, 28},  {"Ġday", 28, 32},
+    const std::vector<Split> want = {{"Hello", 0, 5},    {"Ġmy", 5, 8},   {"Ġfriend", 8, 15}, {",", 15, 16},
+                                     {"Ġhow", 16, 20},   {"Ġis", 20, 23}, {"Ġyour", 23, 28},  {"Ġday", 28, 32},
                                      {"Ġgoing", 32, 38}, {"?", 38, 39}};
-    CHECK(pre_tokenized(R"({"type": "ByteLevel", "add_prefix_space": false})", "Hello my friend, how is your day going?") ==
-          want);
+    CHECK(pre_tokenized(R"({"type": "ByteLevel", "add_prefix_space": false})",
+                        "Hello my friend, how is your day going?") == want);
     CHECK(pre_tokenized(R"({"type": "ByteLevel", "use_regex": false})", "Hello my friend") ==
           std::vector<Split>{{"ĠHelloĠmyĠfriend", 0, 15}});
     // A multi-byte character: each of its bytes stands for the whole character's place.
-    CHECK(pre_tokenized(R"({"type": "ByteLevel", "add_prefix_space": false})", "é") == std::vector<Split>{{"Ã©", 0, 2}});
+    CHECK(pre_tokenized(R"({"type": "ByteLevel", "add_prefix_space": false})", "é") ==
+          std::vector<Split>{{"Ã©", 0, 2}});
 }
 
 TEST_CASE("tokenize: Split's five behaviors, inverted (split.rs basic)") {
     const std::string text = "How are you doing?";
     auto split = [&](const char* behavior) {
-        const std::string json = std::string(R"({"type": "Split", "pattern": {"Regex": "\\w+|[^\\w\\s]+"}, "behavior": ")") +
-                                 behavior + R"(", "invert": true})";
+        const std::string json =
+            std::string(R"({"type": "Split", "pattern": {"Regex": "\\w+|[^\\w\\s]+"}, "behavior": ")") + behavior +
+            R"(", "invert": true})";
         return pre_tokenized(json.c_str(), text);
     };
-    CHECK(split("Removed") == std::vector<Split>{{"How", 0, 3}, {"are", 4, 7}, {"you", 8, 11}, {"doing", 12, 17}, {"?", 17, 18}});
-    CHECK(split("Isolated") == std::vector<Split>{{"How", 0, 3}, {" ", 3, 4}, {"are", 4, 7}, {" ", 7, 8}, {"you", 8, 11},
-                                                  {" ", 11, 12}, {"doing", 12, 17}, {"?", 17, 18}});
+    CHECK(split("Removed") ==
+          std::vector<Split>{{"How", 0, 3}, {"are", 4, 7}, {"you", 8, 11}, {"doing", 12, 17}, {"?", 17, 18}});
+    CHECK(split("Isolated") == std::vector<Split>{{"How", 0, 3},
+                                                  {" ", 3, 4},
+                                                  {"are", 4, 7},
+                                                  {" ", 7, 8},
+                                                  {"you", 8, 11},
+                                                  {" ", 11, 12},
+                                                  {"doing", 12, 17},
+                                                  {"?", 17, 18}});
     CHECK(split("MergedWithPrevious") ==
           std::vector<Split>{{"How ", 0, 4}, {"are ", 4, 8}, {"you ", 8, 12}, {"doing", 12, 17}, {"?", 17, 18}});
     CHECK(split("MergedWithNext") ==
           std::vector<Split>{{"How", 0, 3}, {" are", 3, 7}, {" you", 7, 11}, {" doing", 11, 17}, {"?", 17, 18}});
-    CHECK(split("Contiguous") == std::vector<Split>{{"How", 0, 3}, {" ", 3, 4}, {"are", 4, 7}, {" ", 7, 8}, {"you", 8, 11},
-                                                    {" ", 11, 12}, {"doing?", 12, 18}});
+    CHECK(
+        split("Contiguous") ==
+        std::vector<Split>{
+            {"How", 0, 3}, {" ", 3, 4}, {"are", 4, 7}, {" ", 7, 8}, {"you", 8, 11}, {" ", 11, 12}, {"doing?", 12, 18}});
     // split.rs invert: removing " " equals keeping only "Hello" (removing the inverse)
     CHECK(pre_tokenized(R"({"type": "Split", "pattern": {"String": " "}, "behavior": "Removed", "invert": false})",
                         "Hello Hello Hello") ==
@@ -144,28 +156,47 @@ TEST_CASE("tokenize: Metaspace (metaspace.rs basic, multiple_spaces; prepend_sch
     CHECK(pre_tokenized(R"({"type": "Metaspace", "prepend_scheme": "never"})", "Hey friend!") ==
           std::vector<Split>{{"Hey", 0, 3}, {"▁friend!", 3, 11}});
     // "first": only a piece that starts the text (e.g. not one after an added token)
-    CHECK(pre_tokenized(R"({"type": "Metaspace", "prepend_scheme": "first"})", "Hey") == std::vector<Split>{{"▁Hey", 0, 3}});
-    CHECK(pre_tokenized(R"({"type": "Metaspace", "prepend_scheme": "first"})", "Hey", 5) == std::vector<Split>{{"Hey", 5, 8}});
-    CHECK(pre_tokenized(R"({"type": "Metaspace", "prepend_scheme": "always"})", "Hey", 5) == std::vector<Split>{{"▁Hey", 5, 8}});
-    CHECK(pre_tokenized(R"({"type": "Metaspace", "split": false})", "Hey friend") == std::vector<Split>{{"▁Hey▁friend", 0, 10}});
+    CHECK(pre_tokenized(R"({"type": "Metaspace", "prepend_scheme": "first"})", "Hey") ==
+          std::vector<Split>{{"▁Hey", 0, 3}});
+    CHECK(pre_tokenized(R"({"type": "Metaspace", "prepend_scheme": "first"})", "Hey", 5) ==
+          std::vector<Split>{{"Hey", 5, 8}});
+    CHECK(pre_tokenized(R"({"type": "Metaspace", "prepend_scheme": "always"})", "Hey", 5) ==
+          std::vector<Split>{{"▁Hey", 5, 8}});
+    CHECK(pre_tokenized(R"({"type": "Metaspace", "split": false})", "Hey friend") ==
+          std::vector<Split>{{"▁Hey▁friend", 0, 10}});
 }
 
 TEST_CASE("tokenize: BertPreTokenizer, Whitespace, WhitespaceSplit, Punctuation, Digits (their .rs tests)") {
     CHECK(pre_tokenized(R"({"type": "BertPreTokenizer"})", "Hey friend!     How are you?!?") ==
-          std::vector<Split>{{"Hey", 0, 3}, {"friend", 4, 10}, {"!", 10, 11}, {"How", 16, 19}, {"are", 20, 23},
-                             {"you", 24, 27}, {"?", 27, 28}, {"!", 28, 29}, {"?", 29, 30}});
-    CHECK(pre_tokenized(R"({"type": "Whitespace"})", "Hey man!") == std::vector<Split>{{"Hey", 0, 3}, {"man", 4, 7}, {"!", 7, 8}});
+          std::vector<Split>{{"Hey", 0, 3},
+                             {"friend", 4, 10},
+                             {"!", 10, 11},
+                             {"How", 16, 19},
+                             {"are", 20, 23},
+                             {"you", 24, 27},
+                             {"?", 27, 28},
+                             {"!", 28, 29},
+                             {"?", 29, 30}});
+    CHECK(pre_tokenized(R"({"type": "Whitespace"})", "Hey man!") ==
+          std::vector<Split>{{"Hey", 0, 3}, {"man", 4, 7}, {"!", 7, 8}});
     CHECK(pre_tokenized(R"({"type": "Whitespace"})", "\n").empty());
-    CHECK(pre_tokenized(R"({"type": "WhitespaceSplit"})", "Hey man!") == std::vector<Split>{{"Hey", 0, 3}, {"man!", 4, 8}});
+    CHECK(pre_tokenized(R"({"type": "WhitespaceSplit"})", "Hey man!") ==
+          std::vector<Split>{{"Hey", 0, 3}, {"man!", 4, 8}});
     CHECK(pre_tokenized(R"({"type": "Punctuation"})", "Hey friend!     How are you?!?") ==
-          std::vector<Split>{{"Hey friend", 0, 10}, {"!", 10, 11}, {"     How are you", 11, 27}, {"?", 27, 28},
-                             {"!", 28, 29}, {"?", 29, 30}});
+          std::vector<Split>{{"Hey friend", 0, 10},
+                             {"!", 10, 11},
+                             {"     How are you", 11, 27},
+                             {"?", 27, 28},
+                             {"!", 28, 29},
+                             {"?", 29, 30}});
     CHECK(pre_tokenized(R"({"type": "Digits", "individual_digits": true})", "Hey 123 friend!") ==
           std::vector<Split>{{"Hey ", 0, 4}, {"1", 4, 5}, {"2", 5, 6}, {"3", 6, 7}, {" friend!", 7, 15}});
     CHECK(pre_tokenized(R"({"type": "Digits", "individual_digits": false})", "Hey 123 friend!") ==
           std::vector<Split>{{"Hey ", 0, 4}, {"123", 4, 7}, {" friend!", 7, 15}});
-    CHECK(pre_tokenized(R"({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Digits", "individual_digits": true}]})",
-                        "Hey 12") == std::vector<Split>{{"Hey", 0, 3}, {"1", 4, 5}, {"2", 5, 6}});
+    CHECK(
+        pre_tokenized(
+            R"({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Digits", "individual_digits": true}]})",
+            "Hey 12") == std::vector<Split>{{"Hey", 0, 3}, {"1", 4, 5}, {"2", 5, 6}});
 }
 
 TEST_CASE("tokenize: normalizers, and each byte's place in the input") {
@@ -173,9 +204,11 @@ TEST_CASE("tokenize: normalizers, and each byte's place in the input") {
           "This is an example");
     CHECK(normalized(R"({"type": "Prepend", "prepend": "▁"})", "Hello").text == "▁Hello");
     CHECK(normalized(R"({"type": "Prepend", "prepend": "▁"})", "").text.empty());
-    CHECK(normalized(R"({"type": "Replace", "pattern": {"String": "''"}, "content": "\""})", "This is a ''test''").text ==
-          "This is a \"test\"");
-    CHECK(normalized(R"({"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "})", "This     is   a         test")
+    CHECK(
+        normalized(R"({"type": "Replace", "pattern": {"String": "''"}, "content": "\""})", "This is a ''test''").text ==
+        "This is a \"test\"");
+    CHECK(normalized(R"({"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "})",
+                     "This     is   a         test")
               .text == "This is a test");
     CHECK(normalized(R"({"type": "Lowercase"})", "HELLO Ünïcode İ").text == "hello ünïcode i\u0307");
     // é (U+00E9) <-> e + U+0301; ﬁ -> fi; ① -> 1
@@ -186,8 +219,9 @@ TEST_CASE("tokenize: normalizers, and each byte's place in the input") {
     CHECK(normalized(R"({"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "StripAccents"}]})", "élégant")
               .text == "elegant");
     // BERT: \t -> space, NUL dropped, CJK padded, accents stripped, lower case
-    CHECK(normalized(R"({"type": "BertNormalizer", "lowercase": true})", std::string("H\u00e9llo\tWORLD\0 \u4e2d\u56fd", 19)).text ==
-          "hello world  \u4e2d  \u56fd ");
+    CHECK(normalized(R"({"type": "BertNormalizer", "lowercase": true})",
+                     std::string("H\u00e9llo\tWORLD\0 \u4e2d\u56fd", 20))
+              .text == "hello world  \u4e2d  \u56fd ");
     // NFD's two characters both come from the é at bytes [1, 3) of "xé".
     const Text t = normalized(R"({"type": "NFD"})", "x\u00e9");
     REQUIRE(t.text.size() == 4);
@@ -211,12 +245,14 @@ TEST_CASE("tokenize: BPE merges by rank, as model.rs's tests") {
     CHECK(model_pieces(fallback, "a") == P{{1, 0, 1}});
     CHECK(model_pieces(fallback, "\n") == P{{2, 0, 1}});
     // fuse_unk: unknown characters in a row are one <unk>
-    CHECK(model_pieces(R"({"type": "BPE", "vocab": {"<unk>": 0, "a": 1}, "merges": [], "unk_token": "<unk>", "fuse_unk": true})",
-                       "cca") == P{{0, 0, 2}, {1, 2, 3}});
-    CHECK(model_pieces(R"({"type": "BPE", "vocab": {"<unk>": 0, "a": 1}, "merges": [], "unk_token": "<unk>"})", "cca") ==
-          P{{0, 0, 1}, {0, 1, 2}, {1, 2, 3}});
-    // no unk_token: an unknown character is dropped
-    CHECK(model_pieces(R"({"type": "BPE", "vocab": {"a": 0}, "merges": []})", "bab") == P{{0, 1, 2}});
+    CHECK(model_pieces(
+              R"({"type": "BPE", "vocab": {"<unk>": 0, "a": 1}, "merges": [], "unk_token": "<unk>", "fuse_unk": true})",
+              "cca") == P{{0, 0, 2}, {1, 2, 3}});
+    CHECK(model_pieces(R"({"type": "BPE", "vocab": {"<unk>": 0, "a": 1}, "merges": [], "unk_token": "<unk>"})",
+                       "cca") == P{{0, 0, 1}, {0, 1, 2}, {1, 2, 3}});
+    // no unk_token: an unknown character is dropped (and, as in the library, the offsets
+    // count only the characters kept)
+    CHECK(model_pieces(R"({"type": "BPE", "vocab": {"a": 0}, "merges": []})", "bab") == P{{0, 0, 1}});
     // ignore_merges (test_ignore_merges): a word in the vocabulary is taken whole
     const std::string ignore = R"({"type": "BPE", "vocab": {".:.:": 0, "Ġbelirtilen": 1, ".": 2, ":": 3, "bel": 4,
         "irtilen": 5, "Ġ": 6, ".:": 7, "belirtilen": 8, ".:.": 9, "be": 10, "l": 11, "ir": 12, "ti": 13, "en": 14,
@@ -225,13 +261,16 @@ TEST_CASE("tokenize: BPE merges by rank, as model.rs's tests") {
     CHECK(model_pieces((ignore + "true}").c_str(), ".:.:") == P{{0, 0, 4}});
     CHECK(model_pieces((ignore + "true}").c_str(), "Ġbelirtilen") == P{{1, 0, 12}});
     CHECK(model_pieces((ignore + "false}").c_str(), ".:.:") == P{{7, 0, 2}, {7, 2, 4}});
-    CHECK(model_pieces((ignore + "false}").c_str(), "Ġbelirtilen") == P{{6, 0, 2}, {4, 2, 5}, {15, 5, 10}, {14, 10, 12}});
+    CHECK(model_pieces((ignore + "false}").c_str(), "Ġbelirtilen") ==
+          P{{6, 0, 2}, {4, 2, 5}, {15, 5, 10}, {14, 10, 12}});
     // merges as pairs, and a continuing_subword_prefix (the merged token drops b's prefix)
     CHECK(model_pieces(R"({"type": "BPE", "vocab": {"a": 0, "##b": 1, "##c": 2, "ab": 3, "abc": 4},
-        "merges": [["a", "##b"], ["ab", "##c"]], "continuing_subword_prefix": "##"})", "abc") == P{{4, 0, 3}});
+        "merges": [["a", "##b"], ["ab", "##c"]], "continuing_subword_prefix": "##"})",
+                       "abc") == P{{4, 0, 3}});
     // end_of_word_suffix on the last character
     CHECK(model_pieces(R"({"type": "BPE", "vocab": {"a": 0, "b</w>": 1, "ab</w>": 2}, "merges": ["a b</w>"],
-        "end_of_word_suffix": "</w>"})", "ab") == P{{2, 0, 2}});
+        "end_of_word_suffix": "</w>"})",
+                       "ab") == P{{2, 0, 2}});
 }
 
 TEST_CASE("tokenize: WordPiece, longest first, ## after the first piece") {
@@ -241,12 +280,13 @@ TEST_CASE("tokenize: WordPiece, longest first, ## after the first piece") {
     CHECK(model_pieces(bert, "unaffable") == P{{1, 0, 2}, {2, 2, 5}, {3, 5, 9}});
     CHECK(model_pieces(bert, "unx") == P{{0, 0, 3}});
     CHECK(model_pieces(R"({"type": "WordPiece", "vocab": {"[UNK]": 0, "un": 1, "##aff": 2, "##able": 3},
-        "max_input_chars_per_word": 5})", "unaffable") == P{{0, 0, 9}});
+        "max_input_chars_per_word": 5})",
+                       "unaffable") == P{{0, 0, 9}});
 }
 
 TEST_CASE("tokenize: decoders (decoders/*.rs tests)") {
-    CHECK(decoded(R"({"type": "ByteLevel"})", {"Hello", "Ġmy", "Ġfriend", ",", "Ġhow", "Ġis", "Ġyour", "Ġday", "Ġgoing", "?"}) ==
-          "Hello my friend, how is your day going?");
+    CHECK(decoded(R"({"type": "ByteLevel"})", {"Hello", "Ġmy", "Ġfriend", ",", "Ġhow", "Ġis", "Ġyour", "Ġday", "Ġgoing",
+                                               "?"}) == "Hello my friend, how is your day going?");
     // an incomplete character is U+FFFD
     CHECK(decoded(R"({"type": "ByteLevel"})", {"Ã"}) == "\ufffd");
     using V = std::vector<std::string>;
@@ -259,13 +299,14 @@ TEST_CASE("tokenize: decoders (decoders/*.rs tests)") {
           V{"ey", " friend!", "HH"});
     CHECK(decoded_tokens(R"({"type": "Strip", "content": "y", "start": 0, "stop": 1})", {"Hey", " friend!", "HHH"}) ==
           V{"He", " friend!", "HHH"});
-    CHECK(decoded(R"({"type": "WordPiece", "prefix": "##", "cleanup": true})", {"##uelo", "Ara", "##új", "##o", "No", "##guera"}) ==
-          "##uelo Araújo Noguera");
-    CHECK(decoded_tokens(R"({"type": "Metaspace", "replacement": "▁", "add_prefix_space": true})", {"▁Hey", "▁friend!"}) ==
-          V{"Hey", " friend!"});
+    CHECK(decoded(R"({"type": "WordPiece", "prefix": "##", "cleanup": true})",
+                  {"##uelo", "Ara", "##új", "##o", "No", "##guera"}) == "##uelo Araújo Noguera");
+    CHECK(decoded_tokens(R"({"type": "Metaspace", "replacement": "▁", "add_prefix_space": true})",
+                         {"▁Hey", "▁friend!"}) == V{"Hey", " friend!"});
     CHECK(decoded_tokens(R"({"type": "Metaspace", "prepend_scheme": "never"})", {"▁Hey", "▁friend!"}) ==
           V{" Hey", " friend!"});
-    CHECK(decoded(R"({"type": "Replace", "pattern": {"String": "_"}, "content": " "})", {"Hello", "_Hello"}) == "Hello Hello");
+    CHECK(decoded(R"({"type": "Replace", "pattern": {"String": "_"}, "content": " "})", {"Hello", "_Hello"}) ==
+          "Hello Hello");
 }
 
 TEST_CASE("tokenize: ByteLevel post-processor trims offsets (processors/byte_level.rs processor_trims_offsets)") {
@@ -273,7 +314,8 @@ TEST_CASE("tokenize: ByteLevel post-processor trims offsets (processors/byte_lev
     const std::vector<std::pair<std::string, Span>> in = {
         {"Ġ", {0, 1}}, {"ĠĠĠĠHelloĠĠ", {0, 11}}, {"ĠĠHello", {11, 18}}, {"HelloĠĠ", {18, 25}}, {"ĠĠĠĠ", {25, 29}}};
     for (const auto& [p, s] : in) tokens.push_back({0, p, s, false});
-    const nlohmann::json j = nlohmann::json::parse(R"({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true})");
+    const nlohmann::json j =
+        nlohmann::json::parse(R"({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true})");
     make_post_processor(Node(j, "post_processor", kFile))(tokens, true);
     const std::vector<std::pair<std::uint32_t, std::uint32_t>> want = {{0, 0}, {4, 9}, {13, 18}, {18, 23}, {29, 29}};
     for (std::size_t i = 0; i < want.size(); ++i) {
@@ -354,26 +396,30 @@ TEST_CASE("tokenize: added tokens are matched longest first; single_word only be
 }
 
 TEST_CASE("tokenize: what cannot be followed, or lies, is refused in one line") {
-    CHECK(refusal(R"({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})").find("model.type: the model type \"Unigram\" is not supported") !=
+    CHECK(refusal(R"({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})")
+              .find("model.type: the model type \"Unigram\" is not supported") != std::string::npos);
+    CHECK(refusal(with("normalizer", R"({"type": "Precompiled"})")).find("\"Precompiled\" is not supported") !=
           std::string::npos);
-    CHECK(refusal(with("normalizer", R"({"type": "Precompiled"})")).find("\"Precompiled\" is not supported") != std::string::npos);
-    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a q"]}})").find("model.merges[0]: the token \"q\" is not in the vocabulary") !=
-          std::string::npos);
-    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]}})").find("the merged token \"ab\"") !=
-          std::string::npos);
-    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}, "merges": []}})").find("the id 0 is given to two tokens") !=
-          std::string::npos);
+    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a q"]}})")
+              .find("model.merges[0]: the token \"q\" is not in the vocabulary") != std::string::npos);
+    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]}})")
+              .find("the merged token \"ab\"") != std::string::npos);
+    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}, "merges": []}})")
+              .find("the id 0 is given to two tokens") != std::string::npos);
     CHECK(refusal(with("pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "(a"}, "behavior": "Isolated"})"))
               .find("does not compile") != std::string::npos);
-    CHECK(refusal(std::string(100000, '[') + std::string(100000, ']')).find("nested deeper than 128") != std::string::npos);
+    CHECK(refusal(std::string(100000, '[') + std::string(100000, ']')).find("nested deeper than 128") !=
+          std::string::npos);
     CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})", 100).find("memory limit") !=
           std::string::npos);
     CHECK(refusal("{\"model\": 3}").find("model: expected an object") != std::string::npos);
-    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 3000000000}, "merges": []}})").find("2^31") != std::string::npos);
+    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 3000000000}, "merges": []}})").find("2^31") !=
+          std::string::npos);
 }
 
 TEST_CASE("tokenize: a pattern that backtracks without bound is stopped by the match limit") {
-    const std::string json = with("pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated"})");
+    const std::string json =
+        with("pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated"})");
     const Tokenizer t = parse_tokenizer_json(json, "slow.json");
     std::string text(40, 'a');
     text += 'b';

@@ -51,8 +51,9 @@ std::vector<std::uint32_t> parse_ids(const std::string& text) {
         item.erase(item.find_last_not_of(' ') + 1);
         if (item.empty() || item.size() > 10 || item.find_first_not_of("0123456789") != std::string::npos ||
             std::stoull(item) > 0x7FFFFFFFull)
-            throw UsageError("--decode " + clip_fragment(text, 60) + ": expected ids separated by commas, e.g. 464,3797; found '" +
-                             clip_fragment(item, 20) + "'");
+            throw UsageError("--decode " + clip_fragment(text, 60) +
+                             ": expected ids separated by commas, e.g. 464,3797; found '" + clip_fragment(item, 20) +
+                             "'");
         ids.push_back(std::uint32_t(std::stoull(item)));
         at = e + 1;
     }
@@ -62,11 +63,19 @@ std::vector<std::uint32_t> parse_ids(const std::string& text) {
 Json encoding_json(const Tokenizer& t, const Encoding& e, const std::string& model) {
     Json tokens = Json::array();
     for (std::size_t i = 0; i < e.size(); ++i) {
-        Json row = {{"id", e.ids[i]}, {"piece", e.pieces[i]}, {"start", nullptr}, {"end", nullptr}, {"special", bool(e.special[i])}};
+        Json row = {{"id", e.ids[i]},
+                    {"piece", e.pieces[i]},
+                    {"start", nullptr},
+                    {"end", nullptr},
+                    {"special", bool(e.special[i])}};
         if (e.offsets[i]) row["start"] = e.offsets[i]->start, row["end"] = e.offsets[i]->end;
         tokens.push_back(std::move(row));
     }
-    return {{"schema", kSchema}, {"model", model}, {"ids", e.ids}, {"tokens", std::move(tokens)}, {"decoded", t.decode(e.ids, false)}};
+    return {{"schema", kSchema},
+            {"model", model},
+            {"ids", e.ids},
+            {"tokens", std::move(tokens)},
+            {"decoded", t.decode(e.ids, false)}};
 }
 
 // `s` padded with spaces to `width` terminal columns.
@@ -80,7 +89,7 @@ std::string padded(const std::string& s, std::size_t width) {
 std::string shown_text(const std::string& s) {
     std::string out;
     std::size_t at = 0;
-    for (std::size_t e = s.find('\n'); ; e = s.find('\n', at)) {
+    for (std::size_t e = s.find('\n');; e = s.find('\n', at)) {
         out += escape_control(s.substr(at, e == std::string::npos ? std::string::npos : e - at));
         if (e == std::string::npos) break;
         out += '\n';
@@ -101,8 +110,10 @@ void write_text(std::ostream& out, const Tokenizer& t, const Encoding& e) {
     for (std::size_t i = 0; i < e.size(); ++i) {
         char head[40];
         std::snprintf(head, sizeof head, "%5zu  %8u  ", i, e.ids[i]);
-        std::string bytes = e.offsets[i] ? std::to_string(e.offsets[i]->start) + ".." + std::to_string(e.offsets[i]->end) : "-";
-        out << head << padded(pieces[i], width) << "  " << padded(bytes, 12) << (e.special[i] ? "  special" : "") << '\n';
+        std::string bytes =
+            e.offsets[i] ? std::to_string(e.offsets[i]->start) + ".." + std::to_string(e.offsets[i]->end) : "-";
+        out << head << padded(pieces[i], width) << "  " << (e.special[i] ? padded(bytes, 12) + "  special" : bytes)
+            << '\n';
     }
     out << "decoded: " << shown_text(t.decode(e.ids, false)) << '\n';
 }
@@ -177,7 +188,8 @@ Subcommand setup_tokens_command(CLI::App& parent) {
         ->required()
         ->group(kInputs);
     a->text_opt = cmd->add_option("--text", a->text, "The text to tokenize")->group(kInputs);
-    a->file_opt = cmd->add_option("--text-file", a->text_file, "A file whose bytes (UTF-8) are the text")->group(kInputs);
+    a->file_opt =
+        cmd->add_option("--text-file", a->text_file, "A file whose bytes (UTF-8) are the text")->group(kInputs);
     a->jsonl_opt = cmd->add_option("--jsonl-input", a->jsonl_input,
                                    "A file of JSON strings, one a line: one JSON document per line out")
                        ->group(kInputs);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/io/read.hpp"
 #include "attnscope/tokenize/tokenizer.hpp"
 #include "internal.hpp"  // white-box: the components (tests/CMakeLists.txt adds src/tokenize)
 
@@ -344,6 +345,11 @@ TEST_CASE("tokenize: a byte-level BPE tokenizer.json whole (GPT-2's pipeline)") 
     CHECK(t.decode(s.ids, true) == "HelloH");
     CHECK_THROWS_AS(t.decode({99}), InputError);
     CHECK_THROWS_AS(t.encode("\xff"), InputError);
+    // its tokenizer_config.json says clean_up_tokenization_spaces: "Hello" "Ġ" "!" decodes as
+    // transformers decodes it, "Hello!"; the tokenizer.json alone (the library) keeps the space
+    CHECK(t.decode({12, 5, 18}) == "Hello!");
+    const std::string json = attnscope::read_file(kFixtures + "bytelevel_bpe/tokenizer.json");
+    CHECK(parse_tokenizer_json(json, "tokenizer.json").decode({12, 5, 18}) == "Hello !");
 }
 
 TEST_CASE("tokenize: a BERT tokenizer.json whole (normalizer, WordPiece, template, added token with lstrip)") {

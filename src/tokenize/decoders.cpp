@@ -155,6 +155,21 @@ Decoder sequence(const Node& n) {
 
 }  // namespace
 
+std::string clean_up_tokenization(std::string s) {
+    for (auto [from, to] : {std::pair{" .", "."},
+                            {" ?", "?"},
+                            {" !", "!"},
+                            {" ,", ","},
+                            {" ' ", "'"},
+                            {" n't", "n't"},
+                            {" 'm", "'m"},
+                            {" 's", "'s"},
+                            {" 've", "'ve"},
+                            {" 're", "'re"}})
+        s = replace_all(std::move(s), from, to);
+    return s;
+}
+
 Decoder make_decoder(const Node& n) {
     const std::string type = n.at("type").str();
     if (type == "ByteLevel") return byte_level;

@@ -275,6 +275,9 @@ void trim_byte_level_offsets(std::vector<Token>& tokens, bool add_prefix_space);
 // Decoding: the tokens' strings to text.
 using Decoder = std::function<void(std::vector<std::string>&)>;  // the chain, in place
 Decoder make_decoder(const Node& n);
+// transformers' clean_up_tokenization: the space before . ? ! , and in "n't", "'m", "'s",
+// "'ve", "'re", " ' " removed (decode() does it when tokenizer_config.json asks).
+std::string clean_up_tokenization(std::string s);
 
 // ---- the whole ---------------------------------------------------------------------------
 
@@ -288,8 +291,9 @@ struct Pipeline {
     PostProcessor post_processor;
     Decoder decoder;
     bool has_decoder = false;
-    bool byte_level = false;  // pieces are GPT-2 byte-level characters
-    Budget budget;            // what it holds, and the memory limit it was read under
+    bool clean_up_spaces = false;  // tokenizer_config.json's clean_up_tokenization_spaces
+    bool byte_level = false;       // pieces are GPT-2 byte-level characters
+    Budget budget;                 // what it holds, and the memory limit it was read under
 };
 
 }  // namespace attnscope::tok

@@ -180,6 +180,22 @@ nlohmann::json bert_file(const std::string& dir, std::size_t max_bytes, Budget& 
     return j;
 }
 
+// tokenizer_config.json beside the tokenizer, when there is one: whether decode() tidies
+// spaces as transformers does ("clean_up_tokenization_spaces": true).
+void read_config(const std::string& dir, std::size_t max_bytes, Pipeline& p) {
+    const std::string path = dir + "/tokenizer_config.json";
+    if (!is_file(path)) return;
+    const nlohmann::json c = parse_json_bounded(read_file(path, max_bytes), path, max_bytes);
+    const Node root(c, "", path);
+    root.expect_object();
+    p.clean_up_spaces = root.bool_or("clean_up_tokenization_spaces", false);
+}
+
+std::string dir_of(const std::string& file) {
+    const auto slash = file.rfind('/');
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr(0, slash);
+}
+
 }  // namespace
 }  // namespace tok
 
@@ -232,9 +248,9 @@ std::string Tokenizer::decode(const std::vector<std::uint32_t>& ids, bool skip_s
                              " is not in the vocabulary (ids 0.." + std::to_string(vocab_size() - 1) + ")");
         tokens.push_back(std::move(*s));
     }
-    if (!p_->has_decoder) return tok::join(tokens, " ");
-    p_->decoder(tokens);
-    return tok::join(tokens, "");
+    if (p_->has_decoder) p_->decoder(tokens);
+    const std::string text = tok::join(tokens, p_->has_decoder ? "" : " ");
+    return p_->clean_up_spaces ? tok::clean_up_tokenization(text) : text;
 }
 
 std::string Tokenizer::readable_piece(std::uint32_t id) const {
@@ -270,7 +286,9 @@ Tokenizer load_tokenizer(const std::string& path, std::size_t max_bytes) {
         tok::Budget budget{0, max_bytes, path};
         if (!tok::is_file(file) && tok::is_file(path + "/vocab.json") && tok::is_file(path + "/merges.txt")) {
             const nlohmann::json j = tok::gpt2_files(path, max_bytes, budget);
-            return Tokenizer(tok::build(j, path + "/vocab.json + merges.txt", budget));
+            const std::shared_ptr<tok::Pipeline> p = tok::build(j, path + "/vocab.json + merges.txt", budget);
+            tok::read_config(path, max_bytes, *p);
+            return Tokenizer(p);
         }
         if (!tok::is_file(file) && tok::is_file(path + "/vocab.txt")) {
             const nlohmann::json j = tok::bert_file(path, max_bytes, budget);
@@ -281,7 +299,11 @@ Tokenizer load_tokenizer(const std::string& path, std::size_t max_bytes) {
                              ": no tokenizer here (expected tokenizer.json, vocab.json + merges.txt, or vocab.txt)");
     }
     const FileBytes bytes = map_file(file, max_bytes);
-    return parse_tokenizer_json(bytes.bytes, file, max_bytes);
+    tok::Budget budget{0, max_bytes, file};
+    const nlohmann::json j = tok::parse_json_bounded(bytes.bytes, file, max_bytes, &budget.used);
+    const std::shared_ptr<tok::Pipeline> p = tok::build(j, file, budget);
+    tok::read_config(tok::dir_of(file), max_bytes, *p);
+    return Tokenizer(p);
 }
 
 }  // namespace attnscope

@@ -68,6 +68,9 @@ class Tokenizer {
 
 // Reads a tokenizer: `path` is a tokenizer.json file, or a folder holding tokenizer.json,
 // else vocab.json + merges.txt (GPT-2 byte-level BPE), else vocab.txt (BERT WordPiece).
+// A tokenizer_config.json beside tokenizer.json is read for one key: with
+// "clean_up_tokenization_spaces": true, decode() removes the space before . ? ! , and in
+// "n't", "'s", ... as transformers' decode does (the tokenizers library itself never does).
 // Everything it holds, the parsed JSON included, is bounded by `max_bytes`
 // (MemoryLimitError past it). InputError with the file and key for anything malformed.
 Tokenizer load_tokenizer(const std::string& path, std::size_t max_bytes = kNoLimit);

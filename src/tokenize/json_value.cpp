@@ -67,7 +67,7 @@ nlohmann::json parse_json_bounded(std::string_view text, const std::string& orig
         nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), bound);
         if (used_out) *used_out = used;
         return j;
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
         std::string what = e.what();
         const auto colon = what.find("parse error");
         if (colon != std::string::npos) what = what.substr(colon);

@@ -45,11 +45,14 @@ std::string byte_char(int b) {
 std::string byte_level(const std::string& pre_tokenizer, const std::string& normalizer) {
     std::string vocab;
     for (int b = 0; b < 256; ++b) vocab += "\"" + byte_char(b) + "\": " + std::to_string(b) + ", ";
-    vocab += R"("Ġt": 256, "he": 257, "Ġthe": 258, "Ġa": 259, "nd": 260, "Ġand": 261, "in": 262, "ing": 263, "er": 264, "<|endoftext|>": 265)";
+    vocab +=
+        R"("Ġt": 256, "he": 257, "Ġthe": 258, "Ġa": 259, "nd": 260, "Ġand": 261, "in": 262, "ing": 263, "er": 264, "<|endoftext|>": 265)";
     return R"({"added_tokens": [{"id": 265, "content": "<|endoftext|>", "special": true, "normalized": false}],
-      "normalizer": )" + normalizer + R"(, "pre_tokenizer": )" + pre_tokenizer + R"(,
+      "normalizer": )" +
+           normalizer + R"(, "pre_tokenizer": )" + pre_tokenizer + R"(,
       "post_processor": {"type": "ByteLevel", "trim_offsets": true}, "decoder": {"type": "ByteLevel"},
-      "model": {"type": "BPE", "vocab": {)" + vocab + R"(},
+      "model": {"type": "BPE", "vocab": {)" +
+           vocab + R"(},
         "merges": ["Ġ t", "h e", "Ġt he", "Ġ a", "n d", "Ġa nd", "i n", "in g", "e r"]}})";
 }
 
@@ -99,9 +102,13 @@ struct Case {
 
 std::vector<Case> tokenizers() {
     std::vector<Case> out;
-    out.push_back({parse_tokenizer_json(byte_level(R"({"type": "ByteLevel", "add_prefix_space": false})", "null"), "gpt2"), true});
-    const std::string llama3 = std::string(R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": ")") +
-                               kLlama3Pattern + R"("}, "behavior": "Isolated"}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})";
+    out.push_back(
+        {parse_tokenizer_json(byte_level(R"({"type": "ByteLevel", "add_prefix_space": false})", "null"), "gpt2"),
+         true});
+    const std::string llama3 =
+        std::string(R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": ")") +
+        kLlama3Pattern +
+        R"("}, "behavior": "Isolated"}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})";
     out.push_back({parse_tokenizer_json(byte_level(llama3, "null"), "llama3"), true});
     out.push_back({parse_tokenizer_json(byte_level(llama3, R"({"type": "NFC"})"), "qwen"), false});
     out.push_back({parse_tokenizer_json(kSentencePiece, "llama2"), false});
@@ -124,7 +131,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!accepted) return 0;
     for (std::size_t i = 0; i < e.size(); ++i) {
         ATTNSCOPE_FUZZ_CHECK(c.t.piece(e.ids[i]).has_value());
-        if (e.offsets[i]) ATTNSCOPE_FUZZ_CHECK(e.offsets[i]->start <= e.offsets[i]->end && e.offsets[i]->end <= text.size());
+        if (e.offsets[i])
+            ATTNSCOPE_FUZZ_CHECK(e.offsets[i]->start <= e.offsets[i]->end && e.offsets[i]->end <= text.size());
     }
     const std::string decoded = c.t.decode(e.ids, false);
     ATTNSCOPE_FUZZ_CHECK(fuzz::valid_utf8(decoded));

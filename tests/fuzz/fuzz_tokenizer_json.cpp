@@ -27,7 +27,8 @@ void check_encoding(const Tokenizer& t, const std::string& text) {
     ATTNSCOPE_FUZZ_CHECK(e.pieces.size() == e.size() && e.offsets.size() == e.size() && e.special.size() == e.size());
     bool all_known = true;
     for (std::size_t i = 0; i < e.size(); ++i) {
-        if (e.offsets[i]) ATTNSCOPE_FUZZ_CHECK(e.offsets[i]->start <= e.offsets[i]->end && e.offsets[i]->end <= text.size());
+        if (e.offsets[i])
+            ATTNSCOPE_FUZZ_CHECK(e.offsets[i]->start <= e.offsets[i]->end && e.offsets[i]->end <= text.size());
         if (!t.piece(e.ids[i])) {
             ATTNSCOPE_FUZZ_CHECK(!e.offsets[i]);  // only a post-processor's own ids may be unknown
             all_known = false;

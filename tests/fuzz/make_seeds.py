@@ -305,7 +305,18 @@ def main():
     for p in files("tests/fixtures/checkpoints/torch_*.pt"):
         if os.path.getsize(p) <= 32768:
             torch_c.add(rel(p), read(p))
-    for c in (npy_c, npz_c, json_c, load_c, stream_c, st_c, torch_c):
+    # fuzz_tokenizer_json: the hand-made tokenizer.json fixtures and the refused ones kept
+    # as regressions; fuzz_tokenizer_encode: short texts, the first byte picking a tokenizer.
+    tj_c = Corpus(out, "fuzz_tokenizer_json")
+    for p in files("tests/fixtures/tokenizers/*/tokenizer.json") + files("tests/fuzz/regressions/fuzz_tokenizer_json/*.json"):
+        tj_c.add(rel(p), read(p))
+    te_c = Corpus(out, "fuzz_tokenizer_encode")
+    texts = ["Hello world! 123", "The end.\n\n  indented\tline", "caf\u00e9 na\u00efve \u00c5ngstr\u00f6m \ufb01",
+             "<|endoftext|>[MASK] <s> ab <x> 12345", "\u4e2d\u6587 \U0001F600 \u0645\u0631\u062d\u0628\u0627"]
+    for i, text in enumerate(texts):
+        for pick in range(6):
+            te_c.add(f"text{i}_tokenizer{pick}", bytes([pick]) + text.encode("utf-8"))
+    for c in (npy_c, npz_c, json_c, load_c, stream_c, st_c, torch_c, tj_c, te_c):
         print(f"{os.path.basename(c.dir)}: {len(c.names)} seeds")
 
 

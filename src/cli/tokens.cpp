@@ -1,0 +1,212 @@
+// `attnscope tokens --model PATH (--text S | --text-file F | --jsonl-input F | --decode IDS)
+// [--json] [--no-special-tokens]`: a model's own tokenizer (tokenize layer) on a text, or
+// ids back to text. Exit 0, or 2 for bad input (with --jsonl-input, when any line failed).
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "attnscope/io/read.hpp"
+#include "attnscope/tokenize/tokenizer.hpp"
+#include "help.hpp"
+#include "run.hpp"
+#include "subcommand.hpp"
+
+namespace attnscope::cli {
+namespace {
+
+constexpr const char* kSchema = "attnscope.tokens/1";
+using Json = nlohmann::ordered_json;
+
+struct TokensArgs {
+    std::string model, text, text_file, jsonl_input, decode, max_memory;
+    bool json = false, no_special = false;
+    CLI::Option *text_opt = nullptr, *file_opt = nullptr, *jsonl_opt = nullptr, *decode_opt = nullptr;
+};
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+// The offset of the first byte of `s` that is not well-formed UTF-8, or npos.
+std::size_t invalid_utf8_at(const std::string& s) {
+    for (std::size_t k = 0; k < s.size();) {
+        const std::size_t n = static_cast<unsigned char>(s[k]) < 0x80 ? 1 : utf8_sequence_length(s, k);
+        if (n == 0) return k;
+        k += n;
+    }
+    return std::string::npos;
+}
+
+// "464,3797, 50256" → ids.
+std::vector<std::uint32_t> parse_ids(const std::string& text) {
+    std::vector<std::uint32_t> ids;
+    std::size_t at = 0;
+    while (at <= text.size()) {
+        std::size_t e = text.find(',', at);
+        if (e == std::string::npos) e = text.size();
+        std::string item = text.substr(at, e - at);
+        item.erase(0, item.find_first_not_of(' '));
+        item.erase(item.find_last_not_of(' ') + 1);
+        if (item.empty() || item.size() > 10 || item.find_first_not_of("0123456789") != std::string::npos ||
+            std::stoull(item) > 0x7FFFFFFFull)
+            throw UsageError("--decode " + clip_fragment(text, 60) +
+                             ": expected ids separated by commas, e.g. 464,3797; found '" + clip_fragment(item, 20) +
+                             "'");
+        ids.push_back(std::uint32_t(std::stoull(item)));
+        at = e + 1;
+    }
+    return ids;
+}
+
+Json encoding_json(const Tokenizer& t, const Encoding& e, const std::string& model) {
+    Json tokens = Json::array();
+    for (std::size_t i = 0; i < e.size(); ++i) {
+        Json row = {{"id", e.ids[i]},
+                    {"piece", e.pieces[i]},
+                    {"start", nullptr},
+                    {"end", nullptr},
+                    {"special", bool(e.special[i])}};
+        if (e.offsets[i]) row["start"] = e.offsets[i]->start, row["end"] = e.offsets[i]->end;
+        tokens.push_back(std::move(row));
+    }
+    return {{"schema", kSchema},
+            {"model", model},
+            {"ids", e.ids},
+            {"tokens", std::move(tokens)},
+            {"decoded", t.decode(e.ids, false)}};
+}
+
+// `s` padded with spaces to `width` terminal columns.
+std::string padded(const std::string& s, std::size_t width) {
+    const std::size_t w = display_width(s);
+    return s + std::string(w < width ? width - w : 0, ' ');
+}
+
+// Text for a person, each line escaped apart (newlines kept, everything else a terminal
+// would act on made visible).
+std::string shown_text(const std::string& s) {
+    std::string out;
+    std::size_t at = 0;
+    for (std::size_t e = s.find('\n');; e = s.find('\n', at)) {
+        out += escape_control(s.substr(at, e == std::string::npos ? std::string::npos : e - at));
+        if (e == std::string::npos) break;
+        out += '\n';
+        at = e + 1;
+    }
+    return out;
+}
+
+void write_text(std::ostream& out, const Tokenizer& t, const Encoding& e) {
+    std::vector<std::string> pieces;
+    std::size_t width = 5;
+    for (std::uint32_t id : e.ids) {
+        pieces.push_back(t.readable_piece(id));
+        width = std::max(width, std::min<std::size_t>(display_width(pieces.back()), 40));
+    }
+    out << e.size() << " tokens (" << escape_control(t.source()) << ")\n";
+    out << "index        id  " << padded("piece", width) << "  bytes\n";
+    for (std::size_t i = 0; i < e.size(); ++i) {
+        char head[40];
+        std::snprintf(head, sizeof head, "%5zu  %8u  ", i, e.ids[i]);
+        std::string bytes =
+            e.offsets[i] ? std::to_string(e.offsets[i]->start) + ".." + std::to_string(e.offsets[i]->end) : "-";
+        out << head << padded(pieces[i], width) << "  " << (e.special[i] ? padded(bytes, 12) + "  special" : bytes)
+            << '\n';
+    }
+    out << "decoded: " << shown_text(t.decode(e.ids, false)) << '\n';
+}
+
+int run_jsonl(const TokensArgs& a, const Tokenizer& t, std::size_t limit) {
+    const std::string all = read_file(a.jsonl_input, limit);
+    bool failed = false;
+    std::size_t line_no = 0;
+    for (std::size_t at = 0; at < all.size();) {
+        std::size_t e = all.find('\n', at);
+        if (e == std::string::npos) e = all.size();
+        const std::string line = all.substr(at, e - at);
+        at = e + 1;
+        ++line_no;
+        try {
+            const nlohmann::json j = nlohmann::json::parse(line);
+            if (!j.is_string()) throw InputError("expected a JSON string, found " + std::string(j.type_name()));
+            std::cout << dump(encoding_json(t, t.encode(j.get<std::string>(), !a.no_special), a.model)) << '\n';
+        } catch (const std::exception& ex) {  // nlohmann's parse errors, InputError
+            if (!dynamic_cast<const InputError*>(&ex) && !dynamic_cast<const nlohmann::json::exception*>(&ex)) throw;
+            failed = true;
+            const std::string what = a.jsonl_input + ":" + std::to_string(line_no) + ": " + ex.what();
+            std::cout << dump(Json{{"schema", kSchema}, {"error", what}}) << '\n';
+        }
+    }
+    return failed ? 2 : 0;
+}
+
+int run_tokens(const TokensArgs& a) {
+    const int given = int(a.text_opt->count() > 0) + int(a.file_opt->count() > 0) + int(a.jsonl_opt->count() > 0) +
+                      int(a.decode_opt->count() > 0);
+    if (given != 1) throw UsageError("tokens: give one of --text, --text-file, --jsonl-input or --decode");
+    RunOptions limits;
+    limits.max_memory = a.max_memory;
+    const std::size_t limit = memory_limit(limits);
+    const Tokenizer t = load_tokenizer(a.model, limit);
+    if (a.jsonl_opt->count()) return run_jsonl(a, t, limit);
+    if (a.decode_opt->count()) {
+        const auto ids = parse_ids(a.decode);
+        const std::string text = t.decode(ids, a.no_special);
+        if (a.json)
+            std::cout << dump(Json{{"schema", kSchema}, {"model", a.model}, {"ids", ids}, {"decoded", text}}) << '\n';
+        else
+            std::cout << shown_text(text) << '\n';
+        return 0;
+    }
+    std::string text = a.text;
+    std::string origin = "--text";
+    if (a.file_opt->count()) text = read_file(a.text_file, limit), origin = a.text_file;
+    if (const std::size_t bad = invalid_utf8_at(text); bad != std::string::npos)
+        throw InputError(escape_control(origin) + ": invalid UTF-8 at byte " + std::to_string(bad) +
+                         " (the text must be UTF-8)");
+    const Encoding e = t.encode(text, !a.no_special);
+    if (a.json)
+        std::cout << dump(encoding_json(t, e, a.model)) << '\n';
+    else
+        write_text(std::cout, t, e);
+    std::cout.flush();
+    if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the tokens");
+    return 0;
+}
+
+}  // namespace
+
+Subcommand setup_tokens_command(CLI::App& parent) {
+    auto a = std::make_shared<TokensArgs>();
+    CLI::App* cmd = parent.add_subcommand(
+        "tokens", "Tokenize a text with a model's own tokenizer (tokenizer.json), or turn ids back into text");
+    cmd->add_option("--model", a->model,
+                    "The model's folder (tokenizer.json, else vocab.json + merges.txt, else vocab.txt) or a "
+                    "tokenizer.json")
+        ->required()
+        ->group(kInputs);
+    a->text_opt = cmd->add_option("--text", a->text, "The text to tokenize")->group(kInputs);
+    a->file_opt =
+        cmd->add_option("--text-file", a->text_file, "A file whose bytes (UTF-8) are the text")->group(kInputs);
+    a->jsonl_opt = cmd->add_option("--jsonl-input", a->jsonl_input,
+                                   "A file of JSON strings, one a line: one JSON document per line out")
+                       ->group(kInputs);
+    a->decode_opt =
+        cmd->add_option("--decode", a->decode, "Ids separated by commas (464,3797,...) to turn back into text")
+            ->group(kInputs);
+    cmd->add_flag("--json", a->json, "Print one JSON document (ids, tokens with pieces and byte offsets, decoded)")
+        ->group(kOutputs);
+    cmd->add_flag("--no-special-tokens", a->no_special,
+                  "Encode without the post-processor's special tokens; decode without any special token")
+        ->group(kOutputs);
+    cmd->add_option("--max-memory", a->max_memory,
+                    "Refuse tokenizers and texts needing more memory than this (e.g. 8G, 512M; default 3/4 of "
+                    "physical memory)")
+        ->group(kLimits);
+    later_options_replace(cmd);
+    return {cmd, [a] { return run_tokens(*a); }};
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,251 @@
+// UTF-8, Unicode properties and normalization (utf8proc), and regular expressions (PCRE2
+// with UTF and Unicode properties, JIT-compiled, under match, depth and heap limits so
+// that a pattern that backtracks catastrophically is refused, not run for hours).
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "internal.hpp"
+
+namespace attnscope::tok {
+
+char32_t decode_at(std::string_view s, std::size_t k, std::size_t& len) {
+    char32_t cp = 0;
+    len = next_code_point(s, k, cp);
+    return cp;
+}
+
+void append_utf8(std::string& out, char32_t cp) {
+    if (cp < 0x80) {
+        out += char(cp);
+    } else if (cp < 0x800) {
+        out += char(0xC0 | (cp >> 6));
+        out += char(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += char(0xE0 | (cp >> 12));
+        out += char(0x80 | ((cp >> 6) & 0x3F));
+        out += char(0x80 | (cp & 0x3F));
+    } else {
+        out += char(0xF0 | (cp >> 18));
+        out += char(0x80 | ((cp >> 12) & 0x3F));
+        out += char(0x80 | ((cp >> 6) & 0x3F));
+        out += char(0x80 | (cp & 0x3F));
+    }
+}
+
+std::size_t invalid_utf8_at(std::string_view s) {
+    for (std::size_t k = 0; k < s.size();) {
+        if (static_cast<unsigned char>(s[k]) < 0x80) {
+            ++k;
+            continue;
+        }
+        const std::size_t n = utf8_sequence_length(s, k);
+        if (n == 0) return k;
+        k += n;
+    }
+    return std::string_view::npos;
+}
+
+std::string utf8_lossy(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t k = 0; k < s.size();) {
+        const std::size_t n = utf8_sequence_length(s, k);
+        if (n > 0) {
+            out.append(s, k, n);
+            k += n;
+            continue;
+        }
+        // The maximal prefix of a well-formed sequence at k (Unicode's "maximal subpart"):
+        // the lead byte and the continuation bytes that could still follow it.
+        const unsigned char c = static_cast<unsigned char>(s[k]);
+        const std::size_t want = c >= 0xC2 && c <= 0xDF   ? 2
+                                 : c >= 0xE0 && c <= 0xEF ? 3
+                                 : c >= 0xF0 && c <= 0xF4 ? 4
+                                                          : 1;
+        std::size_t m = 1;
+        for (; m < want && k + m < s.size(); ++m) {
+            const unsigned char d = static_cast<unsigned char>(s[k + m]);
+            unsigned char lo = 0x80, hi = 0xBF;
+            if (m == 1 && c == 0xE0) lo = 0xA0;
+            if (m == 1 && c == 0xED) hi = 0x9F;
+            if (m == 1 && c == 0xF0) lo = 0x90;
+            if (m == 1 && c == 0xF4) hi = 0x8F;
+            if (d < lo || d > hi) break;
+        }
+        out += "\xEF\xBF\xBD";
+        k += m;
+    }
+    return out;
+}
+
+namespace {
+utf8proc_category_t category(char32_t c) { return utf8proc_category(static_cast<utf8proc_int32_t>(c)); }
+}  // namespace
+
+bool is_whitespace(char32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+bool is_punctuation(char32_t c) {
+    if (c < 0x80)
+        return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+               (c >= 0x7B && c <= 0x7E);
+    const auto k = category(c);
+    return k == UTF8PROC_CATEGORY_PC || k == UTF8PROC_CATEGORY_PD || k == UTF8PROC_CATEGORY_PS ||
+           k == UTF8PROC_CATEGORY_PE || k == UTF8PROC_CATEGORY_PI || k == UTF8PROC_CATEGORY_PF ||
+           k == UTF8PROC_CATEGORY_PO;
+}
+
+bool is_control(char32_t c) {
+    if (c == '\t' || c == '\n' || c == '\r') return false;
+    const auto k = category(c);
+    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CN ||
+           k == UTF8PROC_CATEGORY_CO;
+}
+
+bool is_mark_nonspacing(char32_t c) { return category(c) == UTF8PROC_CATEGORY_MN; }
+
+bool is_numeric(char32_t c) {
+    const auto k = category(c);
+    return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+}
+
+bool is_alphanumeric(char32_t c) {
+    const auto k = category(c);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || is_numeric(c);
+}
+
+bool is_chinese(char32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+std::string lowercase(char32_t c) {
+    std::string out;
+    if (c == 0x130) {  // İ: the one full lower-case mapping of two code points (i + U+0307)
+        out = "i\xCC\x87";
+        return out;
+    }
+    append_utf8(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
+    return out;
+}
+
+std::string unicode_normalize(std::string_view s, const std::string& form) {
+    int options = UTF8PROC_STABLE;
+    if (form == "NFC" || form == "NFKC") options |= UTF8PROC_COMPOSE;
+    if (form == "NFD" || form == "NFKD") options |= UTF8PROC_DECOMPOSE;
+    if (form == "NFKC" || form == "NFKD") options |= UTF8PROC_COMPAT;
+    utf8proc_uint8_t* out = nullptr;
+    const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                static_cast<utf8proc_ssize_t>(s.size()), &out, static_cast<utf8proc_option_t>(options));
+    if (n < 0) throw InputError(std::string("text: cannot normalize to ") + form + ": " + utf8proc_errmsg(n));
+    std::string result(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
+    std::free(out);
+    return result;
+}
+
+// ---- regular expressions --------------------------------------------------------------
+
+namespace {
+// Backtracking steps one match may take, and its heap (KiB): GPT-2's pattern needs a
+// few dozen steps per word; (a+)+$ on 30 letters would need 10^9.
+constexpr std::uint32_t kMatchLimit = 10'000'000;
+constexpr std::uint32_t kHeapLimitKiB = 64 * 1024;
+
+std::string pcre2_message(int code) {
+    PCRE2_UCHAR buf[256];
+    pcre2_get_error_message(code, buf, sizeof buf);
+    return reinterpret_cast<const char*>(buf);
+}
+}  // namespace
+
+Regex::Regex(const std::string& pattern, std::string where) : where_(std::move(where)) {
+    int err = 0;
+    PCRE2_SIZE at = 0;
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                     PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr);
+    if (!code)
+        throw InputError(where_ + ": the regular expression \"" + escape_control(clip_fragment(pattern, 60)) +
+                         "\" does not compile: " + pcre2_message(err) + " at offset " + std::to_string(at));
+    code_ = code;
+    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // when JIT is unavailable the interpreter runs it
+    auto* context = pcre2_match_context_create(nullptr);
+    pcre2_set_match_limit(context, kMatchLimit);
+    pcre2_set_depth_limit(context, kMatchLimit);
+    pcre2_set_heap_limit(context, kHeapLimitKiB);
+    auto* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
+    if (stack) pcre2_jit_stack_assign(context, nullptr, stack);
+    context_ = context;
+    stack_ = stack;
+}
+
+Regex::~Regex() {
+    pcre2_jit_stack_free(static_cast<pcre2_jit_stack*>(stack_));
+    pcre2_match_context_free(static_cast<pcre2_match_context*>(context_));
+    pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_view s) const {
+    auto* code = static_cast<pcre2_code*>(code_);
+    std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> data(
+        pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
+    std::vector<std::pair<std::size_t, std::size_t>> out;
+    std::uint32_t options = 0;  // the subject's UTF-8 is checked on the first call only
+    for (std::size_t pos = 0; pos <= s.size();) {
+        const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, options, data.get(),
+                                   static_cast<pcre2_match_context*>(context_));
+        options = PCRE2_NO_UTF_CHECK;
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0)
+            throw InputError(where_ + ": the regular expression failed on the text at byte " + std::to_string(pos) +
+                             ": " + pcre2_message(rc) +
+                             (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+                                      rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT
+                                  ? " (it backtracks without bound)"
+                                  : ""));
+        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.get());
+        std::size_t b = ov[0], e = ov[1];
+        if (e < b) e = b;  // \K in a look-ahead can end a match before its start
+        if (e > b) out.emplace_back(b, e);
+        if (e > pos) {
+            pos = e;
+        } else {  // an empty match: move on by one character
+            if (pos >= s.size()) break;
+            const std::size_t n = utf8_sequence_length(s, pos);
+            pos += n ? n : 1;
+        }
+    }
+    return out;
+}
+
+std::string regex_escape(std::string_view literal) {
+    // \Q...\E quotes everything but "\E" itself.
+    std::string out = "\\Q";
+    for (std::size_t k = 0; k < literal.size(); ++k) {
+        if (literal.compare(k, 2, "\\E") == 0) {
+            out += "\\E\\\\E\\Q";
+            ++k;
+        } else {
+            out += literal[k];
+        }
+    }
+    return out + "\\E";
+}
+
+std::shared_ptr<const Regex> pattern_of(const Node& n) {
+    n.expect_object();
+    const std::string where = escape_control(n.file()) + ": " + n.path();
+    if (auto s = n.find("String")) return std::make_shared<const Regex>(regex_escape(s->str()), where);
+    if (auto r = n.find("Regex")) return std::make_shared<const Regex>(r->str(), where + ".Regex");
+    n.fail("expected {\"String\": ...} or {\"Regex\": ...}");
+}
+
+}  // namespace attnscope::tok

@@ -13,10 +13,9 @@
 // MODEL: a folder with tokenizer.json (and tokenizer_config.json, optional), or the
 // tokenizer.json file. Encoding adds the post-processor's special tokens unless
 // --no-special-tokens (Tokenizer.encode's add_special_tokens). Decoding keeps the
-// special tokens and does not apply transformers' clean_up_tokenization_spaces (a
-// Python-side option of tokenizer_config.json that the Rust library's decode does not
-// apply; a WordPiece decoder's own "cleanup" still applies): the decode of
-// tokenizers' Tokenizer::decode(ids, skip_special_tokens = false).
+// special tokens and applies transformers' clean_up_tokenization_spaces only where the
+// folder's tokenizer_config.json sets it true (GPT-2, Llama 3), as transformers' decode
+// does; without the file or the key, none (the Rust library's Tokenizer::decode).
 import { readFileSync, statSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -58,13 +57,17 @@ function loadTokenizer(model) {
   } catch (e) {
     if (e.code !== "ENOENT") fail(`${configPath}: ${e.message}`);
   }
-  return new Tokenizer(JSON.parse(readFileSync(jsonPath, "utf8")), config);
+  const tokenizer = new Tokenizer(JSON.parse(readFileSync(jsonPath, "utf8")), config);
+  // transformers' clean-up of spaces before punctuation, as the folder's
+  // tokenizer_config.json sets it; none without the file or the key.
+  tokenizer.attnscopeCleanUp = config.clean_up_tokenization_spaces === true;
+  return tokenizer;
 }
 
 function decode(tokenizer, ids) {
   // The port refuses an empty list; the Rust library decodes it to "".
   if (ids.length === 0) return "";
-  return tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  return tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: tokenizer.attnscopeCleanUp });
 }
 
 function encodeDecode(tokenizer, text, special) {

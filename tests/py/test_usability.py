@@ -232,7 +232,7 @@ class DidYouMean(CliTestCase):
             (["run", "data/sentence.json", "--heads", "0"], "--heads: expected a number from 1 to 1048576, found '0'"),
             (["run", "data/sentence.json", "--cell", "1,2"], "--cell: expected at least 3 values, found 2"),
             (["run", "data/sentence.json", "--heads"], "--heads: expected a value (--heads H)"),
-            ([], "expected a command (run, check, decode, inspect, report)"),
+            ([], "expected a command (run, check, decode, inspect, report, tokens)"),
         ]
         for args, want in cases:
             with self.subTest(args=args):
@@ -475,7 +475,7 @@ class CommandWords(CliTestCase):
         for args in (["rnu", "data/sentence.json"], ["help", "rnu"]):
             with self.subTest(args=args):
                 self.assert_refused(args, "unknown command 'rnu'; did you mean run? (expected: run, check, decode, "
-                                          "inspect, report; see attnscope --help)")
+                                          "inspect, report, tokens; see attnscope --help)")
 
     def test_help_command_prints_the_commands_help(self):
         for command in COMMANDS:
@@ -545,7 +545,7 @@ class Setup(CliTestCase):
     """Issue 21: the demo's set-up installs what building and running need; the tests' the rest."""
 
     BUILD = ["cmake", "g++", "make", "libcli11-dev", "nlohmann-json3-dev", "libxtensor-dev", "xtl-dev",
-             "libxsimd-dev", "libopenblas-dev", "zlib1g-dev", "doctest-dev"]
+             "libxsimd-dev", "libopenblas-dev", "zlib1g-dev", "doctest-dev", "libpcre2-dev", "libutf8proc-dev"]
     TEST_ONLY = ["python3-torch", "python3-numpy", "clang-14", "chromium", "nodejs", "jq", "zsh"]
 
     def setup_installs(self, *args):
@@ -557,10 +557,12 @@ class Setup(CliTestCase):
                            ("apt-get", f'echo "apt-get $*" >> "{log}"'), ("npm", f'echo "npm $*" >> "{log}"')):
             (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
             (stubs / name).chmod(0o755)
-        # A copy of the script whose tests/browser has no node_modules: npm is asked when it is meant to be.
+        # A copy of the script whose tests/browser and tests/tokenizers have no node_modules:
+        # npm is asked when it is meant to be.
         root = self.path("repo")
         (root / "scripts").mkdir(parents=True)
         (root / "tests/browser").mkdir(parents=True)
+        (root / "tests/tokenizers").mkdir(parents=True)
         shutil.copy(ROOT / "scripts/setup", root / "scripts/setup")
         proc = subprocess.run(["bash", str(root / "scripts/setup"), *args], capture_output=True, text=True,
                               env=dict(os.environ, PATH=f"{stubs}:/usr/bin:/bin"))
@@ -581,8 +583,9 @@ class Setup(CliTestCase):
         self.assertEqual(packages[:len(self.BUILD)], self.BUILD)
         for p in self.TEST_ONLY:
             self.assertIn(p, packages)
-        self.assertEqual(len(npm), 1)
+        self.assertEqual(len(npm), 2)
         self.assertIn("puppeteer-core@", npm[0])
+        self.assertEqual(npm[1].split()[:2], ["npm", "ci"])  # the tokenizer reference (tests/tokenizers)
         self.assertIn("\nscripts/setup --test\n", (ROOT / "scripts/test").read_text())
 
     def test_an_unknown_option_is_refused(self):

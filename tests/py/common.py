@@ -31,6 +31,16 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import attn_reference as ref  # noqa: E402  (the numpy float64 oracle)
 
 STAGES = ref.STAGES
+
+
+def sanitized():
+    """Whether the binary is the AddressSanitizer build: its shadow memory and quarantine
+    make resident sizes meaningless, and it cannot start under a capped address space
+    (RLIMIT_AS), so memory tests drop the cap and the RSS bound under it."""
+    if not hasattr(sanitized, "answer"):
+        sanitized.answer = BIN.exists() and b"__asan_init" in BIN.read_bytes()
+    return sanitized.answer
+
 ERROR_PREFIX = "attnscope: error: "
 WARNING_PREFIX = "attnscope: warning: "
 

@@ -1061,8 +1061,11 @@ class Hostile(CheckpointCase):
 def run_limited(argv, timeout=60, address_space=None):
     """(exit code, stdout, stderr, peak RSS bytes) of one attnscope process, as peak_rss,
     with a timeout and optionally its address space capped (so that a reader with no
-    bound fails fast instead of taking the machine's memory)."""
+    bound fails fast instead of taking the machine's memory). Under AddressSanitizer no
+    cap (its shadow memory cannot be mapped under one) and a peak of 0 (meaningless)."""
     import resource
+    if common.sanitized():
+        address_space = None
 
     def cap():
         if address_space:
@@ -1073,7 +1076,8 @@ def run_limited(argv, timeout=60, address_space=None):
                            [str(a) for a in argv], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                            timeout=timeout, preexec_fn=cap)
         text = rss.read().split()
-        return p.returncode, p.stdout, p.stderr, int(text[-1]) * 1024 if text else 0
+        peak = int(text[-1]) * 1024 if text and not common.sanitized() else 0
+        return p.returncode, p.stdout, p.stderr, peak
 
 
 def safetensors_bytes(header, data, pad_to=None):

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 import common  # noqa: E402
-from common import BIN, DATA, CliTestCase, run  # noqa: E402
+from common import BIN, DATA, CliTestCase, run, sanitized  # noqa: E402
 
 MIB = 1 << 20
 # What a run may hold beyond --max-memory: the program, its libraries and its small
@@ -43,14 +43,6 @@ class Measured:
 
 
 TIME = "/usr/bin/time"  # GNU time: its child's peak, measured apart from this Python process
-
-
-def sanitized():
-    """Whether the binary is the AddressSanitizer build: its shadow memory and quarantine
-    make resident sizes meaningless, and it cannot start under a 2 GiB address space."""
-    if not hasattr(sanitized, "answer"):
-        sanitized.answer = b"__asan_init" in BIN.read_bytes()
-    return sanitized.answer
 
 
 def run_measured(*args, stdin=subprocess.DEVNULL, feed=None, address_space=None):

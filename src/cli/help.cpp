@@ -406,6 +406,12 @@ std::vector<Example> examples_of(const std::string& command) {
                  "a classic KV-cache bug, and where its steps part from the full run"}};
     if (command == "inspect")
         return {{"inspect model.safetensors", "the layers and attention tensors a checkpoint holds"}};
+    if (command == "tokens")
+        return {{"tokens --model gpt2/ --text \"The cat sat on the mat\"",
+                 "ids, pieces and byte offsets, as the model's own tokenizer.json gives them"},
+                {"tokens --model gpt2/ --decode 464,3797,3332", "ids back into text"},
+                {"tokens --model bert/ --text-file notes.txt --json --no-special-tokens",
+                 "a file's tokens as JSON, without [CLS] and [SEP]"}};
     return {};
 }
 

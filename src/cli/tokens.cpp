@@ -1,6 +1,8 @@
 // `attnscope tokens --model PATH (--text S | --text-file F | --jsonl-input F | --decode IDS)
 // [--json] [--no-special-tokens]`: a model's own tokenizer (tokenize layer) on a text, or
 // ids back to text. Exit 0, or 2 for bad input (with --jsonl-input, when any line failed).
+#include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,7 +25,7 @@ using Json = nlohmann::ordered_json;
 
 struct TokensArgs {
     std::string model, text, text_file, jsonl_input, decode, max_memory;
-    bool json = false, no_special = false;
+    bool json = false, no_special = false, timings = false;
     CLI::Option *text_opt = nullptr, *file_opt = nullptr, *jsonl_opt = nullptr, *decode_opt = nullptr;
 };
 
@@ -98,24 +100,32 @@ std::string shown_text(const std::string& s) {
     return out;
 }
 
+// The table for a person, built in one string and written at once: a 1 MB text has
+// ~250k rows, and a stream write per field would cost more than tokenizing them.
 void write_text(std::ostream& out, const Tokenizer& t, const Encoding& e) {
     std::vector<std::string> pieces;
+    pieces.reserve(e.size());
     std::size_t width = 5;
     for (std::uint32_t id : e.ids) {
         pieces.push_back(t.readable_piece(id));
         width = std::max(width, std::min<std::size_t>(display_width(pieces.back()), 40));
     }
-    out << e.size() << " tokens (" << escape_control(t.source()) << ")\n";
-    out << "index        id  " << padded("piece", width) << "  bytes\n";
+    std::string s = std::to_string(e.size()) + " tokens (" + escape_control(t.source()) + ")\n";
+    s += "index        id  " + padded("piece", width) + "  bytes\n";
+    s.reserve(s.size() + e.size() * (width + 32));
     for (std::size_t i = 0; i < e.size(); ++i) {
         char head[40];
         std::snprintf(head, sizeof head, "%5zu  %8u  ", i, e.ids[i]);
+        s += head;
+        s += padded(pieces[i], width);
+        s += "  ";
         std::string bytes =
             e.offsets[i] ? std::to_string(e.offsets[i]->start) + ".." + std::to_string(e.offsets[i]->end) : "-";
-        out << head << padded(pieces[i], width) << "  " << (e.special[i] ? padded(bytes, 12) + "  special" : bytes)
-            << '\n';
+        s += e.special[i] ? padded(bytes, 12) + "  special" : bytes;
+        s += '\n';
     }
-    out << "decoded: " << shown_text(t.decode(e.ids, false)) << '\n';
+    s += "decoded: " + shown_text(t.decode(e.ids, false)) + '\n';
+    out.write(s.data(), std::streamsize(s.size()));
 }
 
 int run_jsonl(const TokensArgs& a, const Tokenizer& t, std::size_t limit) {
@@ -149,6 +159,9 @@ int run_tokens(const TokensArgs& a) {
     RunOptions limits;
     limits.max_memory = a.max_memory;
     const std::size_t limit = memory_limit(limits);
+    using Clock = std::chrono::steady_clock;
+    const auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+    const auto t0 = Clock::now();
     const Tokenizer t = load_tokenizer(a.model, limit);
     if (a.jsonl_opt->count()) return run_jsonl(a, t, limit);
     if (a.decode_opt->count()) {
@@ -166,13 +179,23 @@ int run_tokens(const TokensArgs& a) {
     if (const std::size_t bad = invalid_utf8_at(text); bad != std::string::npos)
         throw InputError(escape_control(origin) + ": invalid UTF-8 at byte " + std::to_string(bad) +
                          " (the text must be UTF-8)");
+    const double load_s = since(t0);
+    const auto t1 = Clock::now();
     const Encoding e = t.encode(text, !a.no_special);
+    const double compute_s = since(t1);
+    const auto t2 = Clock::now();
     if (a.json)
         std::cout << dump(encoding_json(t, e, a.model)) << '\n';
     else
         write_text(std::cout, t, e);
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the tokens");
+    if (a.timings) {  // the line `run --timings` prints; scripts/bench --tokenize reads it
+        char line[128];
+        std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,
+                      since(t2));
+        std::cerr << line;
+    }
     return 0;
 }
 
@@ -200,6 +223,9 @@ Subcommand setup_tokens_command(CLI::App& parent) {
         ->group(kOutputs);
     cmd->add_flag("--no-special-tokens", a->no_special,
                   "Encode without the post-processor's special tokens; decode without any special token")
+        ->group(kOutputs);
+    cmd->add_flag("--timings", a->timings,
+                  "Print the seconds spent loading (tokenizer and text), tokenizing and writing to stderr")
         ->group(kOutputs);
     cmd->add_option("--max-memory", a->max_memory,
                     "Refuse tokenizers and texts needing more memory than this (e.g. 8G, 512M; default 3/4 of "

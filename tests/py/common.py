@@ -156,7 +156,6 @@ def as_float32_inputs(bundle):
 
 class CliTestCase(unittest.TestCase):
     maxDiff = 4000
-    run_together = False  # True: ctest runs the class's tests in one process (ctest_units)
 
     def setUp(self):
         self.tmp = Path(tempfile.mkdtemp(prefix="attnscope-test-"))
@@ -224,22 +223,21 @@ def test_names(suite):
 
 
 def ctest_units(module):
-    """What ctest runs one process each for: `Class.test_method` for every test, or just
-    `Class` for a class whose tests share an expensive setup (`run_together = True`:
-    a class fixture, a browser, importing torch)."""
+    """What ctest runs one process each for: one test class (all of its tests). A process
+    per test would pay the interpreter, numpy and the reference's imports (torch: 1-2 s)
+    for every test; per class, once for a group of related tests, and a failure still
+    names its test in the output."""
     units = []
     for name in test_names(unittest.defaultTestLoader.loadTestsFromModule(module)):
         cls = name.split(".", 1)[0]
-        unit = cls if getattr(getattr(module, cls, None), "run_together", False) else name
-        if unit not in units:
-            units.append(unit)
+        if cls not in units:
+            units.append(cls)
     return units
 
 
 USAGE = """usage: {script} [--list | --list-tests | NAME...]
   (no argument)  run every test of the script
-  --list         print what ctest runs, one a line: `Class.test_method`, or `Class` for
-                 a class whose tests run together (run_together = True), and exit
+  --list         print what ctest runs, one a line: each test class (`Class`), and exit
   --list-tests   print every test, one `Class.test_method` a line, and exit
   NAME...        run only these: `Class` (all of its tests) or `Class.test_method`
 ctest registers one test per line of --list (tests/CMakeLists.txt)."""

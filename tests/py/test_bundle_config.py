@@ -217,7 +217,6 @@ class WholeTransformerReport(CliTestCase):
     report` on the capture folder with no options: every attention runs with its own
     record; the decoder's self-attention is causal as torch computed it."""
 
-    run_together = True  # imports torch once
 
     def test_report_of_a_capture(self):
         import torch

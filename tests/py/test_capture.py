@@ -47,7 +47,6 @@ def padding(lengths, T):
 class RoundTrip(CliTestCase):
     """Helpers: run a call's command as written and compare with the module's output."""
 
-    run_together = True  # importing torch once for the class
 
     def run_cmd(self, call, *extra):
         """callN.cmd as a user pastes it (attnscope -> the binary under test), plus extra."""
@@ -242,7 +241,6 @@ class WholeTransformer(RoundTrip):
     """nn.Transformer, captured as the README shows: every attention of the encoder and
     the decoder, each call round-tripped."""
 
-    run_together = True
 
     def test_readme_use(self):
         torch.manual_seed(40)

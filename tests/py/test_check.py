@@ -268,7 +268,6 @@ class Correct(CheckCase):
 class Modern(CheckCase):
     """A Llama-style run (4 query heads sharing 1 K/V head, RoPE): its own dump matches,
     and mistakes made on it by hand are named."""
-    run_together = True
 
     def setUp(self):
         super().setUp()
@@ -302,7 +301,6 @@ class Modern(CheckCase):
 # ---------------------------------------------------------------------------
 
 class Text(CheckCase):
-    run_together = True  # quick tests: one process for the class
     def run_check(self, theirs, inputs, *options, causal=False):
         bundle = self.save_npz("bundle.npz", **inputs)
         path = self.save_npz("mine.npz", **theirs) if isinstance(theirs, dict) else theirs
@@ -464,7 +462,6 @@ def is_number(v):
 
 
 class JsonFields(CheckCase):
-    run_together = True
 
     def test_infinite_difference_is_a_number_and_never_small(self):
         """A masked cell left finite (a broken mask): |Δ| is infinite, and so is the relative
@@ -501,7 +498,6 @@ class JsonFields(CheckCase):
 
 
 class Precision(CheckCase):
-    run_together = True
 
     def test_float16_has_its_own_tolerance(self):
         inputs = mm.make_inputs(padding=True)
@@ -564,7 +560,6 @@ class Precision(CheckCase):
 # ---------------------------------------------------------------------------
 
 class BadInput(CheckCase):
-    run_together = True  # quick tests: one process for the class
     def setUp(self):
         super().setUp()
         self.inputs = mm.make_inputs(padding=False)

@@ -167,7 +167,6 @@ class Traces(CheckpointCase):
     """Every preset from every container, each stage against the reference (≤ 1e-12).
     The stored dtype rotates so that every preset and every container meets F64, F32,
     F16 and BF16; half of them read the dump (.npz), half the --json document."""
-    run_together = True  # each test would import torch: ctest runs the class in one process
 
 
 def _add_trace_tests():
@@ -505,7 +504,6 @@ class Configs(CheckpointCase):
 
 class Containers(CheckpointCase):
     """What a directory holds, how torch.save lays tensors out, and what each dtype is."""
-    run_together = True  # each test would import torch: ctest runs the class in one process
 
     def test_directory_with_an_index(self):
         state, config, _, _ = model("bert", 20)
@@ -636,7 +634,6 @@ class Containers(CheckpointCase):
 
 class Inspect(CheckpointCase):
     """`attnscope inspect`: tensors by layer, the preset, each layer's attention."""
-    run_together = True  # each test would import torch: ctest runs the class in one process
 
     def inspect_json(self, path, *extra):
         r = run_text("inspect", path, "--json", *extra)
@@ -936,7 +933,6 @@ class Refusals(CheckpointCase):
 
 class Hostile(CheckpointCase):
     """Files made to harm: refused with one line, nothing executed, nothing allocated."""
-    run_together = True  # each test would import torch: ctest runs the class in one process
 
     def evil_pt(self, name, func, arg):
         """A torch.save zip whose data.pkl calls func(arg) when unpickled (as torch.load with
@@ -1282,7 +1278,6 @@ class EncoderStateDicts(CheckpointCase):
     nn.TransformerEncoderLayer, saved by torch 1.13 without a config.json, is recognised by
     its names (the mha preset); inspect aligns its columns and prints the command that runs
     a layer, and that command gives what the module itself gives."""
-    run_together = True  # each test would import torch: ctest runs the class in one process
 
     def inspect_text(self, path):
         r = run_text("inspect", path)
@@ -1358,7 +1353,6 @@ class EncoderStateDicts(CheckpointCase):
 
 class Reference(CliTestCase):
     """The references themselves, against PyTorch's modules and complex-number RoPE."""
-    run_together = True  # each test would import torch: ctest runs the class in one process
 
     def test_self_check(self):
         for what, d in cref.self_check().items():

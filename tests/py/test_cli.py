@@ -565,7 +565,6 @@ class Inputs(CliTestCase):
 # ---------------------------------------------------------------------------
 
 class TorchLayout(CliTestCase):
-    run_together = True  # each test imports torch: ctest runs them in one process
 
     def setUp(self):
         super().setUp()
@@ -673,7 +672,6 @@ class NonFinite(CliTestCase):
 # ---------------------------------------------------------------------------
 
 class BadInput(CliTestCase):
-    run_together = True  # 24 quick one-message tests: one process each would cost more than they do
 
     def example(self, name="sentence"):
         return json.loads((DATA / f"{name}.json").read_text())

@@ -271,7 +271,6 @@ def tearDownModule():
 # ---------------------------------------------------------------------------
 
 class HtmlReportTest(unittest.TestCase):
-    run_together = True  # they share one report (setUpClass): ctest runs them in one process
     maxDiff = 4000
 
     @classmethod
@@ -708,7 +707,6 @@ class ModelViewTest(CliTestCase):
 # ---------------------------------------------------------------------------
 
 class SvgTest(CliTestCase):
-    run_together = True  # they share one SVG (setUpClass): ctest runs them in one process
     @classmethod
     def setUpClass(cls):
         cls.p = Padded.make()
@@ -837,7 +835,6 @@ class SvgTest(CliTestCase):
 # ---------------------------------------------------------------------------
 
 class BrowserTest(CliTestCase):
-    run_together = True  # they share setUpClass and start chromium: ctest runs them in one process
     @classmethod
     def setUpClass(cls):
         if not CHROMIUM.exists():

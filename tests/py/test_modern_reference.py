@@ -546,7 +546,6 @@ def _torch():
 
 
 class TorchChecks(Case):
-    run_together = True   # one process: torch is imported once
 
     @classmethod
     def setUpClass(cls):

@@ -66,7 +66,6 @@ MAKERS = {"long.npz": make_long}
 
 
 class Readme(unittest.TestCase):
-    run_together = True  # the python blocks write what later examples read
 
     @classmethod
     def setUpClass(cls):

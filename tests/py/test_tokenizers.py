@@ -100,7 +100,6 @@ def differences(texts, expected, actual):
 class Agreement:
     """One tokenizer against the port over the whole corpus, mixed into a CliTestCase
     that names the model folder and the known answers ("Hello world" -> ids)."""
-    run_together = True  # the reference's output, computed once for the class
     model = None
     known = {}
     _reference = None

@@ -2,7 +2,8 @@
 """Independent float64 reference for the attnscope attention pipeline.
 
 This module recomputes, with plain numpy in float64, every stage that attnscope
-shows (see DESIGN.md for the stage names and the shape legend):
+shows (see docs/design.md, "Shapes" and "The stage table", for the shape legend and the
+stage names):
 
     Q, K, V, scores, mask, masked_scores, weights, context, output
 

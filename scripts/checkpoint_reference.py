@@ -2,8 +2,8 @@
 """Independent float64 references and writers for attnscope's checkpoint tests.
 
 Three attention layers as the published models compute them, in float64 torch, each
-returning every intermediate under attnscope's stage names (DESIGN.md, README "Modern
-attention"): Q, K, V, Q_rot, K_rot (RoPE only), scores, mask, masked_scores, weights,
+returning every intermediate under attnscope's stage names (docs/design.md, "The stage table";
+docs/modern-attention.md): Q, K, V, Q_rot, K_rot (RoPE only), scores, mask, masked_scores, weights,
 context, output.
 
     gpt2_attention   GPT-2's block attention (Radford et al. 2019; Hugging Face

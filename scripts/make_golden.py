@@ -149,7 +149,7 @@ def gqa_bundle(seed, *, B, T, Dm, H, G, Dk, Dv, out_proj=True):
 
 
 def modern_cases():
-    """The modern variants, alone and combined (README "Modern attention")."""
+    """The modern variants, alone and combined (docs/modern-attention.md)."""
     cases = []
     rng = np.random.default_rng(400)
     b = gqa_bundle(401, B=2, T=9, Dm=16, H=4, G=2, Dk=4, Dv=3)

@@ -3,7 +3,7 @@
 
 `student_attention` is a plain numpy multi-head attention written the way a student
 writes it for homework, with a `bug` switch that makes one classic mistake. It is
-written from the mistakes' descriptions (README "Check your own implementation"),
+written from the mistakes' descriptions (docs/check.md),
 independently of attnscope's C++ code, and is what the tests of `attnscope check`
 run: each buggy version's stages must be diagnosed as that mistake.
 

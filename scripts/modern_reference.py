@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent float64 reference for attnscope's modern attention variants.
 
-Written from the formulas (DESIGN.md, "Stages of the modern variants"), not from
+Written from the formulas (docs/modern-attention.md; docs/design.md, "The stage table"), not from
 attnscope's C++. It extends scripts/attn_reference.py (bundle loading, weight
 layouts, head split/merge are reused from there) with:
 

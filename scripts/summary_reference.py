@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent float64 reference for attnscope's per-row summaries (`run --summary`).
 
-Written from the definitions (README, "Long contexts"), not from attnscope's C++: every
+Written from the definitions (docs/long-context.md), not from attnscope's C++: every
 quantity is computed from dense weights, row by row, the plain way (-sum w ln w with a
 logarithm per weight, a sort for the top-k, a bincount for the distance profile).
 

@@ -513,7 +513,7 @@ def main(argv=None):
     check_with_attnscope("rope", jpath, npath, bundle, weights, H_ROPE, causal=True, show_head=0,
                          extra=("--kv-heads", str(G_ROPE), "--rope"))
     # The model computes RoPE's angles in float32 (as Hugging Face does); attnscope in the
-    # run's precision. How far that moves the scores, for the README:
+    # run's precision. How far that moves the scores, for docs/modern-attention.md:
     with torch.no_grad():
         _, _, scores32 = rope.attend(torch.from_numpy(bundle["x"]))
     for dtype in ("float64", "float32"):

@@ -1,4 +1,4 @@
-// Properties that must hold for any input, over seeded random shapes (STYLE.md).
+// Properties that must hold for any input, over seeded random shapes (CONTRIBUTING.md, "Tests").
 #include <doctest/doctest.h>
 
 #include <algorithm>

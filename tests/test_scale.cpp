@@ -1,7 +1,7 @@
 // The views' shared rules: one colour scale per stage (terminal heatmaps and --panels),
 // --range and --log-scale, and display widths (CJK and emoji take two columns).
 // Expected ramp characters are computed here from the stored stages and the rule as the
-// README states it, never taken from the code that prints them.
+// docs/usage.md states it ("One colour-scale rule"), never taken from the code that prints them.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// The run options a bundle carries (its `config` record, README "Bundles carry their
-// options"), applied under the command line's: each key is parsed as its flag would be,
+// The run options a bundle carries (its `config` record, docs/usage.md, "Bundles"),
+// applied under the command line's: each key is parsed as its flag would be,
 // unless the command line gave that flag; what came from where is recorded for reports.
 #include <algorithm>
 #include <functional>

@@ -1,4 +1,5 @@
-// `attnscope run BUNDLE [--heads H] [--causal] [--scale S] [--dtype float32|float64] [--dump PATH] [--json]`
+// `attnscope run`: its options (all of them: `attnscope run --help`, docs/usage.md), the run from
+// options to report and files, and --compare; check, decode and report reuse its options.
 #include "run.hpp"
 
 #include <sys/ioctl.h>

@@ -13,7 +13,8 @@ in float64 and with --dtype float32, and compares `weights` (B, H, Tq, Tk) and
 `output` (B, Tq, E) with what PyTorch returns (average_attn_weights=False).
 
 Cases in which a query row would see no key are redrawn: PyTorch 1.13 returns
-NaN there while attnscope returns zeros (DESIGN.md), so they are not comparable.
+NaN there while attnscope returns zeros (docs/design.md, "The stage table"), so they are
+not comparable.
 
     /usr/bin/python3 tests/py/crosscheck.py          (env ATTNSCOPE_BIN, ATTNSCOPE_ROOT)
     ATTNSCOPE_ALLOW_NO_TORCH=1 turns a missing torch into a skip instead of a failure.

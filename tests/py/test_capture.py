@@ -238,7 +238,7 @@ class Decoder(RoundTrip):
 
 
 class WholeTransformer(RoundTrip):
-    """nn.Transformer, captured as the README shows: every attention of the encoder and
+    """nn.Transformer, captured as docs/usage.md shows: every attention of the encoder and
     the decoder, each call round-tripped."""
 
 

@@ -625,14 +625,14 @@ class LongAxesTest(CliTestCase):
                     self.assertTrue(note in text, note)
 
     def test_rule_is_stated_in_help_and_readme(self):
-        """The limits the views use are the ones --help (of --full) and the README state."""
+        """The limits the views use are the ones --help (of --full) and docs/usage.md state."""
         r = run("run", "--help", binary=False)
         self.assertEqual(r.code, 0)
         help_text = " ".join(r.out.split())
         for words in ("first and last cells around a gap", "2*edgeitems+2", "HTML beyond 2048 cells",
                       "about 8 million cells a page", "SVG beyond 256"):
             self.assertIn(words, help_text)
-        readme = " ".join((common.ROOT / "README.md").read_text(encoding="utf-8").split())
+        readme = " ".join((common.ROOT / "docs" / "usage.md").read_text(encoding="utf-8").split())
         for words in ("first and last cells around a gap", "2048 cells per axis", "about 8 million cells per page",
                       "`--svg` 256 cells per axis", "`--full` lifts every limit"):
             self.assertIn(words, readme)

@@ -3,7 +3,7 @@
 // Every failure a user can cause is thrown as one of these, with a message that is
 // one complete line: the file, the array or option, what was expected, what was found.
 // The command-line front end is the one place that catches them and picks the exit
-// code (DESIGN.md: 0 success, 1 runtime failure, 2 usage or bad input).
+// code (docs/design.md, "Errors": 0 success, 1 runtime failure, 2 usage or bad input).
 //
 // The library knows no command-line flags. A message names an option by its field,
 // written in braces: "{heads} 3: does not divide the value width", "pass {layout} torch".

@@ -7,7 +7,7 @@
 //   H    heads                         Dk   per-head query/key width
 //   Dv   per-head value width          Dout output width (= H*Dv without W_O)
 //
-// Stages, in order (DESIGN.md; the same names everywhere):
+// Stages, in order (docs/design.md, "The stage table"; the same names everywhere):
 //   Q             x · W_Q (+ b_Q), split into heads        (B, H, Tq, Dk)
 //   K             src · W_K (+ b_K), split into K/V heads  (B, G, Tk, Dk)
 //   V             src · W_V (+ b_V), split into K/V heads  (B, G, Tk, Dv)

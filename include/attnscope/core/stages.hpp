@@ -2,8 +2,8 @@
 // name (the same in printed headings, JSON keys, dump files, golden files and the
 // Python reference), axes, formula, kind of values, colour kind and prerequisites.
 // Reports, the memory plan and the command line read this table; none of them keeps
-// a list of stage names of its own. Adding a stage = a row here + its computation in
-// attend() + its line in the reference (scripts/attn_reference.py).
+// a list of stage names of its own. Adding a stage takes a row here and more beside it
+// (its computation, formula words, size, narration, references): CONTRIBUTING.md, "A stage".
 #pragma once
 
 #include <array>
@@ -52,7 +52,7 @@ struct StageInfo {
     std::string_view name;
     std::array<std::string_view, 4> axes;  // outermost first; the first `rank` are used
     std::size_t rank;
-    std::string_view formula;  // as in DESIGN.md
+    std::string_view formula;  // as in docs/design.md, "The stage table"
     ValueKind value;
     ColorKind color;
     StageSet needs;  // the stages it is computed from (those the run has)

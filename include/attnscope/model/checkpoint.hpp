@@ -1,7 +1,7 @@
 // attnscope — model layer: one attention layer out of a model checkpoint.
 //
 // A preset knows how a model family names its attention weights and where its
-// config.json keeps the attention's shape (README "Real checkpoints"):
+// config.json keeps the attention's shape (docs/checkpoints.md):
 //   gpt2   [transformer.]h.N.attn.c_attn/c_proj        Conv1D, already (in, out); causal
 //   bert   [bert.|roberta.]encoder.layer.N.attention.  nn.Linear (out, in); not causal
 //   llama  [model.]layers.N.self_attn.{q,k,v,o}_proj   nn.Linear; GQA, RoPE, causal, window

@@ -61,7 +61,7 @@ struct Spec {
     bool causal = false;
     CausalAlign causal_align = CausalAlign::top_left;  // bottom_right: query i sits at i + Tk - Tq
     Layout layout = Layout::math;
-    // Variants of today's models (README "Modern attention")
+    // Variants of today's models (docs/modern-attention.md)
     std::optional<std::size_t> kv_heads;  // G K/V heads (grouped-query; 1: multi-query); default H
     std::optional<Rope> rope;             // rotary positions on Q and K
     bool alibi = false;                   // bias m_h · (k_pos - q_pos)

@@ -129,7 +129,9 @@ TEST_CASE("io: numbers read in place, from a copy and through a mapped file are 
     CHECK(any_stored);
     Bundle c = load_bundle(good("savez_compressed.npz"));
     Bundle s = load_bundle(good("savez.npz"));
-    for (const auto& [name, a] : s.arrays) {
+    for (const auto& item : s.arrays) {
+        const auto& name = item.first;  // not a structured binding: clang 14 cannot capture one
+        const auto& a = item.second;
         CAPTURE(name);
         REQUIRE(c.arrays.count(name));
         CHECK(c.arrays.at(name).held == a.held);

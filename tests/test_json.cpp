@@ -263,15 +263,20 @@ TEST_CASE("io: JSON keys, strings and numbers reach messages escaped, clipped, o
         }
         return out + "\"";
     };
-    for (const auto& [raw, escaped] : texts) {
+    for (const auto& item : texts) {
+        const auto& raw = item.first;  // not a structured binding: clang 14 cannot capture one
+        const auto& escaped = item.second;
         CAPTURE(escaped);
         const std::string key = json_string(raw);
         // A key twice; a key's element of the wrong kind (the key in the path); a string where a number goes.
-        for (const auto& [text, phrase] : std::vector<std::pair<std::string, std::string>>{
-                 {"{" + key + ": [1], " + key + ": [2]}", "k.json: '" + escaped + "' appears twice in the object"},
-                 {"{" + key + ": [1, null]}", "k.json: " + escaped + "[1]: expected a number, found null"},
-                 {"{\"x\": [1, " + key + "]}", "k.json: x[1]: expected a number, found string \"" + escaped + "\""},
-             }) {
+        const std::vector<std::pair<std::string, std::string>> cases = {
+            {"{" + key + ": [1], " + key + ": [2]}", "k.json: '" + escaped + "' appears twice in the object"},
+            {"{" + key + ": [1, null]}", "k.json: " + escaped + "[1]: expected a number, found null"},
+            {"{\"x\": [1, " + key + "]}", "k.json: x[1]: expected a number, found string \"" + escaped + "\""},
+        };
+        for (const auto& c : cases) {
+            const std::string& text = c.first;
+            const std::string& phrase = c.second;
             const std::string m = input_error([&] { parse_json_bundle(text, "k.json"); });
             check_message(m, {phrase});
             CHECK(m.find_first_of(std::string("\n\x1b\x07\0", 4)) == std::string::npos);

@@ -354,7 +354,9 @@ TEST_CASE("io: .npy header keys and dtypes reach messages escaped, clipped, on o
         {std::string("nul\0after", 9), "nul\\x00after"},
         {"bad\xff\xfe", "bad\\xff\\xfe"},
     };
-    for (const auto& [raw, escaped] : texts) {
+    for (const auto& item : texts) {
+        const auto& raw = item.first;  // not a structured binding: clang 14 cannot capture one
+        const auto& escaped = item.second;
         CAPTURE(escaped);
         const std::string descr = make_npy("{'descr': '<" + raw + "', 'fortran_order': False, 'shape': (1,), }", "");
         const std::string m = input_error([&] { parse_npy(descr, "d.npy"); });

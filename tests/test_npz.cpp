@@ -306,7 +306,9 @@ TEST_CASE("io: .npz member names reach messages escaped, clipped, on one line") 
         {std::string("nul\0after", 9), "nul\\x00after"},
         {"bad\xff\xfe", "bad\\xff\\xfe"},
     };
-    for (const auto& [raw, escaped] : names) {
+    for (const auto& item : names) {
+        const auto& raw = item.first;  // not a structured binding: clang 14 cannot capture one
+        const auto& escaped = item.second;
         CAPTURE(escaped);
         const std::string m = input_error([&] { parse_npz(archive({raw}), "n.npz"); });
         check_message(m, {"n.npz: member '" + escaped + "' is not a .npy array"});

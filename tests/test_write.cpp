@@ -253,7 +253,9 @@ TEST_CASE("io: npy_header is 64-byte aligned and spells numpy's header dict") {
     std::vector<std::vector<std::size_t>> shapes = kWriterShapes;
     shapes.push_back({4294967296, 0});
     shapes.push_back(std::vector<std::size_t>(32, 1));
-    for (const auto& [dtype, descr] : dtypes) {
+    for (const auto& item : dtypes) {
+        const auto& dtype = item.first;  // not a structured binding: clang 14 cannot capture one
+        const auto& descr = item.second;
         for (const auto& shape : shapes) {
             CAPTURE(descr);
             CAPTURE(tuple_repr(shape));

@@ -167,6 +167,11 @@ Tensor<double, 2> attention(const Checkpoint& c, const LmConfig& m, std::size_t 
 Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids) {
     const std::size_t T = ids.size(), D = m.hidden;
     const std::string wd = std::string("config.json vocab_size, ") + width_key(m);
+    // The token embedding first: its shape, checked, vouches for D before h is allocated.
+    const std::string token_name = m.prefix + (m.family == LmFamily::gpt2   ? "wte.weight"
+                                               : m.family == LmFamily::bert ? "embeddings.word_embeddings.weight"
+                                                                            : "embed_tokens.weight");
+    const Array tokens = w.read(token_name, {m.vocab, D}, wd);
     Tensor<double, 2> h = xt::zeros<double>({T, D});
     auto add_rows = [&](const Array& e, auto row_of) {  // h[t] += e[row_of(t)]
         for (std::size_t t = 0; t < T; ++t)
@@ -174,12 +179,11 @@ Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<s
     };
     auto token = [&](std::size_t t) { return std::size_t(ids[t]); };
     auto position = [&](std::size_t t) { return t; };
+    add_rows(tokens, token);
     if (m.family == LmFamily::gpt2) {
-        add_rows(w.read(m.prefix + "wte.weight", {m.vocab, D}, wd), token);
         add_rows(w.read(m.prefix + "wpe.weight", {m.positions, D}, "config.json n_positions, n_embd"), position);
     } else if (m.family == LmFamily::bert) {
         const std::string p = m.prefix + "embeddings.";
-        add_rows(w.read(p + "word_embeddings.weight", {m.vocab, D}, wd), token);
         // RoBERTa: padding_idx + 1 + the count of non-padding tokens so far; padding keeps padding_idx.
         std::vector<std::size_t> pos(T);
         std::size_t seen = 0;
@@ -191,8 +195,6 @@ Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<s
         add_rows(w.read(p + "token_type_embeddings.weight", {m.type_vocab, D}, "config.json type_vocab_size"),
                  [](std::size_t) { return std::size_t(0); });
         apply(w.norm(p + "LayerNorm", D, m.eps, false, wd), h);
-    } else {
-        add_rows(w.read(m.prefix + "embed_tokens.weight", {m.vocab, D}, wd), token);
     }
     return h;
 }
@@ -316,6 +318,11 @@ ForwardResult LanguageModel::forward(const std::vector<std::uint32_t>& ids, cons
     out.logit_rows = r.logit_rows;
     if (out.logit_rows.empty())
         for (std::size_t t = 0; t < ids.size(); ++t) out.logit_rows.push_back(t);
+    if (out.logit_rows.size() * m.vocab > max_bytes_ / sizeof(double))
+        throw MemoryLimitError("the logits of " + std::to_string(out.logit_rows.size()) + " positions over " +
+                               std::to_string(m.vocab) + " tokens need " +
+                               format_bytes(out.logit_rows.size() * m.vocab * sizeof(double)) +
+                               ", more than {max_memory} " + format_bytes(max_bytes_));
     Tensor<double, 2> rows = Tensor<double, 2>::from_shape({out.logit_rows.size(), m.hidden});  // (R, Dm)
     for (std::size_t k = 0; k < out.logit_rows.size(); ++k)
         xt::view(rows, k, xt::all()) = xt::view(h, out.logit_rows.at(k), xt::all());

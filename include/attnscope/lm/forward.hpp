@@ -75,6 +75,9 @@ struct ForwardResult {
     std::vector<std::size_t> logit_rows;
 };
 
+// How layer `layer`'s attention input was made from `tokens` tokens, step by step, for --explain.
+std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens);
+
 class LanguageModel {
    public:
     // Reads DIR's config.json and opens its weights (model.safetensors, a sharded index or

@@ -655,6 +655,7 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
         "Selections (--batch, --head) apply to every output: the report, --json, --dump, --html, --svg, the "
         "heatmaps and views; each output records what was run (options, masks, experiments, selections).");
     add_input_options(run, o);
+    add_model_text_options(run, o);
     auto* own = run->add_option_group(kOwnQKV);
     own->add_option("--qkv", o.qkv,
                     "Start at the scores from your q, k and v, as fused kernels take them (an .npz, JSON object or "
@@ -721,7 +722,7 @@ Spec spec_of(const RunOptions& o) {
         throw UsageError("--qkv: starts the run at Q, K and V; --checkpoint's weights would not be used");
     if (!o.axes.empty() && o.qkv.empty())
         throw UsageError("--axes: says how --qkv's arrays are laid out; give --qkv FILE");
-    if (o.bundle.empty() && o.array_files.empty() && o.qkv.empty())
+    if (o.bundle.empty() && o.array_files.empty() && o.qkv.empty() && o.model_text.model.empty())
         throw UsageError("run: expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ...");
     return spec;
 }
@@ -768,7 +769,9 @@ Bundle load_inputs(const RunOptions& command_line, std::size_t limit, Spec& spec
         if (!spec.padding_dropped)
             std::cerr << "attnscope: note: --ignore-padding: the inputs hold no key_padding_mask; nothing dropped\n";
     }
-    if (!o.checkpoint.empty()) {
+    if (!o.model_text.model.empty()) {
+        add_model_input(o, limit, bundle, spec);
+    } else if (!o.checkpoint.empty()) {
         add_checkpoint_layer(o, limit, bundle, spec);
     } else if (o.layout == "tl") {
         const std::size_t h = convert_tl_layout(bundle);

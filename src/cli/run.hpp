@@ -10,6 +10,7 @@
 
 #include "attnscope/io/array.hpp"
 #include "attnscope/model/model.hpp"
+#include "model_text.hpp"
 
 namespace attnscope::cli {
 
@@ -71,6 +72,8 @@ struct RunOptions {
     bool summary = false;  // per-row summaries
     std::size_t topk = 8, sink_keys = 4, local = 64;
     std::string jsonl;  // line-delimited JSON: a path, or - for standard output
+    // A model folder and text (model_text.cpp): --model DIR --text S
+    ModelTextOptions model_text;
 };
 
 CLI::App* setup_run(CLI::App& app, RunOptions& opts);

@@ -1,0 +1,101 @@
+// attnscope — lm layer: a whole language model's forward pass, from token ids to each
+// layer's attention input and to the logits, as each architecture defines it.
+//
+// Shape legend (as in core/attention.hpp, plus):
+//   T    tokens                        Dm   model width (hidden_size, n_embd)
+//   Dff  MLP width (intermediate_size) V    vocabulary
+//
+// The families (config.json's model_type):
+//   gpt2                  h = wte[ids] + wpe[0..T)
+//                         each block: h += attn(LN_1(h)); h += c_proj(act(c_fc(LN_2(h))))
+//                         logits = LN_f(h) · wteᵀ (or lm_head.weight when not tied)
+//   bert, roberta         h = LN(word[ids] + pos[p] + type[0]); p = i (bert), or for
+//                         roberta padding_idx + 1 + i over the tokens that are not padding
+//                         each block (post-norm): h = LN(h + attn(h)); h = LN(h + out(act(in(h))))
+//                         logits = LN(act(dense(h))) · wordᵀ + bias (the masked-LM head)
+//   llama, mistral, qwen2 h = embed[ids]
+//                         each block: h += attn(RMS(h)); h += down(silu(gate(m)) ⊙ up(m)), m = RMS(h)
+//                         logits = RMS_f(h) · lm_headᵀ (embed when tie_word_embeddings)
+// LN(x) = (x - mean) / sqrt(var + eps) · w + b, RMS(x) = x / sqrt(mean(x²) + eps) · w, with
+// the config's eps. The attention is core's attend() on the layer the model layer's preset
+// reads (model/checkpoint.hpp): its heads, K/V heads, RoPE, window, biases and scale.
+// Everything is float64. Weights are read one layer at a time from the mapped checkpoint.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnscope/base/buffer.hpp"
+#include "attnscope/io/checkpoint.hpp"
+
+namespace attnscope {
+
+enum class LmFamily { gpt2, bert, llama };
+enum class Activation { gelu_tanh, gelu_erf, silu, relu };
+
+// What config.json says of the whole model (each field named by its key in messages).
+struct LmConfig {
+    std::string model_type;  // as config.json spells it: gpt2, bert, roberta, llama, mistral, qwen2
+    LmFamily family = LmFamily::gpt2;
+    std::size_t layers = 0, hidden = 0, mlp = 0, vocab = 0, positions = 0;
+    std::size_t type_vocab = 0;         // bert: token types (type 0 is used)
+    std::size_t position_offset = 0;    // roberta: padding_idx + 1
+    std::optional<std::size_t> pad_id;  // roberta: padding_idx (its tokens keep position padding_idx)
+    double eps = 1e-5;
+    Activation act = Activation::gelu_tanh;
+    std::string act_name;            // as config.json names it
+    bool tied = true;                // the LM head is the token embedding
+    bool mlp_bias = false;           // llama family: gate/up/down carry biases
+    std::string prefix;              // names' root: "transformer.", "bert.", "model.", or ""
+    std::vector<std::string> facts;  // "12 layers (config.json n_layer)", for reports
+};
+
+// The model types and activations it follows, for messages and help.
+const std::vector<std::string>& lm_model_types();
+const std::vector<std::string>& lm_activations();
+
+// What to compute.
+struct ForwardRequest {
+    std::optional<std::size_t> stop_after;  // keep going only up to this layer's attention input
+    bool every_input = false;               // keep every layer's attention input (else only stop_after's)
+    bool logits = true;                     // compute the logits (needs every layer)
+    std::vector<std::size_t> logit_rows;    // positions whose logits are wanted (empty: all)
+    std::size_t threads = 0;
+};
+
+struct ForwardResult {
+    // Layer l's attention input (T, Dm): what its attention's x is (after the pre-norm for
+    // gpt2 and llama). Empty for layers not asked for.
+    std::vector<Tensor<double, 2>> attention_inputs;
+    Tensor<double, 2> logits;  // (rows, V): the rows of logit_rows, or every position
+    std::vector<std::size_t> logit_rows;
+};
+
+// How layer `layer`'s attention input was made from `tokens` tokens, step by step, for --explain.
+std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens);
+
+class LanguageModel {
+   public:
+    // Reads DIR's config.json and opens its weights (model.safetensors, a sharded index or
+    // pytorch_model.bin). InputError naming the file and key for a model type, activation or
+    // field it cannot follow (listing those it can), or for a config the weights contradict.
+    static LanguageModel open(const std::string& dir, std::size_t max_bytes = kNoLimit);
+
+    const LmConfig& config() const { return config_; }
+    const Checkpoint& checkpoint() const { return *checkpoint_; }
+    // InputError naming the token's position for an id outside the vocabulary, or for more
+    // tokens than the model has positions.
+    void check_ids(const std::vector<std::uint32_t>& ids) const;
+    ForwardResult forward(const std::vector<std::uint32_t>& ids, const ForwardRequest& r) const;
+
+   private:
+    LmConfig config_;
+    std::shared_ptr<Checkpoint> checkpoint_;
+    std::size_t max_bytes_ = kNoLimit;
+};
+
+}  // namespace attnscope

@@ -20,6 +20,7 @@
 #include <set>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/model/aliases.hpp"
 
 namespace attnscope {
 namespace {
@@ -61,38 +62,8 @@ std::vector<std::size_t> unravel(std::size_t k, const std::vector<std::size_t>& 
 }
 
 // ---------------------------------------------------------------------------------------
-// 1. Names: ours and the common aliases, case-insensitive
+// 1. Names: ours and the aliases of the stage table, case-insensitive
 // ---------------------------------------------------------------------------------------
-
-struct Alias {
-    const char* name;
-    Stage id;
-};
-// TransformerLens's names (hook_ and blocks.L.attn. taken off first): q, k, v, rot_q, rot_k,
-// attn_scores (recorded after the causal mask: our masked_scores), pattern, z, result (each
-// head's share of the output, before b_O: our head_output), attn_out.
-const Alias kAliases[] = {{"query", kQ},
-                          {"queries", kQ},
-                          {"key", kK},
-                          {"keys", kK},
-                          {"value", kV},
-                          {"values", kV},
-                          {"rot_q", kQRot},
-                          {"rot_k", kKRot},
-                          {"logits", kScores},
-                          {"attn_scores", kMaskedScores},
-                          {"attn", kWeights},
-                          {"attn_weights", kWeights},
-                          {"probs", kWeights},
-                          {"p_attn", kWeights},
-                          {"attention", kWeights},
-                          {"pattern", kWeights},
-                          {"z", kContext},
-                          {"attn_output_per_head", kContext},
-                          {"result", kHeadOutput},
-                          {"out", kOutput},
-                          {"attn_output", kOutput},
-                          {"attn_out", kOutput}};
 
 // A TransformerLens cache name without its prefix: "blocks.0.attn.hook_q" -> "q",
 // "blocks.0.hook_attn_out" -> "attn_out"; other names as they are (lower case).
@@ -114,7 +85,7 @@ std::string without_hook_prefix(std::string_view name, bool* had_prefix = nullpt
 std::string names_expected() {
     std::string ours, aliases = "q, k, v";
     for (const StageInfo& s : stage_table()) ours += (ours.empty() ? "" : ", ") + std::string(s.name);
-    for (const Alias& a : kAliases) aliases += std::string(", ") + a.name;
+    for (const StageAlias& a : stage_aliases()) aliases += ", " + std::string(a.alias);
     return ours + ", or an alias: " + aliases + "; TransformerLens's blocks.L.attn.hook_NAME and hook_NAME alike";
 }
 
@@ -122,15 +93,11 @@ std::string names_expected() {
 // 2. Axis orders
 // ---------------------------------------------------------------------------------------
 
-struct AxisDef {
-    char letter;       // b, h, t, d, q, k
-    std::size_t size;  // in this run
-};
-
-// The stage's axes outermost first, the batch axis included (size 1 for a 2-D input).
-std::vector<AxisDef> canonical_axes(const TraceView& ref, const StageView& s) {
+// The stage's axes outermost first, the batch axis included (size 1 for a 2-D input), in
+// the letters of {axes}.
+Axes canonical_axes(const TraceView& ref, const StageView& s) {
     const bool over_keys = stage_info(s.id).over_keys();
-    std::vector<AxisDef> axes;
+    Axes axes;
     if (!ref.batched) axes.push_back({'b', 1});
     for (std::size_t i = 0; i < s.axes.size(); ++i) {
         const std::string& a = s.axes[i];
@@ -145,125 +112,12 @@ std::vector<AxisDef> canonical_axes(const TraceView& ref, const StageView& s) {
     return axes;
 }
 
-// An axis order: each axis of their array is a group of our axes (row-major within it).
-using Groups = std::vector<std::string>;
-
-std::string order_name(const Groups& g) {
-    std::string out;
-    for (const auto& grp : g) out += grp.size() == 1 ? grp : "(" + grp + ")";
-    return out;
-}
-
-struct Layout {
-    Groups groups;
-    std::vector<std::size_t> shape;  // of their array
-    std::string signature;           // our axes of size > 1 in their order: equal = same cell mapping
-    std::string name() const { return order_name(groups); }
-};
-
-const AxisDef* find_axis(const std::vector<AxisDef>& canon, char c) {
-    for (const auto& a : canon)
-        if (a.letter == c) return &a;
-    return nullptr;
-}
-
-// The layout of `groups`, or why it is none: every letter ours, none twice, the missing
-// ones of size 1.
-std::optional<Layout> make_layout(const Groups& groups, const std::vector<AxisDef>& canon, std::string* why) {
-    Layout l;
-    std::string seen;
-    for (const auto& grp : groups) {
-        std::size_t n = 1;
-        for (char c : grp) {
-            const AxisDef* a = find_axis(canon, c);
-            if (!a || seen.find(c) != std::string::npos) {
-                if (why) *why = a ? std::string("the letter ") + c + " twice" : std::string("no axis ") + c + " here";
-                return std::nullopt;
-            }
-            seen += c;
-            n *= a->size;
-            if (a->size > 1) l.signature += c;
-        }
-        l.shape.push_back(n);
-    }
-    for (const auto& a : canon)
-        if (seen.find(a.letter) == std::string::npos && a.size != 1) {
-            if (why) *why = std::string("the axis ") + a.letter + " (size " + std::to_string(a.size) + ") is missing";
-            return std::nullopt;
-        }
-    l.groups = groups;
-    return l;
-}
-
-// "bt(hd)" -> {"b", "t", "hd"}; q and k mean t in a stage with one position axis.
-std::optional<Groups> parse_order(std::string_view order, const std::vector<AxisDef>& canon, std::string* why) {
-    const bool one_position = find_axis(canon, 't') != nullptr;
-    Groups g;
-    bool open = false;
-    for (char raw : order) {
-        char c = char(std::tolower(static_cast<unsigned char>(raw)));
-        if (c == '(' && !open) {
-            open = true, g.emplace_back();
-        } else if (c == ')' && open && !g.back().empty()) {
-            open = false;
-        } else if (std::isalpha(static_cast<unsigned char>(c))) {
-            if (one_position && (c == 'q' || c == 'k')) c = 't';
-            if (open)
-                g.back() += c;
-            else
-                g.emplace_back(1, c);
-        } else {
-            *why = "expected the letters b, h, t, d (q, k for scores) with (..) around merged axes";
-            return std::nullopt;
-        }
-    }
-    if (open || g.empty()) {
-        *why = "expected the letters b, h, t, d (q, k for scores) with (..) around merged axes";
-        return std::nullopt;
-    }
-    return g;
-}
-
-// The orders recognised without --axes, in order of preference: ours, then the common
-// ones, each also without a batch axis (B = 1) and without a head axis (H = 1).
-std::vector<Layout> candidate_layouts(const std::vector<AxisDef>& canon) {
-    static const char* const kTemplates[] = {"bhtd", "bthd", "bt(hd)", "(bh)td", "bhqk", "(bh)qk", "btd"};
-    std::string ours;
-    for (const auto& a : canon) ours += a.letter;
-    std::vector<std::string> bases = {ours};
-    for (const char* t : kTemplates) {
-        std::string letters;
-        for (const char* c = t; *c; ++c)
-            if (std::isalpha(static_cast<unsigned char>(*c))) letters += *c;
-        std::string a = letters, b = ours;
-        std::sort(a.begin(), a.end());
-        std::sort(b.begin(), b.end());
-        if (a == b) bases.emplace_back(t);
-    }
-    std::vector<Layout> out;
-    for (const auto& base : bases)
-        for (unsigned drop = 0; drop < 4; ++drop) {
-            bool ok = true;
-            for (unsigned bit = 0; bit < 2; ++bit) {
-                const char c = bit ? 'h' : 'b';
-                const AxisDef* a = find_axis(canon, c);
-                if ((drop >> bit) & 1) ok &= a && a->size == 1 && base.find(c) != std::string::npos;
-            }
-            if (!ok) continue;
-            std::string t;
-            for (char c : base)
-                if (!((c == 'b' && (drop & 1)) || (c == 'h' && (drop & 2)))) t += c;
-            for (std::size_t p; (p = t.find("()")) != std::string::npos;) t.erase(p, 2);
-            std::string why;
-            const auto g = parse_order(t, canon, &why);
-            const auto l = g ? make_layout(*g, canon, nullptr) : std::nullopt;
-            if (!l) continue;
-            const bool dup = std::any_of(out.begin(), out.end(), [&](const Layout& o) {
-                return o.shape == l->shape && o.signature == l->signature;
-            });
-            if (!dup) out.push_back(*l);
-        }
-    return out;
+// An axis order of a stage, in {axes} letters (q and k mean t in a stage with one
+// position axis), with its shape; none with `why` when it is not one.
+std::optional<AxisReading> stage_layout(std::string_view order, const Axes& canon, std::string* why) {
+    const bool one_position = std::any_of(canon.begin(), canon.end(), [](const Axis& a) { return a.letter == 't'; });
+    const auto o = parse_axis_order(order, canon, one_position, why);
+    return o ? layout_of(*o, canon, why) : std::nullopt;
 }
 
 std::string sizes_text(const StageView& s, bool batched) {
@@ -274,11 +128,11 @@ std::string sizes_text(const StageView& s, bool batched) {
 }
 
 // For each cell of their array (C order), its offset in the reference stage.
-std::vector<std::size_t> cell_map(const Layout& l, const std::vector<AxisDef>& canon) {
+std::vector<std::size_t> cell_map(const AxisReading& l, const Axes& canon) {
     std::vector<std::size_t> stride(canon.size());
     for (std::size_t i = canon.size(), s = 1; i-- > 0;) stride[i] = s, s *= canon[i].size;
     std::vector<std::size_t> size, step;  // their axes, expanded to ours
-    for (const auto& grp : l.groups)
+    for (const auto& grp : l.order.groups)
         for (char c : grp)
             for (std::size_t i = 0; i < canon.size(); ++i)
                 if (canon[i].letter == c) size.push_back(canon[i].size), step.push_back(stride[i]);
@@ -346,10 +200,9 @@ Cmp compare(const std::vector<double>& theirs, const std::vector<double>& ref, T
 // 4. The classic pipeline, with mistakes
 // ---------------------------------------------------------------------------------------
 
-// The stages the diagnosis computes, in pipeline order.
-enum P : std::size_t { pQ, pK, pV, pQrot, pKrot, pScores, pBias, pMask, pMasked, pWeights, pContext, pOutput, pCount };
-const char* const kPName[pCount] = {
-    "Q", "K", "V", "Q_rot", "K_rot", "scores", "bias", "mask", "masked_scores", "weights", "context", "output"};
+// The stages the diagnosis computes (the classic pipeline and RoPE, bias, which pass
+// through): every stage but sink_weight and head_output.
+const StageSet kModelled = all_stages().reset(kSinkWeight).reset(kHeadOutput);
 
 struct Dense {
     std::vector<std::size_t> shape;
@@ -381,7 +234,7 @@ enum class HeadSplit { right, flat, interleaved };
 
 struct Mutation {
     std::string id, variant;
-    P entry = pQ;
+    Stage entry = kQ;
     std::optional<double> scale;
     bool scores_transposed = false;
     MaskEdit mask = MaskEdit::none;
@@ -400,10 +253,10 @@ struct Run {
     const Problem<double>& pr;
     std::size_t B = 1, H = 1, G = 1, Tq = 1, Tk = 1, Dk = 1, Dv = 1, Dout = 1;
     double scale = 1;
-    std::array<bool, pCount> present{};  // the stage exists in this run
+    StageSet present{};  // the stage exists in this run (and is modelled)
 };
 
-using Pipe = std::array<const Dense*, pCount>;
+using Pipe = std::array<const Dense*, kStageCount>;
 
 const Tensor<double, 2>& weight(const Problem<double>& pr, int w) {
     return w == 0 ? pr.W_Q : w == 1 ? pr.W_K : w == 2 ? pr.W_V : *pr.W_O;
@@ -604,35 +457,37 @@ Dense output(const Run& r, const Dense& c, const Mutation& m) {
 
 // Stage p computed from the stages before it (`cur`) under mutation m. Stages the
 // diagnosis does not model (Q_rot, K_rot, bias) pass through as they are.
-Dense step(P p, const Run& r, const Pipe& cur, const Mutation& m, bool& empty_lines) {
-    const Dense& Qs = r.present[pQrot] ? *cur[pQrot] : *cur[pQ];
-    const Dense& Ks = r.present[pKrot] ? *cur[pKrot] : *cur[pK];
+Dense step(Stage p, const Run& r, const Pipe& cur, const Mutation& m, bool& empty_lines) {
+    const Dense& Qs = r.present[kQRot] ? *cur[kQRot] : *cur[kQ];
+    const Dense& Ks = r.present[kKRot] ? *cur[kKRot] : *cur[kK];
     switch (p) {
-        case pQ:
+        case kQ:
             return project(r, 0, m);
-        case pK:
+        case kK:
             return project(r, 1, m);
-        case pV:
+        case kV:
             return project(r, 2, m);
-        case pQrot:
-            return *cur[pQ];  // (RoPE is not modelled: the faithfulness check says so)
-        case pKrot:
-            return *cur[pK];
-        case pScores:
+        case kQRot:
+            return *cur[kQ];  // (RoPE is not modelled: the faithfulness check says so)
+        case kKRot:
+            return *cur[kK];
+        case kScores:
             return scores(r, Qs, Ks, m.scale.value_or(r.scale), m.scores_transposed);
-        case pBias:
-            return *cur[pBias];
-        case pMask:
-            return m.mask == MaskEdit::none ? *cur[pMask] : edited_mask(r, m.mask, *cur[pMask]);
-        case pMasked:
-            return masked(r, *cur[pScores], r.present[pBias] ? cur[pBias] : nullptr, *cur[pMask], m.fill);
-        case pWeights:
-            return weights(r, *cur[pMasked], *cur[pMask], m, empty_lines);
-        case pContext:
-            return context(r, *cur[pWeights], m.values_are_keys ? *cur[pK] : *cur[pV]);
-        case pOutput:
-            return output(r, *cur[pContext], m);
-        case pCount:
+        case kBias:
+            return *cur[kBias];
+        case kMask:
+            return m.mask == MaskEdit::none ? *cur[kMask] : edited_mask(r, m.mask, *cur[kMask]);
+        case kMaskedScores:
+            return masked(r, *cur[kScores], r.present[kBias] ? cur[kBias] : nullptr, *cur[kMask], m.fill);
+        case kWeights:
+            return weights(r, *cur[kMaskedScores], *cur[kMask], m, empty_lines);
+        case kContext:
+            return context(r, *cur[kWeights], m.values_are_keys ? *cur[kK] : *cur[kV]);
+        case kOutput:
+            return output(r, *cur[kContext], m);
+        case kSinkWeight:
+        case kHeadOutput:
+        case kStageCount:
             break;
     }
     return {};
@@ -743,7 +598,7 @@ std::string weight_list(const std::array<bool, 4>& which, const char* const name
     return join(std::vector<std::string>(w.begin(), w.end() - 1)) + " and " + w.back();
 }
 
-Mutation mutation(std::string id, std::string variant, P entry, const std::function<void(Mutation&)>& set = {}) {
+Mutation mutation(std::string id, std::string variant, Stage entry, const std::function<void(Mutation&)>& set = {}) {
     Mutation m;
     m.id = std::move(id), m.variant = std::move(variant), m.entry = entry;
     if (set) set(m);
@@ -758,22 +613,22 @@ void mask_mutations(const Run& r, std::vector<Mutation>& out) {
     auto edit = [](MaskEdit e) { return [e](Mutation& m) { m.mask = e; }; };
     auto fill = [](Fill f) { return [f](Mutation& m) { m.fill = f; }; };
     if (rule.masking() || padding || causal) {
-        out.push_back(mutation("mask-inverted", "", pMask, edit(MaskEdit::inverted)));
+        out.push_back(mutation("mask-inverted", "", kMask, edit(MaskEdit::inverted)));
         if (padding && causal) {
             out.push_back(
-                mutation("mask-inverted", "the padding mask's polarity only", pMask, edit(MaskEdit::padding_inverted)));
-            out.push_back(mutation("mask-inverted", "the causal part only", pMask, edit(MaskEdit::causal_inverted)));
+                mutation("mask-inverted", "the padding mask's polarity only", kMask, edit(MaskEdit::padding_inverted)));
+            out.push_back(mutation("mask-inverted", "the causal part only", kMask, edit(MaskEdit::causal_inverted)));
         }
-        out.push_back(mutation("mask-fill-zero", "", pMasked, fill(Fill::zero)));
-        out.push_back(mutation("mask-after-softmax", "", pMasked, fill(Fill::after_softmax)));
-        out.push_back(mutation("mask-ignored", "", pMasked, fill(Fill::ignored)));
+        out.push_back(mutation("mask-fill-zero", "", kMaskedScores, fill(Fill::zero)));
+        out.push_back(mutation("mask-after-softmax", "", kMaskedScores, fill(Fill::after_softmax)));
+        out.push_back(mutation("mask-ignored", "", kMaskedScores, fill(Fill::ignored)));
     }
     if (causal) {
-        out.push_back(mutation("causal-includes-next", "", pMask, edit(MaskEdit::includes_next)));
-        out.push_back(mutation("causal-excludes-self", "", pMask, edit(MaskEdit::excludes_self)));
-        out.push_back(mutation("causal-upper", "", pMask, edit(MaskEdit::upper)));
+        out.push_back(mutation("causal-includes-next", "", kMask, edit(MaskEdit::includes_next)));
+        out.push_back(mutation("causal-excludes-self", "", kMask, edit(MaskEdit::excludes_self)));
+        out.push_back(mutation("causal-upper", "", kMask, edit(MaskEdit::upper)));
     }
-    if (padding && r.Tq == r.Tk) out.push_back(mutation("padding-on-queries", "", pMask, edit(MaskEdit::on_queries)));
+    if (padding && r.Tq == r.Tk) out.push_back(mutation("padding-on-queries", "", kMask, edit(MaskEdit::on_queries)));
 }
 
 // The sets of the four projections (Q, K, V, O) a mistake may touch: all that `can`, the
@@ -805,18 +660,18 @@ void projection_mutations(const Run& r, std::vector<Mutation>& out) {
         square_w[std::size_t(w)] = square(r.pr, w), biases[std::size_t(w)] = bias_of(r.pr, w).has_value();
     for (const auto& f : projection_sets(square_w))
         out.push_back(mutation("weights-transposed", weight_list(f, kW) + " transposed",
-                               f[0] || f[1] || f[2] ? pQ : pOutput, [f](Mutation& m) { m.transposed = f; }));
+                               f[0] || f[1] || f[2] ? kQ : kOutput, [f](Mutation& m) { m.transposed = f; }));
     if (r.H > 1)
         for (const auto& [id, how] : {std::pair{"heads-reshaped-not-transposed", HeadSplit::flat},
                                       std::pair{"heads-interleaved", HeadSplit::interleaved}}) {
             const HeadSplit h = how;
             out.push_back(
-                mutation(id, "when splitting and merging the heads", pQ, [h](Mutation& m) { m.split = m.merge = h; }));
-            out.push_back(mutation(id, "when splitting the heads", pQ, [h](Mutation& m) { m.split = h; }));
-            out.push_back(mutation(id, "when merging the heads", pOutput, [h](Mutation& m) { m.merge = h; }));
+                mutation(id, "when splitting and merging the heads", kQ, [h](Mutation& m) { m.split = m.merge = h; }));
+            out.push_back(mutation(id, "when splitting the heads", kQ, [h](Mutation& m) { m.split = h; }));
+            out.push_back(mutation(id, "when merging the heads", kOutput, [h](Mutation& m) { m.merge = h; }));
         }
     for (const auto& f : projection_sets(biases))
-        out.push_back(mutation("bias-missing", weight_list(f, kB) + " left out", f[0] || f[1] || f[2] ? pQ : pOutput,
+        out.push_back(mutation("bias-missing", weight_list(f, kB) + " left out", f[0] || f[1] || f[2] ? kQ : kOutput,
                                [f](Mutation& m) { m.no_bias = f; }));
 }
 
@@ -827,7 +682,7 @@ void scale_by_width_mutations(const Run& r, std::vector<Mutation>& out) {
     const auto add = [&](std::size_t w, const std::string& words) {
         const double s = 1.0 / std::sqrt(double(w));
         out.push_back(
-            mutation("scale-by-dmodel", words + " = " + std::to_string(w), pScores, [s](Mutation& m) { m.scale = s; }));
+            mutation("scale-by-dmodel", words + " = " + std::to_string(w), kScores, [s](Mutation& m) { m.scale = s; }));
     };
     if (dm > 0 && dm != r.Dk) add(dm, "1/√Dm, the model width Dm");
     if (hd != r.Dk && hd != dm) add(hd, "1/√(H·Dk), the width of all heads H·Dk");
@@ -837,22 +692,22 @@ void scale_by_width_mutations(const Run& r, std::vector<Mutation>& out) {
 std::vector<Mutation> mutations(const Run& r) {
     std::vector<Mutation> out;
     const double dk = double(r.Dk);
-    out.push_back(mutation("no-scale", "", pScores, [](Mutation& m) { m.scale = 1.0; }));
-    out.push_back(mutation("scale-by-dk", "", pScores, [dk](Mutation& m) { m.scale = 1.0 / dk; }));
-    out.push_back(mutation("scale-multiplied", "", pScores, [dk](Mutation& m) { m.scale = std::sqrt(dk); }));
+    out.push_back(mutation("no-scale", "", kScores, [](Mutation& m) { m.scale = 1.0; }));
+    out.push_back(mutation("scale-by-dk", "", kScores, [dk](Mutation& m) { m.scale = 1.0 / dk; }));
+    out.push_back(mutation("scale-multiplied", "", kScores, [dk](Mutation& m) { m.scale = std::sqrt(dk); }));
     scale_by_width_mutations(r, out);
-    out.push_back(mutation("softmax-over-queries", "", pWeights, [](Mutation& m) { m.over_queries = true; }));
+    out.push_back(mutation("softmax-over-queries", "", kWeights, [](Mutation& m) { m.over_queries = true; }));
     mask_mutations(r, out);
     projection_mutations(r, out);
     if (r.Tq == r.Tk)
-        out.push_back(mutation("scores-transposed", "", pScores, [](Mutation& m) { m.scores_transposed = true; }));
+        out.push_back(mutation("scores-transposed", "", kScores, [](Mutation& m) { m.scores_transposed = true; }));
     if (r.Dk == r.Dv)
-        out.push_back(mutation("values-are-keys", "", pContext, [](Mutation& m) { m.values_are_keys = true; }));
+        out.push_back(mutation("values-are-keys", "", kContext, [](Mutation& m) { m.values_are_keys = true; }));
     if (r.pr.W_O && r.Dout == r.H * r.Dv)
         out.push_back(
-            mutation("no-output-projection", "", pOutput, [](Mutation& m) { m.no_output_projection = true; }));
-    out.push_back(mutation("masked-rows-nan", "", pWeights, [](Mutation& m) { m.policy = RowPolicy::nan; }));
-    out.push_back(mutation("masked-rows-uniform", "", pWeights, [](Mutation& m) { m.policy = RowPolicy::uniform; }));
+            mutation("no-output-projection", "", kOutput, [](Mutation& m) { m.no_output_projection = true; }));
+    out.push_back(mutation("masked-rows-nan", "", kWeights, [](Mutation& m) { m.policy = RowPolicy::nan; }));
+    out.push_back(mutation("masked-rows-uniform", "", kWeights, [](Mutation& m) { m.policy = RowPolicy::uniform; }));
     return out;
 }
 
@@ -881,7 +736,7 @@ const Precision& precision_info(const std::string& dtype) {
 struct Theirs {
     const Array* array = nullptr;
     std::string name;
-    Layout layout;
+    AxisReading layout;
     std::vector<std::size_t> map;  // their cell k -> reference offset
     std::vector<double> values;    // in the reference's order
     std::string precision;         // precision_of(its dtype, {dtype})
@@ -901,13 +756,12 @@ std::string origin_of(const Bundle& b, const std::string& name, const Array& a) 
 }
 
 // The axis order of one array of theirs: as --axes says, or the only one its shape fits.
-Layout resolve_layout(const TraceView& ref, const StageView& s, const std::string& where, const std::string& name,
-                      const Array& a, const std::optional<std::string>& order) {
+AxisReading resolve_layout(const TraceView& ref, const StageView& s, const std::string& where, const std::string& name,
+                           const Array& a, const std::optional<std::string>& order) {
     const auto canon = canonical_axes(ref, s);
     if (order) {
         std::string why;
-        const auto g = parse_order(*order, canon, &why);
-        const auto l = g ? make_layout(*g, canon, &why) : std::nullopt;
+        const auto l = stage_layout(*order, canon, &why);
         if (!l)
             throw InputError("{axes} " + name + "=" + *order + ": not an axis order of " + s.name + " (" + why + "; " +
                              s.name + " has " + sizes_text(s, ref.batched) + ")");
@@ -916,7 +770,7 @@ Layout resolve_layout(const TraceView& ref, const StageView& s, const std::strin
                              where + " has the shape " + shape_str(a.shape));
         return *l;
     }
-    std::vector<Layout> fits, all = candidate_layouts(canon);
+    std::vector<AxisReading> fits, all = stage_layouts(canon);
     for (const auto& l : all)
         if (l.shape == a.shape) fits.push_back(l);
     if (fits.size() == 1) return fits[0];
@@ -970,7 +824,7 @@ std::string index_list(const std::set<std::size_t>& s, std::size_t max = 8) {
 
 // What the differing cells of one stage have in common.
 struct Tally {
-    std::vector<AxisDef> canon;
+    Axes canon;
     std::size_t ax_b = 99, ax_h = 99, ax_t = 99, ax_k = 99;  // axes (99: none)
     std::set<std::size_t> batches, heads, rows;
     std::size_t bad = 0, bad_masked = 0, bad_nan = 0;
@@ -1077,9 +931,7 @@ void describe_orders(const TraceView& ref, const StageView& s, const Theirs& t, 
     std::sort(letters.begin(), letters.end());
     const std::vector<double> raw = t.array->doubles();
     do {
-        Groups g;
-        for (char c : letters) g.emplace_back(1, c);
-        const auto l = make_layout(g, canon, nullptr);
+        const auto l = stage_layout(letters, canon, nullptr);
         if (!l || l->shape != t.array->shape || l->signature == t.layout.signature) continue;
         const auto map = cell_map(*l, canon);
         std::vector<double> v(raw.size());
@@ -1103,11 +955,11 @@ void describe_orders(const TraceView& ref, const StageView& s, const Theirs& t, 
 struct Context {
     const TraceView& ref;
     Run run;
-    std::array<std::optional<Dense>, pCount> refd;  // the reference, present stages
-    std::array<const Theirs*, pCount> theirs{};     // given arrays
-    std::array<bool, pCount> matched{};             // given and matching
-    std::array<bool, pCount> faithful{};            // our unmutated step reproduces the reference
-    bool mask_parts_ok = false;                     // the mask rebuilt from padding and causal is the reference's
+    std::array<std::optional<Dense>, kStageCount> refd;  // the reference, present stages
+    std::array<const Theirs*, kStageCount> theirs{};     // given arrays
+    StageSet matched;                                    // given and matching
+    StageSet faithful;                                   // our unmutated step reproduces the reference
+    bool mask_parts_ok = false;                          // the mask rebuilt from padding and causal is the reference's
 };
 
 Dense dense_of(const StageView& s, bool batched) {
@@ -1126,32 +978,32 @@ bool same(const Dense& a, const Dense& b) {
 // Sizes from the reference's own stages; false when they are not the classic shapes.
 bool init_run(Context& c) {
     Run& r = c.run;
-    const auto &Q = c.refd[pQ], &K = c.refd[pK], &V = c.refd[pV], &O = c.refd[pOutput];
-    if (!Q || !K || !V || !O || !c.refd[pScores] || !c.refd[pMask] || !c.refd[pMasked] || !c.refd[pWeights] ||
-        !c.refd[pContext])
+    const auto &Q = c.refd[kQ], &K = c.refd[kK], &V = c.refd[kV], &O = c.refd[kOutput];
+    if (!Q || !K || !V || !O || !c.refd[kScores] || !c.refd[kMask] || !c.refd[kMaskedScores] || !c.refd[kWeights] ||
+        !c.refd[kContext])
         return false;
     r.B = Q->shape[0], r.H = Q->shape[1], r.Tq = Q->shape[2], r.Dk = Q->shape[3];
     r.G = K->shape[1], r.Tk = K->shape[2], r.Dv = V->shape[3], r.Dout = O->shape[2];
     r.scale = c.ref.scale;
     return r.G > 0 && r.H % r.G == 0 && K->shape[3] == r.Dk &&
-           c.refd[pScores]->shape == std::vector<std::size_t>{r.B, r.H, r.Tq, r.Tk};
+           c.refd[kScores]->shape == std::vector<std::size_t>{r.B, r.H, r.Tq, r.Tk};
 }
 
 void check_faithful(Context& c) {
     Pipe refp{};
-    for (std::size_t p = 0; p < pCount; ++p) refp[p] = c.refd[p] ? &*c.refd[p] : nullptr;
+    for (std::size_t p = 0; p < kStageCount; ++p) refp[p] = c.refd[p] ? &*c.refd[p] : nullptr;
     const Mutation none;
-    for (std::size_t p = 0; p < pCount; ++p) {
+    for (std::size_t p = 0; p < kStageCount; ++p) {
         if (!c.run.present[p]) continue;
         bool empty = false;
         try {
-            c.faithful[p] = same(step(P(p), c.run, refp, none, empty), *c.refd[p]);
+            c.faithful[p] = same(step(Stage(p), c.run, refp, none, empty), *c.refd[p]);
         } catch (const std::exception&) {
             c.faithful[p] = false;
         }
     }
-    c.faithful[pQrot] = c.faithful[pKrot] = c.faithful[pBias] = false;  // not modelled: never passed through
-    c.mask_parts_ok = same(edited_mask(c.run, MaskEdit::none, *c.refd[pMask]), *c.refd[pMask]);
+    c.faithful[kQRot] = c.faithful[kKRot] = c.faithful[kBias] = false;  // not modelled: never passed through
+    c.mask_parts_ok = same(edited_mask(c.run, MaskEdit::none, *c.refd[kMask]), *c.refd[kMask]);
 }
 
 struct Trial {
@@ -1163,11 +1015,11 @@ struct Trial {
 
 // Runs mutation m from its entry to the first divergent stage S (and on past it when it
 // fits there, to see which later stages it reproduces too).
-Trial try_mutation(const Context& c, const Mutation& m, P S) {
+Trial try_mutation(const Context& c, const Mutation& m, Stage S) {
     Trial t;
     Pipe cur{};
-    std::array<Dense, pCount> own, known;  // known: theirs, in the reference's order, where given and matching
-    for (std::size_t p = 0; p < pCount; ++p) {
+    std::array<Dense, kStageCount> own, known;  // known: theirs, in the reference's order, where given and matching
+    for (std::size_t p = 0; p < kStageCount; ++p) {
         cur[p] = c.refd[p] ? &*c.refd[p] : nullptr;
         if (c.theirs[p] && c.matched[p]) {
             known[p].shape = c.refd[p]->shape;
@@ -1176,15 +1028,15 @@ Trial try_mutation(const Context& c, const Mutation& m, P S) {
         }
     }
     std::size_t last = S;
-    for (std::size_t p = S + 1; p < pCount; ++p)
+    for (std::size_t p = S + 1; p < kStageCount; ++p)
         if (c.theirs[p]) last = p;
     for (std::size_t p = m.entry; p <= last; ++p) {
         if (!c.run.present[p]) continue;
-        const bool parts = p == pMask && m.mask != MaskEdit::none && m.mask != MaskEdit::inverted;
-        if (p == pBias || (p == pMask && m.mask == MaskEdit::none)) continue;  // passes through
+        const bool parts = p == kMask && m.mask != MaskEdit::none && m.mask != MaskEdit::inverted;
+        if (p == kBias || (p == kMask && m.mask == MaskEdit::none)) continue;  // passes through
         if (p <= S && (parts ? !c.mask_parts_ok : !c.faithful[p])) return t;
         if (p > S && !c.faithful[p]) break;
-        own[p] = step(P(p), c.run, cur, m, t.empty_lines);
+        own[p] = step(Stage(p), c.run, cur, m, t.empty_lines);
         cur[p] = &own[p];
         const Theirs* th = c.theirs[p];
         if (p < S && th && !compare(th->values, own[p].v, th->tol).match) return t;  // theirs is right there
@@ -1194,7 +1046,7 @@ Trial try_mutation(const Context& c, const Mutation& m, P S) {
             if (!fit.match) return t;
             t.fits = true, t.max_abs = fit.max_abs;
         } else if (p > S && th) {
-            (compare(th->values, own[p].v, th->tol).match ? t.also : t.not_later).emplace_back(kPName[p]);
+            (compare(th->values, own[p].v, th->tol).match ? t.also : t.not_later).emplace_back(stage_name(Stage(p)));
         }
     }
     return t;
@@ -1204,12 +1056,12 @@ const char* policy_words(RowPolicy p) {
     return p == RowPolicy::nan ? "rows with no visible key NaN" : "rows with no visible key uniform";
 }
 
-std::vector<Diagnosis> diagnose_stage(const Context& c, P S) {
+std::vector<Diagnosis> diagnose_stage(const Context& c, Stage S) {
     std::vector<Diagnosis> found;
     auto consider = [&](const Mutation& m, const Trial& t) {
         if (!t.fits) return;
         Diagnosis d;
-        d.id = m.id, d.stage = *find_stage(kPName[S]), d.max_abs_diff = t.max_abs;
+        d.id = m.id, d.stage = S, d.max_abs_diff = t.max_abs;
         d.variant = m.variant;
         if (m.policy != RowPolicy::zero && m.id.rfind("masked-rows", 0) != 0)
             d.variant += (d.variant.empty() ? "" : "; ") + std::string(policy_words(m.policy));
@@ -1262,20 +1114,13 @@ bool CheckResult::matches() const {
     return !first_divergent && std::any_of(stages.begin(), stages.end(), [](const StageCheck& s) { return s.given; });
 }
 
-std::optional<Stage> stage_of_name(std::string_view name) {
-    const std::string l = without_hook_prefix(name);
-    for (const StageInfo& s : stage_table())
-        if (lower(s.name) == l) return s.id;
-    for (const Alias& a : kAliases)
-        if (l == a.name) return a.id;
-    return std::nullopt;
-}
+std::optional<Stage> stage_of_name(std::string_view name) { return stage_of_alias(without_hook_prefix(name)); }
 
 std::vector<std::string> accepted_orders(const TraceView& ref, Stage stage) {
     std::vector<std::string> out;
     const StageView* s = ref.find(stage);
     if (!s) return out;
-    for (const auto& l : candidate_layouts(canonical_axes(ref, *s))) out.push_back(l.name() + " " + shape_str(l.shape));
+    for (const auto& l : stage_layouts(canonical_axes(ref, *s))) out.push_back(l.name() + " " + shape_str(l.shape));
     return out;
 }
 
@@ -1361,37 +1206,33 @@ StageCheck check_stage(const StageView& s, const Theirs* t) {
 void diagnose_first(const TraceView& ref, const Problem<double>& problem, const std::map<Stage, Theirs>& given,
                     CheckResult& result) {
     Context c{ref, Run{problem}, {}, {}, {}, {}, false};
-    for (std::size_t p = 0; p < pCount; ++p) {
-        const StageView* s = ref.find(std::string(kPName[p]));
+    for (const Stage p : stages_in(kModelled)) {
+        const StageView* s = ref.find(p);
         if (!s) continue;
         c.refd[p] = dense_of(*s, ref.batched);
         c.run.present[p] = true;
-        const auto id = find_stage(kPName[p]);
-        if (id && given.count(*id)) {
-            c.theirs[p] = &given.at(*id);
+        if (given.count(p)) {
+            c.theirs[p] = &given.at(p);
             for (const auto& sc : result.stages)
-                if (sc.id == *id) c.matched[p] = sc.match;
+                if (sc.id == p) c.matched[p] = sc.match;
         }
     }
-    const Stage first = *result.first_divergent;
-    std::optional<std::size_t> S;
-    for (std::size_t p = 0; p < pCount; ++p)
-        if (find_stage(kPName[p]) == first) S = p;
+    const Stage S = *result.first_divergent;
     if (!init_run(c)) {
         result.no_diagnosis =
             "the catalogue's mistakes are those of the classic pipeline; this run's stages do not have its shapes";
-    } else if (!S || S == pQrot || S == pKrot || S == pBias) {
+    } else if (!kModelled[S] || S == kQRot || S == kKRot || S == kBias) {
         result.no_diagnosis =
-            "the catalogue's mistakes are in the classic stages; " + stage_name(first) + " is not one of them";
+            "the catalogue's mistakes are in the classic stages; " + stage_name(S) + " is not one of them";
     } else {
         check_faithful(c);
-        result.diagnosis = diagnose_stage(c, P(*S));
+        result.diagnosis = diagnose_stage(c, S);
     }
     if (!result.diagnosis.empty()) return;
-    const StageView& fs = ref.stage(first);
-    const Theirs& t = given.at(first);
+    const StageView& fs = ref.stage(S);
+    const Theirs& t = given.at(S);
     const Dense r = dense_of(fs, ref.batched);
-    result.where = describe(ref, fs, t, r, c.refd[pMask] ? *c.refd[pMask] : dense({1, 1, 1}));
+    result.where = describe(ref, fs, t, r, c.refd[kMask] ? *c.refd[kMask] : dense({1, 1, 1}));
     describe_orders(ref, fs, t, r, result.where);
 }
 

@@ -39,12 +39,7 @@ CheckOptions check_options(const CheckArgs& a) {
     CheckOptions o;
     o.rtol = a.rtol, o.atol = a.atol;
     o.computed = a.run.dtype;  // the reference is float64 whatever --dtype says
-    for (const auto& item : a.axes) {
-        const auto eq = item.find('=');
-        if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-            throw UsageError("--axes " + item + ": expected NAME=ORDER, e.g. q=bthd or attn=bhqk");
-        o.axes[item.substr(0, eq)] = item.substr(eq + 1);
-    }
+    o.axes = parse_axes_option(a.axes, "q=bthd or attn=bhqk");
     return o;
 }
 

@@ -350,13 +350,7 @@ std::vector<std::string> stages_of_run(const RunOptions& o, StageSet has) {
 template <typename T>
 Problem<T> problem_of(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit) {
     if (o.qkv.empty()) return make_problem<T>(bundle, spec);
-    std::map<std::string, std::string> axes;
-    for (const auto& item : o.axes) {
-        const auto eq = item.find('=');
-        if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-            throw UsageError("--axes " + item + ": expected NAME=ORDER, e.g. q=bthd or k=bt(hd)");
-        axes[item.substr(0, eq)] = item.substr(eq + 1);
-    }
+    const auto axes = parse_axes_option(o.axes, "q=bthd or k=bt(hd)");
     const GivenQKV qkv =
         read_qkv(load_named_arrays(o.qkv, limit), spec.heads, spec.kv_heads.value_or(spec.heads), axes);
     return make_problem_qkv<T>(bundle, qkv, spec);

@@ -1,6 +1,8 @@
 // The stage table (see stages.hpp).
 #include "attnscope/core/stages.hpp"
 
+#include "attnscope/model/aliases.hpp"
+
 namespace attnscope {
 namespace {
 
@@ -71,6 +73,12 @@ std::vector<Stage> stages_in(StageSet set) {
     for (const StageInfo& s : kTable)
         if (set[s.id]) out.push_back(s.id);
     return out;
+}
+
+std::optional<Stage> stage_of_alias(std::string_view name) {
+    for (const StageInfo& s : kTable)
+        if (same_name(s.name, name)) return s.id;
+    return find_stage(aliased_stage(name));
 }
 
 }  // namespace attnscope

@@ -11,7 +11,7 @@
 // Shape legend as in attention.hpp (B, H, G, Tq, Tk, Dk, Dv, Dout). Axis orders are
 // written in the letters b (batch), h (head), t (position), d (feature), q and k (the
 // query and key axes of score-like stages); a merged axis in parentheses: "bt(hd)" is
-// (B, T, H·D).
+// (B, T, H·D) (the grammar of model/axes.hpp).
 #pragma once
 
 #include <cstddef>
@@ -23,6 +23,7 @@
 
 #include "attnscope/core/view.hpp"
 #include "attnscope/io/array.hpp"
+#include "attnscope/model/axes.hpp"
 #include "attnscope/model/model.hpp"
 
 namespace attnscope {

@@ -82,4 +82,8 @@ StageSet with_prerequisites(StageSet wanted);
 // The stages of `set` in pipeline order.
 std::vector<Stage> stages_in(StageSet set);
 
+// The stage `name` means, in any case: its name in the table ("q", "Masked_Scores") or one
+// of the aliases of model/aliases.hpp ("query", "pattern", "attn_scores").
+std::optional<Stage> stage_of_alias(std::string_view name);
+
 }  // namespace attnscope

@@ -4,7 +4,7 @@
 // but never the weights. read_qkv() finds them in a bundle (named q/query, k/key, v/value,
 // any case), recognises each one's axis order from its shape and the head counts —
 // (B, H, T, D), (B, T, H, D), (B, T, H·D), (H, T, D), (B·H, T, D), (T, H·D), (T, D) —
-// or takes it from {axes}, and lays them out as the pipeline's projections are laid out:
+// or takes it from {axes} (the grammar of axes.hpp), and lays them out as the pipeline's projections are laid out:
 // (B, T, H·D), head h in columns [h·D, (h+1)·D). make_problem_qkv() then builds a problem
 // whose Q, K and V are these (no x, no weights): every later stage, mask, bias and view
 // works as usual. An order the shapes leave open is refused, naming the candidates.
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attnscope/io/array.hpp"
+#include "attnscope/model/axes.hpp"
 #include "attnscope/model/model.hpp"
 
 namespace attnscope {

@@ -2,8 +2,6 @@
 // options"), applied under the command line's: each key is parsed as its flag would be,
 // unless the command line gave that flag; what came from where is recorded for reports.
 #include <algorithm>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -82,19 +80,11 @@ std::vector<std::string> words_of(const std::string& where, const ConfigKey& k, 
 // `o` with `words` parsed over it as `run`'s options; InputError naming `where` if refused.
 void parse_words(RunOptions& o, const std::vector<std::string>& words, const std::string& where) {
     if (words.empty()) return;
-    CLI::App app;
-    auto parsed = std::make_shared<RunOptions>(o);
-    CLI::App* run = setup_run(app, *parsed);
-    std::vector<std::string> args = {"run"};
-    args.insert(args.end(), words.begin(), words.end());
-    std::reverse(args.begin(), args.end());  // CLI11 parses a vector from its back
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        throw InputError(where + ": " + clip_fragment(parse_error_message(*run, e), 300));
-    }
-    parsed->given = o.given;
-    o = *parsed;
+    RunOptions parsed;
+    if (const auto error = parse_over(o, words, parsed, false))
+        throw InputError(where + ": " + clip_fragment(*error, 300));
+    parsed.given = o.given;
+    o = std::move(parsed);
 }
 
 }  // namespace
@@ -114,18 +104,6 @@ RunOptions with_bundle_config(const RunOptions& given, const Bundle& bundle, Spe
     spec = spec_of(o);
     spec.bundle_options = std::move(record);
     return o;
-}
-
-void note_given_options(CLI::App* cmd, RunOptions& o) {
-    cmd->parse_complete_callback([cmd, &o] {
-        std::function<void(CLI::App*)> collect = [&](CLI::App* app) {
-            for (const CLI::Option* opt : app->get_options())
-                if (opt->count() > 0) o.given.insert(opt->get_name());
-            for (CLI::App* group : app->get_subcommands([](CLI::App* a) { return a->get_name().empty(); }))
-                collect(group);
-        };
-        collect(cmd);
-    });
 }
 
 }  // namespace attnscope::cli

@@ -16,30 +16,24 @@ namespace {
 
 using Kind = ConfigValue::Kind;
 
-// The keys a config record may hold, the flag each stands for, and the kind of its value
-// (`scale` also takes the string "none"). Model and mask options only: outputs, views and
-// experiments belong to a command, not to the bundle.
+// The keys a config record may hold and the kind of their value (`scale` also takes the
+// string "none"); each stands for the flag of its field (kv_heads: --kv-heads). Model and
+// mask options only: outputs, views and experiments belong to a command, not to the bundle.
 struct ConfigKey {
     const char* key;
-    const char* flag;
     Kind kind;
+    std::string flag() const {
+        std::string f = std::string("--") + key;
+        std::replace(f.begin(), f.end(), '_', '-');
+        return f;
+    }
 };
 constexpr ConfigKey kConfigKeys[] = {
-    {"heads", "--heads", Kind::number},
-    {"kv_heads", "--kv-heads", Kind::number},
-    {"causal", "--causal", Kind::boolean},
-    {"causal_align", "--causal-align", Kind::string},
-    {"layout", "--layout", Kind::string},
-    {"scale", "--scale", Kind::number},
-    {"rope", "--rope", Kind::boolean},
-    {"rope_base", "--rope-base", Kind::number},
-    {"rope_dim", "--rope-dim", Kind::number},
-    {"rope_style", "--rope-style", Kind::string},
-    {"alibi", "--alibi", Kind::boolean},
-    {"window", "--window", Kind::number},
-    {"softcap", "--softcap", Kind::number},
-    {"attn_mask_means", "--attn-mask-means", Kind::string},
-    {"add_zero_attn", "--add-zero-attn", Kind::boolean},
+    {"heads", Kind::number},        {"kv_heads", Kind::number},        {"causal", Kind::boolean},
+    {"causal_align", Kind::string}, {"layout", Kind::string},          {"scale", Kind::number},
+    {"rope", Kind::boolean},        {"rope_base", Kind::number},       {"rope_dim", Kind::number},
+    {"rope_style", Kind::string},   {"alibi", Kind::boolean},          {"window", Kind::number},
+    {"softcap", Kind::number},      {"attn_mask_means", Kind::string}, {"add_zero_attn", Kind::boolean},
 };
 
 std::vector<std::string> known_keys() {
@@ -71,8 +65,8 @@ std::vector<std::string> words_of(const std::string& where, const ConfigKey& k, 
         throw InputError(where + ": expected " + kind_name(k.kind) +
                          (std::string(k.key) == "scale" ? " or \"none\"" : "") + ", found " + kind_name(v.kind) + " " +
                          escape_control(clip_fragment(v.text)));
-    if (k.kind != Kind::boolean) return {k.flag, v.text};
-    if (v.text == "true") return {k.flag};
+    if (k.kind != Kind::boolean) return {k.flag(), v.text};
+    if (v.text == "true") return {k.flag()};
     if (std::string(k.key) == "causal") return {"--no-causal"};
     return {};
 }
@@ -97,7 +91,7 @@ RunOptions with_bundle_config(const RunOptions& given, const Bundle& bundle, Spe
         const std::string where = escape_control(bundle.source) + ": config: " + escape_control(clip_fragment(key));
         const ConfigKey& k = find_key(escape_control(bundle.source) + ": config", key);
         const std::vector<std::string> words = words_of(where, k, value);
-        const bool overridden = given.given.count(k.flag) > 0;
+        const bool overridden = given.given.count(k.flag()) > 0;
         if (!overridden) parse_words(o, words, where);
         record.push_back({key, value.text, value.kind == Kind::string, overridden});
     }

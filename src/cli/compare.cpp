@@ -1,11 +1,12 @@
 // `run --compare 'OPTIONS'`: run A as the command line says, run B as A with OPTIONS
 // applied on top, and how every stage of B differs from A's (analysis/compare.hpp).
+#include "attnscope/analysis/compare.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 
-#include "attnscope/analysis/compare.hpp"
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/attention.hpp"
@@ -120,8 +121,8 @@ int run_compare(const RunOptions& a) {
         std::cout << "attnscope: compare  A = run " << escape_control(a.bundle.empty() ? "<options>" : a.bundle)
                   << "  vs  B = A +";
         for (const auto& w : delta) std::cout << ' ' << w;
-        std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale
-                  << " (" << B.view.scale_source << ")\n\n";
+        std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale << " ("
+                  << B.view.scale_source << ")\n\n";
         print_table(diff_table(compare_stages(A.view, B.view)));
         std::cout << "  (inf where one run has -inf and the other a number: a mask changed)\n";
     }

@@ -9,6 +9,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/core/stages.hpp"
 #include "attnscope/io/read.hpp"
+#include "attnscope/report/report.hpp"
 #include "counts.hpp"
 #include "help.hpp"
 #include "long_run.hpp"
@@ -176,8 +177,7 @@ void ModernOptions::add(CLI::App& cmd) {
         ->group(kModern);
     cmd.add_flag("--rope", rope, "Rotary position embeddings on Q and K (stages Q_rot, K_rot)")->group(kModern);
     cmd.add_option_function<double>(
-           "--rope-base", [this](double v) { rope_base = v; },
-           "RoPE's base θ: inv_freq_j = θ^(-2j/R) (default 10000)")
+           "--rope-base", [this](double v) { rope_base = v; }, "RoPE's base θ: inv_freq_j = θ^(-2j/R) (default 10000)")
         ->group(kModern);
     cmd.add_option_function<std::size_t>(
            "--rope-dim", [this](std::size_t v) { rope_dim = v; },
@@ -289,6 +289,8 @@ void ViewOptions::add(CLI::App& cmd) {
         ->check(count_in(20, 10000))
         ->group(kViews);
 }
+
+void ViewOptions::validate() const { parse_range(range, log_scale); }
 
 void ExperimentOptions::add(CLI::App& cmd) {
     cmd.add_option("--temperature", temperature, "Scale 1/(sqrt(Dk) * T): T > 1 flattens, T < 1 sharpens")

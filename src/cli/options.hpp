@@ -20,8 +20,8 @@
 
 namespace attnscope::cli {
 
-enum class Precision { float32, float64 };  // --dtype
-enum class WeightLayout { math, torch, tl };  // --layout (tl: converted to math on loading)
+enum class Precision { float32, float64 };          // --dtype
+enum class WeightLayout { math, torch, tl };        // --layout (tl: converted to math on loading)
 enum class ColorWhen { automatic, always, never };  // --color
 
 // A choice's names and values, in the order --help lists them.
@@ -46,8 +46,8 @@ std::string name_of(const Choices<E>& choices, E value) {
 struct InputOptions {
     std::string bundle;
     std::map<std::string, std::string> array_files;  // array name -> .npy/.json file
-    void add(CLI::App& cmd);                          // the BUNDLE positional too
-    void add_array_files(CLI::App& cmd);              // --x, --W_Q, ... alone
+    void add(CLI::App& cmd);                         // the BUNDLE positional too
+    void add_array_files(CLI::App& cmd);             // --x, --W_Q, ... alone
 };
 
 // Checkpoint: a checkpoint's layer as the weights (README "Real checkpoints").
@@ -73,6 +73,7 @@ struct ModelOptions {
     Precision dtype = Precision::float64;
     WeightLayout layout = WeightLayout::math;
     void add(CLI::App& cmd);
+    void validate() const { scale(); }
     // --scale as a number (none: 1), nothing when not given; UsageError for another word.
     std::optional<double> scale() const;
 };
@@ -131,6 +132,7 @@ struct ViewOptions {
     bool log_scale = false;
     std::size_t width = 0;  // 0: the terminal's, or $COLUMNS, or 80
     void add(CLI::App& cmd);
+    void validate() const;  // --range
 };
 
 // Experiments: what-ifs on one run, and --compare with a second.
@@ -148,11 +150,12 @@ struct LimitOptions {
     bool timings = false;
     std::string max_memory;  // "8G", "512M", bytes; empty: 3/4 of physical memory
     struct Words {
-        const char* memory;           // --max-memory's description
-        const char* threads;          // --threads' (nullptr: no --threads)
-        bool timings = false;         // run's --timings; run lists --threads first
+        const char* memory;    // --max-memory's description
+        const char* threads;   // --threads' (nullptr: no --threads)
+        bool timings = false;  // run's --timings; run lists --threads first
     };
     void add(CLI::App& cmd, const Words& words);
+    void validate() const { memory_limit(); }
     std::size_t memory_limit() const;  // bytes; UsageError for a size it cannot read
 };
 
@@ -178,6 +181,12 @@ struct RunOptions : InputOptions,
                     LimitOptions,
                     LongContextOptions {
     std::set<std::string> given;  // the options given on the command line ("--heads", "--causal", …)
+    // Each group's values that CLI11 cannot check alone (--scale, --range, --max-memory).
+    void validate() const {
+        ModelOptions::validate();
+        ViewOptions::validate();
+        LimitOptions::validate();
+    }
 };
 
 inline std::size_t memory_limit(const LimitOptions& o) { return o.memory_limit(); }
@@ -197,7 +206,7 @@ void later_options_replace(CLI::App* cmd);
 // `o` with `words` (a command line after "run") parsed over it as run's options, into
 // `parsed` (`o.given` with the options the words give added); the parse error in the
 // user's terms, or nothing. `single_dash`: a long option with one dash (-heads) is one.
-std::optional<std::string> parse_over(const RunOptions& o, const std::vector<std::string>& words,
-                                      RunOptions& parsed, bool single_dash);
+std::optional<std::string> parse_over(const RunOptions& o, const std::vector<std::string>& words, RunOptions& parsed,
+                                      bool single_dash);
 
 }  // namespace attnscope::cli

@@ -190,6 +190,7 @@ Subcommand setup_run_command(CLI::App& parent) {
 
 int run_run(const RunOptions& o) {
     const auto t0 = Clock::now();
+    o.validate();  // before any work
     Spec spec = spec_of(o);
     check_conflicts(o, Scope::run);
     if (!o.compare.empty()) return run_compare(o);

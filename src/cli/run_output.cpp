@@ -26,8 +26,8 @@ using Clock = std::chrono::steady_clock;
 ColorMode color_mode(ColorWhen when) {
     const char* no_color = std::getenv("NO_COLOR");
     const char* term = std::getenv("TERM");
-    bool on = when == ColorWhen::always || (when == ColorWhen::automatic && ::isatty(STDOUT_FILENO) && !(no_color && *no_color) &&
-                                   !(term && std::string(term) == "dumb"));
+    bool on = when == ColorWhen::always || (when == ColorWhen::automatic && ::isatty(STDOUT_FILENO) &&
+                                            !(no_color && *no_color) && !(term && std::string(term) == "dumb"));
     if (!on) return ColorMode::none;
     const char* ct = std::getenv("COLORTERM");
     std::string c = ct ? ct : "";

@@ -2,8 +2,6 @@
 // applied under the command line's: each key is parsed as its flag would be,
 // unless the command line gave that flag; what came from where is recorded for reports.
 #include <algorithm>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,30 +16,24 @@ namespace {
 
 using Kind = ConfigValue::Kind;
 
-// The keys a config record may hold, the flag each stands for, and the kind of its value
-// (`scale` also takes the string "none"). Model and mask options only: outputs, views and
-// experiments belong to a command, not to the bundle.
+// The keys a config record may hold and the kind of their value (`scale` also takes the
+// string "none"); each stands for the flag of its field (kv_heads: --kv-heads). Model and
+// mask options only: outputs, views and experiments belong to a command, not to the bundle.
 struct ConfigKey {
     const char* key;
-    const char* flag;
     Kind kind;
+    std::string flag() const {
+        std::string f = std::string("--") + key;
+        std::replace(f.begin(), f.end(), '_', '-');
+        return f;
+    }
 };
 constexpr ConfigKey kConfigKeys[] = {
-    {"heads", "--heads", Kind::number},
-    {"kv_heads", "--kv-heads", Kind::number},
-    {"causal", "--causal", Kind::boolean},
-    {"causal_align", "--causal-align", Kind::string},
-    {"layout", "--layout", Kind::string},
-    {"scale", "--scale", Kind::number},
-    {"rope", "--rope", Kind::boolean},
-    {"rope_base", "--rope-base", Kind::number},
-    {"rope_dim", "--rope-dim", Kind::number},
-    {"rope_style", "--rope-style", Kind::string},
-    {"alibi", "--alibi", Kind::boolean},
-    {"window", "--window", Kind::number},
-    {"softcap", "--softcap", Kind::number},
-    {"attn_mask_means", "--attn-mask-means", Kind::string},
-    {"add_zero_attn", "--add-zero-attn", Kind::boolean},
+    {"heads", Kind::number},        {"kv_heads", Kind::number},        {"causal", Kind::boolean},
+    {"causal_align", Kind::string}, {"layout", Kind::string},          {"scale", Kind::number},
+    {"rope", Kind::boolean},        {"rope_base", Kind::number},       {"rope_dim", Kind::number},
+    {"rope_style", Kind::string},   {"alibi", Kind::boolean},          {"window", Kind::number},
+    {"softcap", Kind::number},      {"attn_mask_means", Kind::string}, {"add_zero_attn", Kind::boolean},
 };
 
 std::vector<std::string> known_keys() {
@@ -73,8 +65,8 @@ std::vector<std::string> words_of(const std::string& where, const ConfigKey& k, 
         throw InputError(where + ": expected " + kind_name(k.kind) +
                          (std::string(k.key) == "scale" ? " or \"none\"" : "") + ", found " + kind_name(v.kind) + " " +
                          escape_control(clip_fragment(v.text)));
-    if (k.kind != Kind::boolean) return {k.flag, v.text};
-    if (v.text == "true") return {k.flag};
+    if (k.kind != Kind::boolean) return {k.flag(), v.text};
+    if (v.text == "true") return {k.flag()};
     if (std::string(k.key) == "causal") return {"--no-causal"};
     return {};
 }
@@ -82,19 +74,11 @@ std::vector<std::string> words_of(const std::string& where, const ConfigKey& k, 
 // `o` with `words` parsed over it as `run`'s options; InputError naming `where` if refused.
 void parse_words(RunOptions& o, const std::vector<std::string>& words, const std::string& where) {
     if (words.empty()) return;
-    CLI::App app;
-    auto parsed = std::make_shared<RunOptions>(o);
-    CLI::App* run = setup_run(app, *parsed);
-    std::vector<std::string> args = {"run"};
-    args.insert(args.end(), words.begin(), words.end());
-    std::reverse(args.begin(), args.end());  // CLI11 parses a vector from its back
-    try {
-        app.parse(args);
-    } catch (const CLI::ParseError& e) {
-        throw InputError(where + ": " + clip_fragment(parse_error_message(*run, e), 300));
-    }
-    parsed->given = o.given;
-    o = *parsed;
+    RunOptions parsed;
+    if (const auto error = parse_over(o, words, parsed, false))
+        throw InputError(where + ": " + clip_fragment(*error, 300));
+    parsed.given = o.given;
+    o = std::move(parsed);
 }
 
 }  // namespace
@@ -107,25 +91,13 @@ RunOptions with_bundle_config(const RunOptions& given, const Bundle& bundle, Spe
         const std::string where = escape_control(bundle.source) + ": config: " + escape_control(clip_fragment(key));
         const ConfigKey& k = find_key(escape_control(bundle.source) + ": config", key);
         const std::vector<std::string> words = words_of(where, k, value);
-        const bool overridden = given.given.count(k.flag) > 0;
+        const bool overridden = given.given.count(k.flag()) > 0;
         if (!overridden) parse_words(o, words, where);
         record.push_back({key, value.text, value.kind == Kind::string, overridden});
     }
     spec = spec_of(o);
     spec.bundle_options = std::move(record);
     return o;
-}
-
-void note_given_options(CLI::App* cmd, RunOptions& o) {
-    cmd->parse_complete_callback([cmd, &o] {
-        std::function<void(CLI::App*)> collect = [&](CLI::App* app) {
-            for (const CLI::Option* opt : app->get_options())
-                if (opt->count() > 0) o.given.insert(opt->get_name());
-            for (CLI::App* group : app->get_subcommands([](CLI::App* a) { return a->get_name().empty(); }))
-                collect(group);
-        };
-        collect(cmd);
-    });
 }
 
 }  // namespace attnscope::cli

@@ -38,7 +38,7 @@ struct CheckArgs {
 CheckOptions check_options(const CheckArgs& a) {
     CheckOptions o;
     o.rtol = a.rtol, o.atol = a.atol;
-    o.computed = a.run.dtype;  // the reference is float64 whatever --dtype says
+    o.computed = name_of(kPrecisions, a.run.dtype);  // the reference is float64 whatever --dtype says
     o.axes = parse_axes_option(a.axes, "q=bthd or attn=bhqk");
     return o;
 }
@@ -82,12 +82,14 @@ Subcommand setup_check_command(CLI::App& parent) {
                     "Your stages: an .npz, a JSON object or a directory of NAME.npy (Q, K, V, scores, masked_scores, "
                     "weights, context, output, or aliases such as q, logits, attn, z, out)")
         ->required();
-    add_input_options(cmd, a->run);
-    cmd->remove_option(cmd->get_option("bundle"));  // the bundle is --against here
     cmd->add_option("--against", a->run.bundle, "The inputs: the bundle (.npz, .json or -) you computed them from")
         ->required()
         ->group(kInputs);
-    add_model_options(cmd, a->run);
+    a->run.add_array_files(*cmd);  // the bundle is --against here
+    a->run.CheckpointOptions::add(*cmd);
+    a->run.ModelOptions::add(*cmd);
+    a->run.MaskOptions::add(*cmd);
+    a->run.ModernOptions::add(*cmd);
     cmd->get_option("--dtype")->description(
         "The precision YOUR stages were computed in (their tolerance; the reference is always float64)");
     cmd->add_flag("--json", a->json, "Print one JSON document (verdict, stages, first_divergent_stage, diagnosis)")
@@ -105,11 +107,9 @@ Subcommand setup_check_command(CLI::App& parent) {
                     "(..) around merged axes, e.g. q=bthd, z=bt(hd), attn=bhqk; repeat for more")
         ->allow_extra_args(false)
         ->group(kComparison);
-    cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)")
-        ->group(kLimits);
-    cmd->add_option("--threads", a->run.threads, "Compute threads for the reference (default: every core)")
-        ->check(count_in(1, kMaxThreads))
-        ->group(kLimits);
+    a->run.LimitOptions::add(*cmd, {"Refuse inputs needing more memory than this (e.g. 8G)",
+                                    "Compute threads for the reference (default: every core)"});
+    note_given_options(*cmd, a->run.given);
     later_options_replace(cmd);
     return {cmd, [a] { return run_check(*a); }};
 }

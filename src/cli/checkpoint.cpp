@@ -58,11 +58,11 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
     // The layout: the preset's, or --layout's for names chosen by --prefix alone.
     if (layer.layout_fixed) {
         const std::string fixed = layer.preset == "tl" ? "tl" : layout_name(layer.layout);
-        if (given("--layout") && o.layout != fixed)
-            throw UsageError("--layout " + o.layout + ": the " + layer.preset + " preset's weights are in the " +
-                             fixed + " layout");
+        if (given("--layout") && name_of(kLayouts, o.layout) != fixed)
+            throw UsageError("--layout " + name_of(kLayouts, o.layout) + ": the " + layer.preset +
+                             " preset's weights are in the " + fixed + " layout");
         spec.layout = layer.layout;
-    } else if (o.layout == "tl") {
+    } else if (o.layout == WeightLayout::tl) {
         Bundle weights;
         weights.source = o.checkpoint;
         weights.arrays = std::move(layer.arrays);
@@ -99,8 +99,7 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
         Rope rope = *cfg.rope;
         if (o.rope_base) rope.base = *o.rope_base;
         if (o.rope_dim) rope.dim = o.rope_dim;
-        if (!o.rope_style.empty())
-            rope.style = o.rope_style == "interleaved" ? RopeStyle::interleaved : RopeStyle::half;
+        if (o.rope_style) rope.style = *o.rope_style;
         spec.rope = rope;
     }
     if (cfg.window && !given("--window")) spec.window = cfg.window;
@@ -125,16 +124,18 @@ struct InspectArgs {
     std::string path;
     std::string preset = "auto";
     bool json = false;
-    RunOptions limits;  // max_memory only: the limit of a run, read as run reads it
+    LimitOptions limits;             // --max-memory only: the limit of a run, read as run reads it
+    const CLI::App* root = nullptr;  // spells the fields of the run commands shown
 };
 
 std::string shape_text(const std::vector<std::size_t>& s) { return shape_str(s); }
 
 // The command that runs a layer, its options spelled as flags and other words quoted for a shell.
-std::string command_text(const std::vector<std::string>& words) {
+std::string command_text(const std::vector<std::string>& words, const CLI::App& root) {
     std::string s;
     for (const auto& w : words) {
-        std::string word = w.size() > 2 && w.front() == '{' && w.back() == '}' ? flag_of(w.substr(1, w.size() - 2)) : w;
+        std::string word =
+            w.size() > 2 && w.front() == '{' && w.back() == '}' ? flag_of(root, w.substr(1, w.size() - 2)) : w;
         if (word.empty() || word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                                                    "_-./:=+,@%") != std::string::npos) {
             std::string q = "'";
@@ -146,7 +147,7 @@ std::string command_text(const std::vector<std::string>& words) {
     return s;
 }
 
-void print_text(const Checkpoint& c, const CheckpointOverview& ov) {
+void print_text(const Checkpoint& c, const CheckpointOverview& ov, const CLI::App& root) {
     std::size_t total = 0, bytes = 0;
     for (const auto& g : ov.groups) total += g.tensors.size();
     for (const auto& g : ov.groups)
@@ -158,7 +159,7 @@ void print_text(const Checkpoint& c, const CheckpointOverview& ov) {
               << ")\n";
     for (const auto& g : ov.groups)  // the command that runs the first layer found
         if (g.attention) {
-            std::cout << "run: " << escape_control(command_text(run_command(c, ov, *g.attention))) << '\n';
+            std::cout << "run: " << escape_control(command_text(run_command(c, ov, *g.attention), root)) << '\n';
             break;
         }
     std::size_t name_width = 0, type_width = 0;  // the columns of the tensor lines
@@ -196,11 +197,12 @@ void print_text(const Checkpoint& c, const CheckpointOverview& ov) {
 // nlohmann's dump as every JSON document attnscope prints: indented by 2, invalid UTF-8 replaced.
 std::string dump(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
 
-nlohmann::json layer_json(const Checkpoint& c, const CheckpointOverview& ov, const CheckpointLayer& a) {
+nlohmann::json layer_json(const Checkpoint& c, const CheckpointOverview& ov, const CheckpointLayer& a,
+                          const CLI::App& root) {
     nlohmann::json l = {{"layer", a.layer ? nlohmann::json(*a.layer) : nlohmann::json(nullptr)},
                         {"prefix", a.prefix},
                         {"preset", a.preset},
-                        {"run", command_text(run_command(c, ov, a))}};
+                        {"run", command_text(run_command(c, ov, a), root)}};
     l["layout"] = a.preset == "tl" ? "tl" : layout_name(a.layout);
     const auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
     l["heads"] = opt(a.config.heads);
@@ -220,7 +222,7 @@ nlohmann::json layer_json(const Checkpoint& c, const CheckpointOverview& ov, con
 
 // One document, the same bytes as dump() of it whole; the tensors (its last member) are
 // written one by one, so that a million of them never sit in one tree (each names its file).
-void print_json(const Checkpoint& c, const CheckpointOverview& ov) {
+void print_json(const Checkpoint& c, const CheckpointOverview& ov, const CLI::App& root) {
     nlohmann::json j;
     j["path"] = c.path;
     j["format"] = c.format;
@@ -229,7 +231,7 @@ void print_json(const Checkpoint& c, const CheckpointOverview& ov) {
     j["preset_note"] = ov.preset_note;
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& g : ov.groups)
-        if (g.attention) layers.push_back(layer_json(c, ov, *g.attention));
+        if (g.attention) layers.push_back(layer_json(c, ov, *g.attention, root));
     j["layers"] = layers;
     j["tensors"] = nlohmann::json::array();  // the last key: the document ends `"tensors": []\n}`
     std::string text = dump(j);
@@ -256,9 +258,9 @@ int run_inspect(const InspectArgs& a) {
     const Checkpoint c = open_checkpoint(a.path, memory_limit(a.limits));
     const CheckpointOverview ov = describe_checkpoint(c, a.preset);
     if (a.json)
-        print_json(c, ov);
+        print_json(c, ov, *a.root);
     else
-        print_text(c, ov);
+        print_text(c, ov, *a.root);
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the listing");
     return 0;
@@ -268,6 +270,7 @@ int run_inspect(const InspectArgs& a) {
 
 Subcommand setup_inspect_command(CLI::App& parent) {
     auto a = std::make_shared<InspectArgs>();
+    a->root = &parent;
     CLI::App* cmd = parent.add_subcommand(
         "inspect",
         "List what a checkpoint holds: tensors by layer (name, dtype, shape, bytes), the preset, and each layer's "
@@ -280,10 +283,9 @@ Subcommand setup_inspect_command(CLI::App& parent) {
         ->capture_default_str()
         ->group(kCheckpoint);
     cmd->add_flag("--json", a->json, "Print one JSON document")->group(kOutputs);
-    cmd->add_option("--max-memory", a->limits.max_memory,
-                    "Refuse checkpoints whose listing needs more memory than this (e.g. 8G, 512M; default 3/4 of "
-                    "physical memory)")
-        ->group(kLimits);
+    a->limits.add(*cmd, {"Refuse checkpoints whose listing needs more memory than this (e.g. 8G, 512M; default 3/4 "
+                         "of physical memory)",
+                         nullptr});
     return {cmd, [a] { return run_inspect(*a); }};
 }
 

@@ -24,15 +24,9 @@ namespace attnscope::cli {
 namespace {
 
 struct DecodeArgs {
-    RunOptions run;  // the bundle, arrays from files, model and mask options
+    RunOptions run;  // the inputs, model and mask options, --json, --heatmap, --dump (an .npz), --force, -q
     std::size_t prefill = 0;
     std::string bug;
-    bool json = false;
-    bool heatmap = false;
-    std::string dump;  // an .npz archive of every step's rows
-    bool force = false;
-    bool quiet = false;
-    CLI::Option* causal = nullptr;  // --causal,!--no-causal: to refuse --no-causal
 };
 
 template <typename T>
@@ -51,15 +45,15 @@ int run_typed(const DecodeArgs& a, const Bundle& bundle, const Spec& spec, Decod
     plan.keep.set(kScores);
     check_memory_limit(bundle, problem, plan, limit);
     const DecodeRun<T> run = decode(problem, a.prefill, bug, how);
-    if (!a.dump.empty()) write_decode_npz(a.dump, problem, run, a.force);
-    if (a.quiet) {
+    if (!a.run.dump.empty()) write_decode_npz(a.run.dump, problem, run, a.run.force);
+    if (a.run.quiet) {
         return 0;
-    } else if (a.json) {
+    } else if (a.run.json) {
         write_decode_json(std::cout, problem, run, bundle.source);
     } else {
         DecodeTextOptions o;
         o.source = bundle.source;
-        o.heatmap = a.heatmap;
+        o.heatmap = a.run.heatmap;
         o.batches = a.run.batches, o.heads = a.run.heads_shown;
         write_decode_text(std::cout, problem, run, o);
     }
@@ -69,19 +63,12 @@ int run_typed(const DecodeArgs& a, const Bundle& bundle, const Spec& spec, Decod
 }
 
 int run_decode(DecodeArgs& a) {
-    if (a.causal->count() && !a.run.causal)
-        throw UsageError(
-            "--no-causal: decode is causal by construction (a step sees only the cache: its own "
-            "position and those before)");
-    if (a.json && a.heatmap) throw UsageError("--heatmap: a text view; --json gives every weight row as numbers");
-    if ((!a.run.batches.empty() || !a.run.heads_shown.empty()) && (a.json || !a.dump.empty()))
-        throw UsageError(std::string(a.run.batches.empty() ? "--head" : "--batch") +
-                         ": decode's selections choose the rows of the text view; --json and --dump hold every "
-                         "batch item and head");
-    if (!a.dump.empty()) {
-        if (a.dump.size() < 4 || a.dump.compare(a.dump.size() - 4, 4, ".npz") != 0)
-            throw UsageError("--dump " + a.dump + ": decode writes one .npz archive (a name ending in .npz)");
-        check_output_target(a.dump, a.force, "--dump " + a.dump);
+    check_conflicts(a.run, Scope::decode);
+    const std::string& dump = a.run.dump;
+    if (!dump.empty()) {
+        if (dump.size() < 4 || dump.compare(dump.size() - 4, 4, ".npz") != 0)
+            throw UsageError("--dump " + dump + ": decode writes one .npz archive (a name ending in .npz)");
+        check_output_target(dump, a.run.force, "--dump " + dump);
     }
     a.run.causal = true;             // implied
     a.run.given.insert("--causal");  // as if given: a bundle's config does not turn it off
@@ -90,7 +77,7 @@ int run_decode(DecodeArgs& a) {
     if (!a.bug.empty()) bug = *find_bug(a.bug);  // CLI11 checked the name
     const std::size_t limit = memory_limit(a.run);
     const Bundle bundle = load_inputs(a.run, limit, spec);
-    if (a.run.dtype == "float32") return run_typed<float>(a, bundle, spec, bug, limit);
+    if (a.run.dtype == Precision::float32) return run_typed<float>(a, bundle, spec, bug, limit);
     return run_typed<double>(a, bundle, spec, bug, limit);
 }
 
@@ -102,9 +89,10 @@ Subcommand setup_decode_command(CLI::App& parent) {
         "decode",
         "KV-cache decoding: a causal prefill of P positions, then one query per position against the growing cache "
         "of K and V, each step checked against the full causal run");
-    add_input_options(cmd, a->run);
-    add_model_options(cmd, a->run);
-    a->causal = cmd->get_option("--causal");
+    a->run.InputOptions::add(*cmd);
+    a->run.ModelOptions::add(*cmd);
+    a->run.MaskOptions::add(*cmd);
+    a->run.ModernOptions::add(*cmd);
     cmd->add_option("--prefill", a->prefill,
                     "P: positions 0..P-1 run as one causal prefill that fills the cache (0..T; the rest are steps)")
         ->required()
@@ -117,21 +105,21 @@ Subcommand setup_decode_command(CLI::App& parent) {
                     "step), attend-before-append (the query misses its own key), off-by-one (the query sits at t-1)")
         ->check(CLI::IsMember(bugs))
         ->group(kDecoding);
-    cmd->add_flag("--json", a->json, "Print one JSON document: config, prefill and every step")->group(kOutputs);
-    add_selection_options(cmd, a->run, "the text view");
-    cmd->add_flag("--heatmap", a->heatmap, "Each weight row as one line of a character ramp instead of numbers")
+    cmd->add_flag("--json", a->run.json, "Print one JSON document: config, prefill and every step")->group(kOutputs);
+    a->run.SelectionOptions::add(*cmd, "the text view");
+    cmd->add_flag("--heatmap", a->run.heatmap, "Each weight row as one line of a character ramp instead of numbers")
         ->group(kViews);
-    cmd->add_option("--dump", a->dump,
+    cmd->add_option("--dump", a->run.dump,
                     "FILE.npz: every step's rows (step{t}_weights, _mask, _context, _output, _sink_weight) and the "
                     "prefill's")
         ->group(kOutputs);
-    cmd->add_flag("--force", a->force, "Replace an existing --dump file")->group(kOutputs);
-    cmd->add_flag("-q,--quiet", a->quiet, "Print nothing (with --dump)")->group(kOutputs);
-    cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)")
-        ->group(kLimits);
-    cmd->add_option("--threads", a->run.threads, "Compute threads (default: every core)")
-        ->check(count_in(1, kMaxThreads))
-        ->group(kLimits);
+    cmd->add_flag("--force", a->run.force, "Replace an existing --dump file")->group(kOutputs);
+    cmd->add_flag("-q,--quiet", a->run.quiet, "Print nothing (with --dump)")->group(kOutputs);
+    // After --prefill: of two options as near to a misspelling, the first is named (--prefil).
+    a->run.CheckpointOptions::add(*cmd);
+    a->run.LimitOptions::add(
+        *cmd, {"Refuse inputs needing more memory than this (e.g. 8G)", "Compute threads (default: every core)"});
+    note_given_options(*cmd, a->run.given);
     later_options_replace(cmd);
     return {cmd, [a] { return run_decode(*a); }};
 }

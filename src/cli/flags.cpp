@@ -1,40 +1,79 @@
-// Fields named in library messages, spelled as this command line's flags.
-#include <array>
-#include <utility>
+// The option tree as the one record of the command line's options: the flag that spells a
+// field named in a library message, the options given, and words parsed over options.
+#include <algorithm>
+#include <functional>
 
+#include "help.hpp"
+#include "options.hpp"
+#include "run.hpp"
 #include "subcommand.hpp"
 
 namespace attnscope::cli {
+namespace {
 
-std::string flag_of(std::string_view field) {
-    // Fields whose flag is not simply "--" + field.
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 11> kSpelled = {{
-        {"add_zero_attn", "--add-zero-attn"},
-        {"log_scale", "--log-scale"},
-        {"zero_key", "--zero-key"},
-        {"svg_stage", "--svg-stage"},
-        {"max_memory", "--max-memory"},
-        {"causal_align", "--causal-align"},
-        {"kv_heads", "--kv-heads"},
-        {"rope_base", "--rope-base"},
-        {"rope_dim", "--rope-dim"},
-        {"attn_mask_means", "--attn-mask-means"},
-        {"sink_keys", "--sink-keys"},
-    }};
-    for (const auto& [f, flag] : kSpelled)
-        if (f == field) return std::string(flag);
-    static constexpr std::string_view kSame[] = {
-        "heads",   "range",      "threads", "force",    "scale",  "temperature",
-        "stages",  "batch",      "head",    "cell",     "dump",   "html",
-        "svg",     "heatmap",    "panels",  "diagnose", "layout", "causal",
-        "dtype",   "x",          "memory",  "W_Q",      "W_K",    "W_V",
-        "W_O",     "b_Q",        "b_K",     "b_V",      "b_O",    "key_padding_mask",
-        "rope",    "alibi",      "window",  "softcap",  "axes",   "prefill",
-        "bug",     "checkpoint", "layer",   "preset",   "prefix", "qkv",
-        "summary", "topk",       "local",   "jsonl"};
-    for (std::string_view f : kSame)
-        if (f == field) return "--" + std::string(field);
-    return "{" + std::string(field) + "}";
+// Each option of `app`, its subcommands' and their option groups', until `f` says stop.
+bool visit_options(const CLI::App& app, const std::function<bool(const CLI::Option&)>& f) {
+    for (const CLI::Option* o : app.get_options())
+        if (f(*o)) return true;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+        if (visit_options(*sub, f)) return true;
+    return false;
+}
+
+}  // namespace
+
+std::string flag_of(const CLI::App& root, std::string_view field) {
+    // A field is its option's long name with '_' for '-': zero_key is --zero-key, W_Q is --W_Q.
+    std::string flag;
+    visit_options(root, [&](const CLI::Option& o) {
+        for (const std::string& name : o.get_lnames()) {
+            std::string as_field = name;
+            std::replace(as_field.begin(), as_field.end(), '-', '_');
+            if (as_field == field) return flag = "--" + name, true;
+        }
+        return false;
+    });
+    return flag.empty() ? "{" + std::string(field) + "}" : flag;
+}
+
+void note_given_options(CLI::App& cmd, std::set<std::string>& given) {
+    CLI::App* app = &cmd;
+    cmd.parse_complete_callback([app, &given] {
+        visit_options(*app, [&given](const CLI::Option& o) {
+            if (o.count() > 0) given.insert(o.get_name());
+            return false;
+        });
+    });
+}
+
+void later_options_replace(CLI::App* cmd) {
+    for (CLI::Option* opt : cmd->get_options())
+        if (opt->get_expected_max() == 1 && opt->get_type_size_max() == 1)
+            opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    for (CLI::App* group : cmd->get_subcommands([](CLI::App* a) { return a->get_name().empty(); }))
+        later_options_replace(group);
+}
+
+std::optional<std::string> parse_over(const RunOptions& o, const std::vector<std::string>& words, RunOptions& parsed,
+                                      bool single_dash) {
+    parsed = o;
+    CLI::App app;
+    CLI::App* run = setup_run(app, parsed);
+    run->allow_extras(false);
+    if (single_dash)
+        for (const std::string& word : words)
+            if (auto error = single_dash_error(*run, word)) return error;
+    // CLI11's App::parse(std::vector<std::string>&) takes the arguments last first (it pops
+    // them off the back as it reads), so the command line "run WORDS..." goes in reversed.
+    std::vector<std::string> args = {"run"};
+    args.insert(args.end(), words.begin(), words.end());
+    std::reverse(args.begin(), args.end());
+    try {
+        app.parse(args);
+    } catch (const CLI::ParseError& e) {
+        return parse_error_message(*run, e);
+    }
+    return std::nullopt;
 }
 
 }  // namespace attnscope::cli

@@ -5,31 +5,8 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/report/summary_report.hpp"
-#include "counts.hpp"
 
 namespace attnscope::cli {
-
-void add_long_options(CLI::App* run, RunOptions& o) {
-    auto* g = run->add_option_group("Long contexts (README: per-row summaries)");
-    g->add_flag("--summary", o.summary,
-                "Per row, tile by tile, never holding a (Tq, Tk) stage: entropy, effective keys, max weight and "
-                "key, top-k keys, sink and local mass, mean distance; per head a distance profile and class");
-    g->add_option("--topk", o.topk, "Keys (and weights) kept per row by --summary, largest first (implies --summary)")
-        ->check(count_in(0, 4096))
-        ->each([&o](const std::string&) { o.summary = true; })
-        ->capture_default_str();
-    g->add_option("--sink-keys", o.sink_keys, "--summary's sink mass: the weight on keys at positions 0..s-1")
-        ->check(count_in(0, kMaxPositions))
-        ->each([&o](const std::string&) { o.summary = true; })
-        ->capture_default_str();
-    g->add_option("--local", o.local, "--summary's local mass: the weight on keys at positions i-w < j <= i")
-        ->check(count_in(0, kMaxPositions))
-        ->each([&o](const std::string&) { o.summary = true; })
-        ->capture_default_str();
-    g->add_option("--jsonl", o.jsonl,
-                  "Line-delimited JSON into this file (- : standard output): a line per summary row and head, "
-                  "a line per dense stage, batch item and head");
-}
 
 JsonlOutput::JsonlOutput(const std::string& path, bool force, std::string source, const Dims& dims, bool batched)
     : out_(&std::cout), source_(std::move(source)), dims_(dims), batched_(batched) {

@@ -1,4 +1,4 @@
-// `attnscope run` for long contexts: --summary, --topk, --sink-keys, --local, --jsonl.
+// `attnscope run` for long contexts: --jsonl's output (the options: LongContextOptions).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,12 +11,8 @@
 #include "attnscope/core/attention.hpp"
 #include "attnscope/core/view.hpp"
 #include "attnscope/io/write.hpp"
-#include "run.hpp"
 
 namespace attnscope::cli {
-
-// The options, in their own group of `run`.
-void add_long_options(CLI::App* run, RunOptions& o);
 
 // --jsonl PATH (or - for standard output): one JSON object a line, written as computed;
 // a path is written under a temporary name and renamed by finish() (a run that fails or is

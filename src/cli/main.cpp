@@ -36,10 +36,12 @@ void clean_up_on_fatal_signals() {
     }
 }
 
-int fail(const attnscope::Error& e, int code) {
+// `e`'s fields spelled as the options of `app` spell them.
+int fail(const CLI::App& app, const attnscope::Error& e, int code) {
     // One line, nothing a terminal would act on: file names, labels and keys from the
     // input are echoed inside messages.
-    std::cerr << "attnscope: error: " << attnscope::escape_control(e.text(attnscope::cli::flag_of)) << '\n';
+    const auto spell = [&app](std::string_view field) { return attnscope::cli::flag_of(app, field); };
+    std::cerr << "attnscope: error: " << attnscope::escape_control(e.text(spell)) << '\n';
     return code;
 }
 
@@ -82,11 +84,11 @@ int main(int argc, char** argv) {
                   << escape_control(cli::parse_error_message(chosen.empty() ? app : *chosen[0], e)) << '\n';
         return 2;
     } catch (const InputError& e) {
-        return fail(e, 2);
+        return fail(app, e, 2);
     } catch (const UsageError& e) {
-        return fail(e, 2);
+        return fail(app, e, 2);
     } catch (const RuntimeFailure& e) {
-        return fail(e, 1);
+        return fail(app, e, 1);
     } catch (const std::bad_alloc&) {
         std::cerr << "attnscope: error: out of memory\n";
         return 1;

@@ -19,7 +19,7 @@
 #include "attnscope/io/read.hpp"
 #include "attnscope/io/write.hpp"
 #include "attnscope/model/model.hpp"
-#include "counts.hpp"
+#include "help.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
 
@@ -27,13 +27,8 @@ namespace attnscope::cli {
 namespace {
 
 struct ReportArgs {
-    RunOptions run;  // model and mask options, --max-memory, --threads
+    RunOptions run;  // model and mask options, --max-memory, --threads; --html, --force, --full, --range, --log-scale
     std::vector<std::string> bundles;
-    std::string html;
-    bool force = false;
-    bool full = false;
-    std::string range = "auto";
-    bool log_scale = false;
 };
 
 // One computed layer, kept alive behind a type-erased handle.
@@ -146,9 +141,9 @@ int run_report(ReportArgs& a) {
         return o;
     }());
     FigureOptions figure;
-    figure.full = a.full;
-    figure.range = parse_range(a.range, a.log_scale);
-    check_output_target(a.html, a.force, a.html);
+    figure.full = a.run.full;
+    figure.range = parse_range(a.run.range, a.run.log_scale);
+    check_output_target(a.run.html, a.run.force, a.run.html);
     const std::size_t limit = memory_limit(a.run);
     std::vector<Layer> layers;
     std::vector<std::string> names;
@@ -157,13 +152,13 @@ int run_report(ReportArgs& a) {
         o.bundle = b.path;
         Spec layer_spec = spec;  // with the bundle's own config under the command line's (load_inputs)
         const Bundle bundle = load_inputs(o, limit, layer_spec);
-        layers.push_back(o.dtype == "float32" ? compute<float>(bundle, layer_spec, o.threads, limit)
-                                              : compute<double>(bundle, layer_spec, o.threads, limit));
+        layers.push_back(o.dtype == Precision::float32 ? compute<float>(bundle, layer_spec, o.threads, limit)
+                                                       : compute<double>(bundle, layer_spec, o.threads, limit));
         names.push_back(b.name);
     }
     std::vector<const TraceView*> views;
     for (const Layer& l : layers) views.push_back(&l.view);
-    AtomicTextFile f(a.html, a.force);
+    AtomicTextFile f(a.run.html, a.run.force);
     write_model_html(f, views, names, figure);
     f.commit();
     return 0;
@@ -181,17 +176,21 @@ Subcommand setup_report_command(CLI::App& parent) {
                     "Bundles, one per row (.npz or .json), or directories searched for them (capture folders "
                     "OUT/NAME/callN.npz)")
         ->required();
-    cmd->add_option("--html", a->html, "The HTML page to write")->required();
-    add_model_options(cmd, a->run);
-    note_given_options(cmd, a->run);  // they override each bundle's config
-    cmd->add_flag("--force", a->force, "Replace an existing --html file");
-    cmd->add_flag("--full", a->full, "Draw every cell (without it, the ends of an axis longer than 2048)");
-    cmd->add_option("--range", a->range, "Colour scale: auto, fixed, row or LO,HI (as run's --range)")
-        ->capture_default_str();
-    cmd->add_flag("--log-scale", a->log_scale, "Colour the weights by log10 (as run's --log-scale)");
-    cmd->add_option("--max-memory", a->run.max_memory, "Refuse inputs needing more memory than this (e.g. 8G)");
-    cmd->add_option("--threads", a->run.threads, "Compute threads (default: every core)")
-        ->check(count_in(1, kMaxThreads));
+    RunOptions& o = a->run;
+    cmd->add_option("--html", o.html, "The HTML page to write")->required()->group(kOutputs);
+    o.ModelOptions::add(*cmd);
+    o.MaskOptions::add(*cmd);
+    o.ModernOptions::add(*cmd);
+    note_given_options(*cmd, o.given);  // they override each bundle's config
+    cmd->add_flag("--force", o.force, "Replace an existing --html file")->group(kOutputs);
+    cmd->add_flag("--full", o.full, "Draw every cell (without it, the ends of an axis longer than 2048)")
+        ->group(kViews);
+    cmd->add_option("--range", o.range, "Colour scale: auto, fixed, row or LO,HI (as run's --range)")
+        ->capture_default_str()
+        ->group(kViews);
+    cmd->add_flag("--log-scale", o.log_scale, "Colour the weights by log10 (as run's --log-scale)")->group(kViews);
+    o.LimitOptions::add(
+        *cmd, {"Refuse inputs needing more memory than this (e.g. 8G)", "Compute threads (default: every core)"});
     return {cmd, [a] { return run_report(*a); }};
 }
 

@@ -28,8 +28,9 @@ Subcommand setup_tokens_command(CLI::App& parent);   // tokens.cpp
 inline constexpr SetupFn kSubcommands[] = {setup_run_command,     setup_check_command,  setup_decode_command,
                                            setup_inspect_command, setup_report_command, setup_tokens_command};
 
-// The command-line spelling of a field named in a library message ("zero_key" ->
-// "--zero-key"); an unknown field keeps its braces.
-std::string flag_of(std::string_view field);
+// The command-line spelling of a field named in a library message, as the option tree
+// under `root` spells it ("zero_key" -> "--zero-key"); an unknown field keeps its braces
+// (flags.cpp).
+std::string flag_of(const CLI::App& root, std::string_view field);
 
 }  // namespace attnscope::cli

@@ -1,0 +1,134 @@
+// `run --compare 'OPTIONS'`: run A as the command line says, run B as A with OPTIONS
+// applied on top, and how every stage of B differs from A's (analysis/compare.hpp).
+#include "attnscope/analysis/compare.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/core/view.hpp"
+#include "attnscope/report/report.hpp"
+#include "run.hpp"
+
+namespace attnscope::cli {
+namespace {
+
+// The words of --compare, split at spaces and tabs (no quoting: an option's value is one word).
+std::vector<std::string> split_words(const std::string& s) {
+    std::vector<std::string> out;
+    std::string w;
+    for (char c : s) {
+        if (c == ' ' || c == '\t') {
+            if (!w.empty()) out.push_back(w), w.clear();
+        } else {
+            w += c;
+        }
+    }
+    if (!w.empty()) out.push_back(w);
+    return out;
+}
+
+// Run B: a copy of run A's options with the delta applied. The delta is parsed as run's own
+// options by a fresh `run` command whose fields start as A's values (parse_over), so an
+// option it gives replaces A's value (the later value wins, as on one command line) and
+// every other option keeps A's; a delta that names --compare again is refused.
+RunOptions second_run(const RunOptions& a, const std::vector<std::string>& delta) {
+    RunOptions copy = a;
+    copy.compare.clear();
+    RunOptions b;
+    if (const auto error = parse_over(copy, delta, b, true))
+        throw UsageError("--compare '" + a.compare + "': " + *error);
+    if (!b.compare.empty()) throw UsageError("--compare: cannot be nested");
+    return b;
+}
+
+// A computed run with every stage, kept alive behind a type-erased handle.
+struct Held {
+    TraceView view;
+    std::shared_ptr<void> keep;
+};
+
+template <typename T>
+Held compute_all(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit) {
+    auto state = std::make_shared<std::pair<Problem<T>, Trace<T>>>();
+    state->first = problem_of<T>(o, bundle, spec, limit);
+    Compute how;
+    how.threads = o.threads;
+    check_memory_limit(bundle, state->first, how, limit);
+    state->second = attend(state->first, how);
+    return {view_of(bundle.source, state->first, state->second), state};
+}
+
+Held compute_all(const RunOptions& o, std::size_t limit) {
+    Spec spec = spec_of(o);
+    const Bundle bundle = load_inputs(o, limit, spec);
+    return o.dtype == Precision::float32 ? compute_all<float>(o, bundle, spec, limit)
+                                         : compute_all<double>(o, bundle, spec, limit);
+}
+
+void print_table(const std::vector<std::vector<std::string>>& table) {
+    std::vector<std::size_t> width(table[0].size(), 0);
+    for (const auto& r : table)
+        for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+    for (const auto& r : table) {
+        std::cout << "  ";
+        for (std::size_t c = 0; c < r.size(); ++c) std::cout << r[c] << std::string(width[c] - r[c].size() + 2, ' ');
+        std::cout << '\n';
+    }
+}
+
+std::string number(const char* format, double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, format, v);
+    return buf;
+}
+
+// The table of differences: a row per stage. Where a mask changed, some differences are
+// infinite: two more columns say how many, and the mean of the others.
+std::vector<std::vector<std::string>> diff_table(const std::vector<StageDiff>& diffs) {
+    const bool infinite = std::any_of(diffs.begin(), diffs.end(), [](const StageDiff& d) { return d.infinite > 0; });
+    std::vector<std::vector<std::string>> table = {
+        {"stage", "shape A", "shape B", "max |A - B|", "at", "mean |A - B|"}};
+    if (infinite) table[0].insert(table[0].end(), {"inf cells", "finite mean"});
+    for (const StageDiff& d : diffs) {
+        std::vector<std::string> row = {stage_name(d.id), shape_str(d.shape_a), shape_str(d.shape_b)};
+        if (!d.same_shape)
+            row.insert(row.end(), {"(shapes differ)", "", ""});
+        else
+            row.insert(row.end(),
+                       {number("%.4g", d.max_abs), d.at.empty() ? "" : shape_str(d.at), number("%.4g", d.mean_abs)});
+        if (infinite && d.same_shape)
+            row.insert(row.end(), {std::to_string(d.infinite), number("%.4g", d.finite_mean_abs)});
+        table.push_back(row);
+    }
+    return table;
+}
+
+}  // namespace
+
+int run_compare(const RunOptions& a) {
+    const auto delta = split_words(a.compare);
+    const RunOptions b = second_run(a, delta);
+    const std::size_t limit = memory_limit(a);
+    const Held A = compute_all(a, limit), B = compute_all(b, limit);
+    if (a.json) {
+        write_compare_json(std::cout, delta, A.view.scale, B.view.scale, compare_stages(A.view, B.view));
+    } else {
+        std::cout << "attnscope: compare  A = run " << escape_control(a.bundle.empty() ? "<options>" : a.bundle)
+                  << "  vs  B = A +";
+        for (const auto& w : delta) std::cout << ' ' << w;
+        std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale << " ("
+                  << B.view.scale_source << ")\n\n";
+        print_table(diff_table(compare_stages(A.view, B.view)));
+        std::cout << "  (inf where one run has -inf and the other a number: a mask changed)\n";
+    }
+    std::cout.flush();
+    if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
+    return 0;
+}
+
+}  // namespace attnscope::cli

@@ -1,0 +1,117 @@
+// Options that contradict each other, one row each: when it applies, the option the
+// message blames, and the message. A contradiction is refused, never resolved in silence.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/core/view.hpp"
+#include "options.hpp"
+
+namespace attnscope::cli {
+namespace {
+
+struct Conflict {
+    Scope scope;
+    bool (*when)(const RunOptions&);
+    const char* flag;  // "FLAG: MESSAGE"
+    std::string message;
+    std::string (*value)(const RunOptions&) = nullptr;  // replaces "{}" in the message
+};
+
+using O = RunOptions;
+
+// --compare prints a table (or with --json a document) of differences; the outputs and
+// views of a single run have no meaning there.
+std::string single_run(const char* flag) {
+    return std::string("prints the differences of two runs; ") + flag +
+           " belongs to a single run (run it without --compare)";
+}
+
+// --json replaces the printed report: its views are refused, never dropped in silence.
+const char* const kTextView =
+    "a view of the printed report, which --json replaces; run it without --json (the JSON holds every number it "
+    "shows)";
+
+const char* const kNoRope = "has no effect without --rope";
+
+const char* const kDecodeSelection =
+    "decode's selections choose the rows of the text view; --json and --dump hold every batch item and head";
+
+// --panels draws the chosen among scores, masked_scores and weights: one at least.
+bool panels_draw_nothing(const O& o) {
+    if (!o.panels || o.stages.empty() || o.stages == "all") return false;
+    const auto chosen = parse_stage_list(o.stages);
+    return std::none_of(chosen.begin(), chosen.end(),
+                        [](const std::string& s) { return s == "scores" || s == "masked_scores" || s == "weights"; });
+}
+
+// The rows, in the order they are checked.
+const std::vector<Conflict>& conflicts() {
+    static const std::vector<Conflict> kRows = {
+        {Scope::every, [](const O& o) { return !o.scale_text.empty() && o.temperature != 1; }, "--temperature",
+         "contradicts --scale; give one of them"},
+        {Scope::every, [](const O& o) { return o.rope_base && !o.rope; }, "--rope-base", kNoRope},
+        {Scope::every, [](const O& o) { return o.rope_dim && !o.rope; }, "--rope-dim", kNoRope},
+        {Scope::every, [](const O& o) { return o.rope_style && !o.rope; }, "--rope-style", kNoRope},
+        // The alignment places the queries: it matters to the causal mask, and to anything
+        // else that reads positions (RoPE, ALiBi, a window).
+        {Scope::every,
+         [](const O& o) {
+             return o.causal_align != CausalAlign::top_left && !o.causal && !o.rope && !o.alibi && !o.window;
+         },
+         "--causal-align", "has no effect without --causal (or --rope, --alibi, --window)"},
+        {Scope::every, [](const O& o) { return !o.qkv.empty() && !o.checkpoint.empty(); }, "--qkv",
+         "starts the run at Q, K and V; --checkpoint's weights would not be used"},
+        {Scope::every, [](const O& o) { return !o.axes.empty() && o.qkv.empty(); }, "--axes",
+         "says how --qkv's arrays are laid out; give --qkv FILE"},
+        {Scope::every, [](const O& o) { return o.bundle.empty() && o.array_files.empty() && o.qkv.empty() && o.model_text.model.empty();
+         }, "run",
+         "expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ..."},
+
+        {Scope::run, [](const O& o) { return o.json && o.explain; }, "--explain", kTextView},
+        {Scope::run, [](const O& o) { return o.json && !o.cell.empty(); }, "--cell", kTextView},
+        {Scope::run, [](const O& o) { return o.json && o.heatmap; }, "--heatmap", kTextView},
+        {Scope::run, [](const O& o) { return o.json && o.panels; }, "--panels", kTextView},
+        {Scope::run, panels_draw_nothing, "--panels",
+         "draws scores, masked_scores and weights; --stages {} names none of them",
+         [](const O& o) { return o.stages; }},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.dump.empty(); }, "--compare",
+         single_run("--dump")},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.html.empty(); }, "--compare",
+         single_run("--html")},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.svg.empty(); }, "--compare", single_run("--svg")},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && o.heatmap; }, "--compare", single_run("--heatmap")},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && o.panels; }, "--compare", single_run("--panels")},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && o.explain; }, "--compare", single_run("--explain")},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && o.diagnose; }, "--compare",
+         single_run("--diagnose")},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.cell.empty(); }, "--compare",
+         single_run("--cell")},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.stages.empty(); }, "--compare",
+         single_run("--stages")},
+
+        {Scope::decode, [](const O& o) { return o.given.count("--causal") && !o.causal; }, "--no-causal",
+         "decode is causal by construction (a step sees only the cache: its own position and those before)"},
+        {Scope::decode, [](const O& o) { return o.json && o.heatmap; }, "--heatmap",
+         "a text view; --json gives every weight row as numbers"},
+        {Scope::decode, [](const O& o) { return !o.batches.empty() && (o.json || !o.dump.empty()); }, "--batch",
+         kDecodeSelection},
+        {Scope::decode, [](const O& o) { return !o.heads_shown.empty() && (o.json || !o.dump.empty()); }, "--head",
+         kDecodeSelection},
+    };
+    return kRows;
+}
+
+}  // namespace
+
+void check_conflicts(const RunOptions& o, Scope scope) {
+    for (const Conflict& c : conflicts()) {
+        if (c.scope != scope || !c.when(o)) continue;
+        std::string message = c.message;
+        if (c.value) message.replace(message.find("{}"), 2, c.value(o));
+        throw UsageError(std::string(c.flag) + ": " + message);
+    }
+}
+
+}  // namespace attnscope::cli

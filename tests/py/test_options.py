@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""The options as groups (issue 22, item 1): every row of the table of options that
+contradict each other is refused with its message; choices are typed, and a number
+standing for a choice is still refused; a library message names an option as the
+command line spells it; each command lists its limits under Limits.
+
+The expected messages are the command line's contract (the help and the issue say which
+options need which); they are written here, never taken from attnscope.
+
+    /usr/bin/python3 tests/py/test_options.py          (env ATTNSCOPE_BIN, ATTNSCOPE_ROOT)
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import BIN, ROOT, CliTestCase  # noqa: E402
+
+BUNDLE = "data/sentence.json"
+NO_ROPE = "has no effect without --rope"
+TEXT_VIEW = ("a view of the printed report, which --json replaces; run it without --json (the JSON holds every "
+             "number it shows)")
+DECODE_SELECTION = ("decode's selections choose the rows of the text view; --json and --dump hold every batch item "
+                    "and head")
+
+
+def run_root(*args):
+    proc = subprocess.run([str(BIN)] + [str(a) for a in args], cwd=ROOT, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, encoding="utf-8")
+    return common.Result([str(a) for a in args], proc)
+
+
+class Conflicts(CliTestCase):
+    """Each row of the table: the options given together, and the one line that refuses them."""
+    run_together = True
+
+    def assert_refused(self, args, line):
+        r = run_root(*args)
+        self.assertEqual((r.code, r.out, r.err), (2, "", f"attnscope: error: {line}\n"), r)
+
+    def test_the_model_options_that_need_another(self):
+        rows = [
+            (["--scale", "0.5", "--temperature", "2"], "--temperature: contradicts --scale; give one of them"),
+            (["--rope-base", "500"], f"--rope-base: {NO_ROPE}"),
+            (["--rope-dim", "2"], f"--rope-dim: {NO_ROPE}"),
+            (["--rope-style", "interleaved"], f"--rope-style: {NO_ROPE}"),
+            (["--causal-align", "bottom-right"],
+             "--causal-align: has no effect without --causal (or --rope, --alibi, --window)"),
+        ]
+        for extra, line in rows:
+            with self.subTest(extra=extra):
+                self.assert_refused(["run", BUNDLE] + extra, line)
+        # Anything that reads positions gives the alignment a meaning.
+        for extra in (["--causal"], ["--rope"], ["--alibi"], ["--window", "2"]):
+            with self.subTest(extra=extra):
+                self.assertEqual(run_root("run", BUNDLE, "--causal-align", "bottom-right", *extra, "-q").code, 0)
+
+    def test_the_inputs_that_exclude_each_other(self):
+        self.assert_refused(["run", "--qkv", "mine.npz", "--checkpoint", "model.safetensors"],
+                            "--qkv: starts the run at Q, K and V; --checkpoint's weights would not be used")
+        self.assert_refused(["run", BUNDLE, "--axes", "q=bthd"],
+                            "--axes: says how --qkv's arrays are laid out; give --qkv FILE")
+        self.assert_refused(["run"], "run: expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ...")
+
+    def test_a_bundles_config_meets_the_same_rows(self):
+        data = json.loads((ROOT / BUNDLE).read_text(encoding="utf-8"))
+        data["config"] = {"rope_base": 500}
+        path = self.save_json("config.json", data)
+        self.assert_refused(["run", path], f"--rope-base: {NO_ROPE}")
+
+    def test_the_views_of_the_printed_report_with_json(self):
+        for extra, flag in ((["--explain"], "--explain"), (["--cell", "0,0,0"], "--cell"),
+                            (["--heatmap"], "--heatmap"), (["--panels"], "--panels")):
+            with self.subTest(flag=flag):
+                self.assert_refused(["run", BUNDLE, "--json"] + extra, f"{flag}: {TEXT_VIEW}")
+
+    def test_panels_with_stages_it_does_not_draw(self):
+        self.assert_refused(["run", BUNDLE, "--panels", "--stages", "Q,K"],
+                            "--panels: draws scores, masked_scores and weights; --stages Q,K names none of them")
+        self.assertEqual(run_root("run", BUNDLE, "--panels", "--stages", "Q,weights").code, 0)
+
+    def test_the_outputs_and_views_of_a_single_run_with_compare(self):
+        for extra, flag in ((["--dump", self.path("d")], "--dump"), (["--html", self.path("r.html")], "--html"),
+                            (["--svg", self.path("w.svg")], "--svg"), (["--heatmap"], "--heatmap"),
+                            (["--panels"], "--panels"), (["--explain"], "--explain"), (["--diagnose"], "--diagnose"),
+                            (["--cell", "0,0,0"], "--cell"), (["--stages", "weights"], "--stages")):
+            with self.subTest(flag=flag):
+                self.assert_refused(["run", BUNDLE, "--compare", "--scale none"] + extra,
+                                    f"--compare: prints the differences of two runs; {flag} belongs to a single run "
+                                    "(run it without --compare)")
+        self.assertFalse(self.path("d").exists())
+
+    def test_decode(self):
+        decode = ["decode", "data/causal.json", "--prefill", "1"]
+        self.assert_refused(decode + ["--no-causal"],
+                            "--no-causal: decode is causal by construction (a step sees only the cache: its own "
+                            "position and those before)")
+        self.assert_refused(decode + ["--json", "--heatmap"],
+                            "--heatmap: a text view; --json gives every weight row as numbers")
+        self.assert_refused(decode + ["--batch", "0", "--json"], f"--batch: {DECODE_SELECTION}")
+        self.assert_refused(decode + ["--head", "0", "--dump", self.path("d.npz")], f"--head: {DECODE_SELECTION}")
+        self.assertFalse(self.path("d.npz").exists())
+        # --causal says what decode does anyway; the later of --no-causal and --causal wins.
+        self.assertEqual(run_root(*decode, "--no-causal", "--causal", "-q").code, 0)
+
+
+class TypedChoices(CliTestCase):
+    """A choice is one of its names: the number an enum holds inside is no name."""
+    run_together = True
+
+    def test_every_name_is_accepted_and_a_number_is_refused(self):
+        choices = {"--dtype": ["float32", "float64"], "--layout": ["math", "torch"],
+                   "--color": ["auto", "always", "never"], "--causal-align": ["top-left", "bottom-right"],
+                   "--rope-style": ["half", "interleaved"]}
+        for flag, names in choices.items():
+            for name in names:
+                with self.subTest(flag=flag, name=name):
+                    r = run_root("run", BUNDLE, "--causal", "--rope", flag, name, "-q")
+                    self.assertEqual((r.code, r.err), (0, ""), r)
+            with self.subTest(flag=flag, name="0"):
+                r = run_root("run", BUNDLE, "--rope", flag, "0")
+                self.assertEqual(r.code, 2, r)
+                self.assertEqual(r.err, f"attnscope: error: {flag}: unknown value '0' (expected one of: "
+                                        f"{', '.join(names + (['tl'] if flag == '--layout' else []))})\n")
+
+    def test_a_wrong_name_gets_the_nearest(self):
+        r = run_root("run", BUNDLE, "--dtype", "float16")
+        self.assertEqual(r.err, "attnscope: error: --dtype: unknown value 'float16'; did you mean float32? "
+                                "(expected one of: float32, float64)\n")
+
+    def test_the_choice_is_used(self):
+        # The JSON's config says which precision ran.
+        for name in ("float32", "float64"):
+            r = run_root("run", BUNDLE, "--dtype", name, "--json", "--stages", "weights")
+            self.assertEqual(r.code, 0, r)
+            self.assertIn(name, json.dumps(json.loads(r.out)["config"]))
+
+
+class Spelling(CliTestCase):
+    """A library message names a field; the command line shows the option that sets it."""
+    run_together = True
+
+    def test_fields_are_spelled_as_their_options(self):
+        r = run_root("run", BUNDLE, "--heads", "2", "--kv-heads", "3")
+        self.assertEqual(r.code, 2, r)
+        self.assertTrue(r.err.startswith("attnscope: error: --kv-heads 3: does not divide --heads 2"), r)
+        r = run_root("run", BUNDLE, "--max-memory", "1x")
+        self.assertEqual(r.err, "attnscope: error: --max-memory: expected a size such as 8G, 512M or 1000000, "
+                                "found '1x'\n")
+
+    def test_limits_are_listed_under_limits_by_every_command_that_computes(self):
+        for command in ("run", "check", "decode", "report"):
+            with self.subTest(command=command):
+                help_text = run_root(command, "--help").out
+                limits = help_text.split("\nLimits:\n", 1)[1].split("\n\n", 1)[0]
+                self.assertIn("--max-memory SIZE", limits)
+                self.assertIn("--threads N", limits)
+                self.assertEqual(help_text.count("--max-memory"), 1)
+
+
+if __name__ == "__main__":
+    common.main("attnscope options as groups (issue 22)")

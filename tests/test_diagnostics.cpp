@@ -276,3 +276,22 @@ TEST_CASE("views: the diagnostics table heads the entropy ent, not H, and gives 
     }
     CHECK(contains(text, "share of the context"));
 }
+
+TEST_CASE("views: a key hidden by a -inf bias is unseen, whatever masked_scores' formula says") {
+    // One query, two keys; the float attn_mask hides key 1 (-inf), keeps key 0 (+0.5).
+    Bundle b = bundle({{"x", arr({1, 1, 2}, {1, 0})},
+                       {"memory", arr({1, 2, 2}, {1, 0, 0, 1})},
+                       {"W_Q", eye(2)},
+                       {"W_K", eye(2)},
+                       {"W_V", eye(2)},
+                       {"attn_mask", arr({1, 2}, {0.5, -kInf})}});
+    Spec s;
+    Compute how;
+    how.keep = StageSet().set(kMaskedScores).set(kWeights);  // no bias stage kept
+    auto c = compute(b, s, how);
+    TraceView v = c->view;
+    CHECK(v.has_bias());
+    for (StageView& st : v.stages) st.formula = "reworded";
+    CHECK(key_seen(v, 0, 0, 0, 0));
+    CHECK_FALSE(key_seen(v, 0, 0, 0, 1));
+}

@@ -171,3 +171,33 @@ TEST_CASE("views: explain_stage gives the score range before and after scaling")
         CHECK(hi == doctest::Approx(dhi).epsilon(1e-3));
     }
 }
+
+TEST_CASE("views: explain asks the run's facts (W_O, b_O), never the formula's words") {
+    std::mt19937 rng(22);
+    for (int variant = 0; variant < 3; ++variant) {  // no W_O; W_O; W_O and b_O
+        CAPTURE(variant);
+        Bundle b;
+        b.source = "test";
+        b.arrays["x"] = random_array(rng, {1, 3, 4});
+        b.arrays["W_Q"] = random_array(rng, {4, 4});
+        b.arrays["W_K"] = random_array(rng, {4, 4});
+        b.arrays["W_V"] = random_array(rng, {4, 4});
+        if (variant >= 1) b.arrays["W_O"] = random_array(rng, {4, 3});
+        if (variant == 2) b.arrays["b_O"] = random_array(rng, {3});
+        Spec s;
+        s.heads = 2;
+        Compute how;
+        how.keep = all_stages();
+        auto c = compute(b, s, how);
+        TraceView v = c->view;
+        CHECK(v.has_out_proj == (variant >= 1));
+        CHECK(v.has_out_bias == (variant == 2));
+        // The formula is display text: rewording it changes no explanation.
+        for (StageView& st : v.stages) st.formula = "reworded";
+        const std::string out = joined(explain_stage(v, v.stage("output")));
+        CHECK(contains(out, "then · W_O: ") == (variant >= 1));
+        const std::string ho = joined(explain_stage(v, v.stage("head_output")));
+        CHECK(contains(ho, "without W_O") == (variant == 0));
+        CHECK(contains(ho, "is b_O[0]") == (variant == 2));
+    }
+}

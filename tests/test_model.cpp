@@ -294,3 +294,35 @@ TEST_CASE("model: nn.MultiheadAttention's (B·H, Tq, Tk) attn_mask is the (B, H,
                          "(B, H, Tq, Tk) with B = 3, H = 2, found (5, 2, 4)",
                          InputError);
 }
+
+TEST_CASE("model: the stage table's element count of each stage is the size of its tensor") {
+    std::mt19937 rng(5);
+    // grouped-query (G = 2 < H = 4), cross (Tk != Tq), RoPE, ALiBi, sinks, W_O: every stage
+    Bundle b;
+    b.source = "test";
+    b.arrays["x"] = random_array(rng, {2, 3, 8});
+    b.arrays["memory"] = random_array(rng, {2, 5, 6});
+    b.arrays["W_Q"] = random_array(rng, {8, 4 * 2});
+    b.arrays["W_K"] = random_array(rng, {6, 2 * 2});
+    b.arrays["W_V"] = random_array(rng, {6, 2 * 3});
+    b.arrays["W_O"] = random_array(rng, {4 * 3, 7});
+    b.arrays["sinks"] = random_array(rng, {4});
+    Spec s;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.alibi = true;
+    s.rope = Rope{};
+    Compute how;
+    how.keep = all_stages();
+    const Problem<double> p = make_problem<double>(b, s);
+    const Trace<double> tr = attend(p, how);
+    const TraceView v = view_of("test", p, tr);
+    CHECK(v.stages.size() == std::size_t(kStageCount));
+    for (const StageView& st : v.stages) {
+        CAPTURE(st.name);
+        CHECK(stage_info(st.id).elements(p.dims) == st.size());
+    }
+    Dims huge = p.dims;
+    huge.Tq = huge.Tk = std::size_t(1) << 40;
+    CHECK(stage_info(kScores).elements(huge) == std::numeric_limits<std::size_t>::max());  // saturates
+}

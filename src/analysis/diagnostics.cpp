@@ -19,7 +19,7 @@ bool key_seen(const TraceView& v, std::size_t b, std::size_t h, std::size_t i, s
     constexpr double neg_inf = -std::numeric_limits<double>::infinity();
     if (const StageView* bias = v.find(kBias)) return at(*bias) != neg_inf;
     const StageView* m = v.find(kMaskedScores);
-    if (m && m->formula.find("+ bias") != std::string::npos) return at(*m) != neg_inf;
+    if (m && v.has_bias()) return at(*m) != neg_inf;
     return true;
 }
 

@@ -11,6 +11,7 @@
 #include "attnscope/base/errors.hpp"
 #include "blas.hpp"
 #include "kernels.hpp"
+#include "steps.hpp"
 
 namespace attnscope {
 
@@ -231,12 +232,6 @@ template <typename T>
 Decoder<T>::Decoder(const Problem<T>& p, DecodeBug bug)
     : p_(p), bug_(bug), cache_(p.dims.B, p.dims.G, p.dims.Dk, p.dims.Dv) {
     cache_.reserve(p.dims.Tq);  // the final length is known: no growth at all
-    if (p.rope_dim) {
-        // The same arithmetic as attend()'s RoPE, in the run's precision.
-        const std::size_t R = p.rope_dim;
-        inv_freq_.resize(R / 2);
-        for (std::size_t j = 0; j < R / 2; ++j) inv_freq_[j] = T(1) / std::pow(T(p.spec.rope->base), T(2 * j) / T(R));
-    }
 }
 
 template <typename T>
@@ -272,26 +267,12 @@ void Decoder<T>::project_token(std::size_t t) {
     ++projected_;
 }
 
-// RoPE on flat rows (B, heads*Dk), every batch item at `position`: in each head's first R
-// features, pair (j, j + R/2) (half) or (2j, 2j + 1) (interleaved) turns by position · inv_freq_j.
+// RoPE on flat rows (B, heads*Dk), every batch item at `position` (steps.hpp, as attend()).
 template <typename T>
 void Decoder<T>::rotate(T* rows, std::size_t heads, long long position) const {
-    const std::size_t R = p_.rope_dim, half = R / 2, Dk = p_.dims.Dk;
-    if (!R) return;
-    const bool interleaved = p_.spec.rope->style == RopeStyle::interleaved;
-    for (std::size_t b = 0; b < p_.dims.B; ++b)
-        for (std::size_t j = 0; j < half; ++j) {
-            const T angle = T(position) * inv_freq_[j];
-            const T c = std::cos(angle), sn = std::sin(angle);
-            for (std::size_t h = 0; h < heads; ++h) {
-                T* row = rows + (b * heads + h) * Dk;
-                T& x1 = row[interleaved ? 2 * j : j];
-                T& x2 = row[interleaved ? 2 * j + 1 : j + half];
-                const T a = x1, b2 = x2;
-                x1 = a * c - b2 * sn;
-                x2 = b2 * c + a * sn;
-            }
-        }
+    if (!p_.rope_dim) return;
+    const steps::RopeRotation<T> rotation(*p_.spec.rope, p_.rope_dim);
+    for (std::size_t b = 0; b < p_.dims.B; ++b) rotation(rows + b * heads * p_.dims.Dk, heads, p_.dims.Dk, position);
 }
 
 // The mask rule of one query against `keys` cached keys: key padding over those keys,
@@ -332,16 +313,18 @@ void Decoder<T>::attend_row(DecodeStep<T>& s, std::size_t b, std::size_t h, cons
     const bool* visible = &s.mask(b, 0, 0);  // the step's mask rule, asked once per batch item
     gemm<T>(false, true, 1, keys, Dk, p_.scale, q_.data() + b * H * Dk + h * Dk, H * Dk, cache_.keys(b, g), Dk, T(0), S,
             keys);
-    const bool softcap = p_.spec.softcap.has_value();
-    const T cap = softcap ? T(*p_.spec.softcap) : T(1);
-    if (softcap || p_.alibi_slopes) {
-        const long long qp = rule.query_position(b, 0);
-        for (std::size_t j = 0; j < keys; ++j) {
-            T v = S[j];
-            if (softcap) v = cap * std::tanh(v / cap);
-            if (p_.alibi_slopes) v += (*p_.alibi_slopes)(h)*T(rule.key_position(b, j) - qp);
-            S[j] = v;
+    const auto rewrite = steps::LogitRewrite<T>::of(p_);
+    if (rewrite.cap || p_.alibi_slopes) {
+        const T* bias = nullptr;
+        if (p_.alibi_slopes) {  // ALiBi at the step rule's positions (a bug may move the query)
+            bias_.resize(keys);
+            const long long qp = rule.query_position(b, 0);
+            for (std::size_t j = 0; j < keys; ++j)
+                bias_[j] = alibi_term((*p_.alibi_slopes)(h), rule.key_position(b, j), qp);
+            bias = bias_.data();
         }
+        // (the step's mask is its own output: a -inf term is left to the softmax)
+        rewrite(S, bias, nullptr, false, S, keys);
     }
     const bool any =
         p_.sinks ? kernels::sink_softmax_row(S, visible, static_cast<T*>(nullptr), W, keys, (*p_.sinks)(h), share)

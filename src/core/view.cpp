@@ -80,8 +80,100 @@ std::vector<std::string> parse_stage_list(const std::string& list) {
     return ordered;
 }
 
+namespace {
+
+// The words after "with " in Q_rot's and K_rot's formulas.
 template <typename T>
-TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>& tr) {
+std::string rope_words(const Problem<T>& p) {
+    char base[32];
+    std::snprintf(base, sizeof base, "%g", p.spec.rope->base);
+    return std::string(p.spec.rope->style == RopeStyle::half ? "pairs (j, j + R/2)" : "pairs (2j, 2j + 1)") +
+           " of the first R = " + std::to_string(p.rope_dim) + " features rotated by position · " + base + "^(-2j/R)";
+}
+
+// masked_scores' formula: softcap(scores) + bias, -inf where the mask is false.
+template <typename T>
+std::string masked_words(const Problem<T>& p) {
+    std::string logits = "scores";
+    if (p.spec.softcap) {
+        char cap[32];
+        std::snprintf(cap, sizeof cap, "%g", *p.spec.softcap);
+        logits = std::string(cap) + " · tanh(scores / " + cap + ")";
+    }
+    if (p.has_bias()) logits += " + bias";
+    return logits + ", -inf where mask is false";
+}
+
+// The projections' formulas: given (run --qkv) or x / memory times a weight (+ bias),
+// K and V split into K/V heads.
+template <typename T>
+std::string projection_words(Stage id, const Problem<T>& p, const Dims& d) {
+    auto plus = [](const auto& bias, const char* name) { return bias ? std::string(" + ") + name : std::string(); };
+    const bool given = p.given_q.has_value();  // run --qkv: Q, K, V read, not projected
+    const std::string src = p.cross ? "memory" : "x";
+    const std::string kv_split = d.G != d.H
+                                     ? ", split into " + std::to_string(d.G) + " K/V head" + (d.G > 1 ? "s" : "") +
+                                           ", each serving " + std::to_string(d.group()) + " query heads"
+                                     : ", split into heads";
+    if (id == kQ)
+        return given ? "given (" + p.given_from + "), split into heads"
+                     : "x · W_Q" + plus(p.b_Q, "b_Q") + ", split into heads";
+    if (id == kK)
+        return (given ? std::string("given") : src + " · W_K" + plus(p.b_K, "b_K")) + kv_split +
+               (p.spec.zero_key ? " (key " + std::to_string(*p.spec.zero_key) + " set to 0: --zero-key)" : "");
+    return (given ? std::string("given") : src + " · W_V" + plus(p.b_V, "b_V")) + kv_split;
+}
+
+// Stage id's formula in words, for this run (the one place formulas are written).
+template <typename T>
+std::string formula_of(Stage id, const Problem<T>& p, const Trace<T>& tr) {
+    const bool gqa = tr.dims.G != tr.dims.H, wo = p.W_O.has_value(), bo = wo && p.b_O;
+    switch (id) {
+        case kQ:
+        case kK:
+        case kV:
+            return projection_words(id, p, tr.dims);
+        case kQRot:
+            return "Q with " + rope_words(p) + " (RoPE)";
+        case kKRot:
+            return "K with " + rope_words(p) + " (RoPE)";
+        case kScores: {
+            char scale[64];
+            std::snprintf(scale, sizeof scale, "%.6g", double(tr.scale));
+            return std::string(p.rope_dim ? "Q_rot · K_rotᵀ" : "Q · Kᵀ") + " · scale, scale = " + scale + " (" +
+                   p.scale_source + ")";
+        }
+        case kBias:
+            return p.alibi_slopes ? std::string("ALiBi: slope m_h · (k_pos(j) - q_pos(i))") +
+                                        (p.attn_bias ? " + the float attn_mask" : "")
+                                  : std::string(p.attn_bias ? "the float attn_mask" : "");
+        case kMask:
+            return "true where query i may see key j " + p.mask.words();
+        case kMaskedScores:
+            return masked_words(p);
+        case kWeights:
+            return p.sinks ? "softmax over keys of masked_scores, the head's sink joining the denominator"
+                           : "softmax over keys of masked_scores; each row sums to 1";
+        case kSinkWeight:
+            return "exp(sink_h - max) / the row's denominator: 1 - the row's sum of weights";
+        case kContext:
+            return gqa ? "weights · V of the head's K/V head: each row a weighted sum of value vectors"
+                       : "weights · V: each row a weighted sum of value vectors";
+        case kHeadOutput:
+            return wo ? "context of head h · W_O rows h·Dv..(h+1)·Dv; their sum over heads" +
+                            std::string(bo ? " + b_O" : "") + " is output"
+                      : "context of head h in its own columns (no W_O given)";
+        case kOutput:
+            return wo ? "concat(heads) · W_O" + std::string(bo ? " + b_O" : "") : "concat(heads) (no W_O given)";
+        case kStageCount:
+            break;
+    }
+    return {};
+}
+
+// The view's header: what the run was, whichever stages it kept.
+template <typename T>
+TraceView header_of(const std::string& source, const Problem<T>& p, const Trace<T>& tr) {
     TraceView v;
     v.source = source;
     v.dtype = sizeof(T) == 4 ? "float32" : "float64";
@@ -96,15 +188,22 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     v.key_tokens = p.key_tokens;
     v.fully_masked = tr.fully_masked;
     v.warnings = p.warnings;
+    v.given_from = p.given_from;
+    if (p.alibi_slopes) v.alibi_slopes.assign(p.alibi_slopes->begin(), p.alibi_slopes->end());
+    if (p.sinks) v.sinks.assign(p.sinks->begin(), p.sinks->end());
+    v.float_mask = p.attn_bias.has_value();
+    v.has_out_proj = p.W_O.has_value();
+    v.has_out_bias = p.W_O && p.b_O;
+    return v;
+}
 
+}  // namespace
+
+template <typename T>
+TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>& tr) {
+    TraceView v = header_of(source, p, tr);
     const DType dt = sizeof(T) == 4 ? DType::float32 : DType::float64;
-    const std::string src = p.cross ? "memory" : "x";
-    auto plus = [](const auto& bias, const char* name) { return bias ? std::string(" + ") + name : std::string(); };
-    char scale_buf[64];
-    std::snprintf(scale_buf, sizeof scale_buf, "%.6g", double(tr.scale));
-    const std::string mask_words = "true where query i may see key j " + p.mask.words();
-
-    auto add = [&](Stage id, std::string formula, const auto& t) {
+    auto add = [&](Stage id, const auto& t) {
         if (!tr.kept[id]) return;
         const StageInfo& info = stage_info(id);
         std::vector<std::string> axes(info.axes.begin(), info.axes.begin() + long(info.rank));
@@ -115,7 +214,7 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
         s.group = tr.dims.group();
         s.id = id;
         s.name = info.name;
-        s.formula = std::move(formula);
+        s.formula = formula_of(id, p, tr);
         s.shape.assign(t.shape().begin(), t.shape().end());
         if (!tr.batched) {  // a 2-D input gives results without the batch axis
             s.shape.erase(s.shape.begin());
@@ -126,67 +225,10 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
         s.data = t.data();
         v.stages.push_back(std::move(s));
     };
-    const Dims& d = tr.dims;
-    const bool gqa = d.G != d.H;
-    const std::string kv_split = gqa ? ", split into " + std::to_string(d.G) + " K/V head" + (d.G > 1 ? "s" : "") +
-                                           ", each serving " + std::to_string(d.group()) + " query heads"
-                                     : ", split into heads";
-    v.given_from = p.given_from;
-    if (p.alibi_slopes) v.alibi_slopes.assign(p.alibi_slopes->begin(), p.alibi_slopes->end());
-    if (p.sinks) v.sinks.assign(p.sinks->begin(), p.sinks->end());
-    v.float_mask = p.attn_bias.has_value();
-    const bool given = p.given_q.has_value();  // run --qkv: Q, K, V read, not projected
-    add(kQ,
-        given ? "given (" + p.given_from + "), split into heads"
-              : "x · W_Q" + plus(p.b_Q, "b_Q") + ", split into heads",
-        tr.Q);
-    add(kK,
-        (given ? std::string("given") : src + " · W_K" + plus(p.b_K, "b_K")) + kv_split +
-            (p.spec.zero_key ? " (key " + std::to_string(*p.spec.zero_key) + " set to 0: --zero-key)" : ""),
-        tr.K);
-    add(kV, (given ? std::string("given") : src + " · W_V" + plus(p.b_V, "b_V")) + kv_split, tr.V);
-    std::string rope_words;
-    if (p.rope_dim) {
-        char base[32];
-        std::snprintf(base, sizeof base, "%g", p.spec.rope->base);
-        rope_words = std::string(p.spec.rope->style == RopeStyle::half ? "pairs (j, j + R/2)" : "pairs (2j, 2j + 1)") +
-                     " of the first R = " + std::to_string(p.rope_dim) + " features rotated by position · " + base +
-                     "^(-2j/R)";
-    }
-    add(kQRot, "Q with " + rope_words + " (RoPE)", tr.Q_rot);
-    add(kKRot, "K with " + rope_words + " (RoPE)", tr.K_rot);
-    add(kScores,
-        std::string(p.rope_dim ? "Q_rot · K_rotᵀ" : "Q · Kᵀ") + " · scale, scale = " + scale_buf + " (" +
-            p.scale_source + ")",
-        tr.scores);
-    std::string bias_words;
-    if (p.alibi_slopes) bias_words = "ALiBi: slope m_h · (k_pos(j) - q_pos(i))";
-    if (p.attn_bias) bias_words += std::string(bias_words.empty() ? "" : " + ") + "the float attn_mask";
-    add(kBias, bias_words, tr.bias);
-    add(kMask, mask_words, tr.mask);
-    std::string logits = "scores";
-    if (p.spec.softcap) {
-        char cap[32];
-        std::snprintf(cap, sizeof cap, "%g", *p.spec.softcap);
-        logits = std::string(cap) + " · tanh(scores / " + cap + ")";
-    }
-    if (p.has_bias()) logits += " + bias";
-    add(kMaskedScores, logits + ", -inf where mask is false", tr.masked());
-    add(kWeights,
-        p.sinks ? std::string("softmax over keys of masked_scores, the head's sink joining the denominator")
-                : std::string("softmax over keys of masked_scores; each row sums to 1"),
-        tr.weights);
-    add(kSinkWeight, "exp(sink_h - max) / the row's denominator: 1 - the row's sum of weights", tr.sink_weight);
-    add(kContext,
-        gqa ? "weights · V of the head's K/V head: each row a weighted sum of value vectors"
-            : "weights · V: each row a weighted sum of value vectors",
-        tr.context);
-    add(kHeadOutput,
-        p.W_O ? "context of head h · W_O rows h·Dv..(h+1)·Dv; their sum over heads" + plus(p.b_O, "b_O") + " is output"
-              : std::string("context of head h in its own columns (no W_O given)"),
-        tr.head_output);
-    add(kOutput, p.W_O ? "concat(heads) · W_O" + plus(p.b_O, "b_O") : std::string("concat(heads) (no W_O given)"),
-        tr.output);
+    add(kQ, tr.Q), add(kK, tr.K), add(kV, tr.V), add(kQRot, tr.Q_rot), add(kKRot, tr.K_rot);
+    add(kScores, tr.scores), add(kBias, tr.bias), add(kMask, tr.mask), add(kMaskedScores, tr.masked());
+    add(kWeights, tr.weights), add(kSinkWeight, tr.sink_weight), add(kContext, tr.context);
+    add(kHeadOutput, tr.head_output), add(kOutput, tr.output);
     return v;
 }
 

@@ -362,9 +362,8 @@ std::vector<std::string> explain_context(const TraceView& v) {
 // head_output: each head's share of the output, and their sum worked out for one number.
 std::vector<std::string> explain_head_output(const TraceView& v, const StageView& s) {
     const Dims& d = v.dims;
-    const bool wo = s.formula.find("W_O") != std::string::npos && s.formula.find("no W_O") == std::string::npos;
     std::vector<std::string> L;
-    if (!wo)
+    if (!v.has_out_proj)
         return {
             "head_output: without W_O, head h's context in its own columns h·Dv..(h+1)·Dv - 1 of Dout = H·Dv "
             "(0 elsewhere): the sum over heads is the concatenation, output."};
@@ -379,20 +378,19 @@ std::vector<std::string> explain_head_output(const TraceView& v, const StageView
         for (std::size_t h = 0; h < d.H && h < 8; ++h) terms += (h ? " + " : "") + num(s.at(h * d.Dout));
         for (std::size_t h = 0; h < d.H; ++h) sum += s.at(h * d.Dout);
         const double o = out->at(0);
-        L.push_back(
-            std::string("E.g. ") + (v.batched ? "batch 0, " : "") + "query 0, feature 0: " + terms +
-            (d.H > 8 ? " + …" : "") + " = " + num(sum) + "; output " + num(o) +
-            (s.formula.find("b_O") != std::string::npos ? " (the difference " + num(o - sum) + " is b_O[0])." : "."));
+        L.push_back(std::string("E.g. ") + (v.batched ? "batch 0, " : "") + "query 0, feature 0: " + terms +
+                    (d.H > 8 ? " + …" : "") + " = " + num(sum) + "; output " + num(o) +
+                    (v.has_out_bias ? " (the difference " + num(o - sum) + " is b_O[0])." : "."));
     }
     return L;
 }
 
 // output: the heads concatenated, then W_O when the run has one; the sum of head_output.
-std::vector<std::string> explain_output(const TraceView& v, const StageView& s) {
+std::vector<std::string> explain_output(const TraceView& v) {
     const Dims& d = v.dims;
     const std::string concat = shape(v, {d.Tq, d.H * d.Dv});
     std::vector<std::string> L;
-    if (s.formula.find("· W_O") != std::string::npos)
+    if (v.has_out_proj)
         L.push_back("Heads concatenated: " + shape(v, {d.H, d.Tq, d.Dv}) + " -> " + concat + ", then · W_O: " + concat +
                     " @ " + tuple({d.H * d.Dv, d.Dout}) + " -> " + shape(v, {d.Tq, d.Dout}) + ".");
     else
@@ -430,7 +428,7 @@ std::vector<std::string> explain_stage(const TraceView& v, const StageView& s) {
         case kContext:
             return explain_context(v);
         case kOutput:
-            return explain_output(v, s);
+            return explain_output(v);
         case kStageCount:
             break;
     }

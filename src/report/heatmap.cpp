@@ -86,9 +86,20 @@ bool hidden(const TraceView& v, const StageView& s, double x, std::size_t b, std
         case kMaskedScores:
         case kWeights:
             return !sees(v, b, h, i, j);
-        default:
+        case kQ:
+        case kK:
+        case kV:
+        case kQRot:
+        case kKRot:
+        case kScores:
+        case kSinkWeight:
+        case kContext:
+        case kHeadOutput:
+        case kOutput:
+        case kStageCount:
             return false;
     }
+    return false;
 }
 
 // How a panel lays out a (Tq, Tk) matrix: query labels (up to 8 columns) in a column

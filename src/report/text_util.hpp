@@ -255,12 +255,6 @@ inline std::string dims_line(const Dims& d) {
 // What a run has beyond the classic pipeline
 // ---------------------------------------------------------------------------
 
-// Whether kept stage `id` exists and its formula holds `words` (view_of writes them).
-inline bool formula_says(const TraceView& v, Stage id, const char* words) {
-    const StageView* s = v.find(id);
-    return s && s->formula.find(words) != std::string::npos;
-}
-
 // The variants of attention a run used, as its view tells them: the spec, the mask rule,
 // the dims, and what the bundle added (a float attn_mask, sinks), whichever stages were kept.
 struct Variants {
@@ -322,7 +316,7 @@ inline bool sees(const TraceView& v, std::size_t b, std::size_t h, std::size_t i
 // at its query's position.
 inline std::optional<double> alibi_slope(const TraceView& v, std::size_t h) {
     const StageView* bias = v.find(kBias);
-    if (!bias || !v.spec.alibi || formula_says(v, kBias, "attn_mask")) return std::nullopt;
+    if (!bias || !v.spec.alibi || v.float_mask) return std::nullopt;
     long long best = 0;
     std::size_t bi = 0, bj = 0;
     for (std::size_t i = 0; i < v.dims.Tq; ++i)

@@ -141,7 +141,6 @@ class Decoder {
     DecodeStep<T> step();
 
     const KVCache<T>& cache() const { return cache_; }
-    std::size_t next_position() const { return next_; }
     // Tokens whose q, k, v were projected so far (P by the prefill, one per step).
     std::size_t projected_tokens() const { return projected_; }
 
@@ -155,9 +154,8 @@ class Decoder {
     DecodeBug bug_;
     KVCache<T> cache_;
     std::size_t next_ = 0, projected_ = 0;
-    std::vector<T> inv_freq_;    // RoPE: θ^(-2j/R), j < R/2
-    Buffer<T> q_, k_, v_, ctx_;  // token t: (B, H*Dk), (B, G*Dk), (B, G*Dv); merged context (B, H*Dv)
-    std::vector<T> logits_;      // (L)
+    Buffer<T> q_, k_, v_, ctx_;     // token t: (B, H*Dk), (B, G*Dk), (B, G*Dv); merged context (B, H*Dv)
+    std::vector<T> logits_, bias_;  // (L): a row's logits, its ALiBi terms
 };
 
 // A whole decoding: the full causal run, the prefill, every step, and each one's

@@ -1,9 +1,9 @@
 // attnscope — core: the stage table. Every stage of the pipeline is one row here: its
 // name (the same in printed headings, JSON keys, dump files, golden files and the
-// Python reference), axes, formula, kind of values, colour kind and prerequisites.
-// Reports, the memory plan and the command line read this table; none of them keeps
-// a list of stage names of its own. Adding a stage takes a row here and more beside it
-// (its computation, formula words, size, narration, references): CONTRIBUTING.md, "A stage".
+// Python reference), axes (and so its element count), kind of values, colour kind and
+// prerequisites. Reports, the memory plan and the command line read this table; none of
+// them keeps a list of stage names of its own. Its formula in words is view_of's
+// (view.cpp), for the run at hand. Adding a stage: CONTRIBUTING.md, "A stage".
 #pragma once
 
 #include <array>
@@ -15,6 +15,8 @@
 #include <vector>
 
 namespace attnscope {
+
+struct Dims;
 
 // Stage ids, in pipeline order (the order of the table).
 enum Stage : std::size_t {
@@ -52,19 +54,23 @@ struct StageInfo {
     std::string_view name;
     std::array<std::string_view, 4> axes;  // outermost first; the first `rank` are used
     std::size_t rank;
-    std::string_view formula;  // as in docs/design.md, "The stage table"
     ValueKind value;
     ColorKind color;
     StageSet needs;  // the stages it is computed from (those the run has)
     // When the stage exists: "" for every run, else what brings it ("{rope}"; the CLI
     // spells the field as its flag).
     std::string_view exists_with;
-    std::vector<std::string_view> axis_list() const { return {axes.begin(), axes.begin() + long(rank)}; }
+    // Elements of the stage for a run of dims d: the product of its axes' sizes
+    // (saturating at SIZE_MAX, for a shape from a hostile header).
+    std::size_t elements(const Dims& d) const;
     // A (query, key) matrix per batch item and head: scores-like stages drawn as heatmaps.
     bool over_keys() const { return rank >= 2 && axes[rank - 2] == "Tq" && axes[rank - 1] == "Tk"; }
 };
 
 const std::array<StageInfo, kStageCount>& stage_table();
+// The size of axis "B", "H", "G" (K/V heads; H when not grouped), "Tq", "Tk", "Dk", "Dv" or
+// "Dout" in a run of dims d.
+std::size_t axis_size(std::string_view axis, const Dims& d);
 inline const StageInfo& stage_info(Stage s) { return stage_table()[s]; }
 inline std::string stage_name(Stage s) { return std::string(stage_info(s).name); }
 

@@ -51,6 +51,11 @@ struct TraceView {
     // ALiBi), a float attn_mask added to the scores, and the sink logits (H; empty without).
     std::vector<double> alibi_slopes, sinks;
     bool float_mask = false;
+    // The run's facts, to ask rather than read from a formula's words: an output projection
+    // W_O, its bias b_O (only with W_O), an additive bias (ALiBi and/or a float attn_mask).
+    // The softcap is spec.softcap, RoPE spec.rope.
+    bool has_out_proj = false, has_out_bias = false;
+    bool has_bias() const { return !alibi_slopes.empty() || float_mask; }
     // A selected view (select_view): its batch items and query heads in the run's
     // numbering (empty: all), and the copies its stages point into.
     std::vector<std::size_t> selected_batches, selected_heads;

@@ -111,6 +111,13 @@ class TokenLabels {
     std::size_t items_ = 0;
 };
 
+// ALiBi's term for a key at key_pos seen from a query at query_pos: m_h · (k_pos - q_pos),
+// in the run's precision (the one formula of the full run, its summaries and the decoder).
+template <typename T>
+T alibi_term(T slope, long long key_pos, long long query_pos) {
+    return slope * T(key_pos - query_pos);
+}
+
 template <typename T>
 struct Problem {
     Spec spec;
@@ -157,10 +164,10 @@ struct Problem {
     // The same for keys [lo, hi) only: out[0, hi - lo).
     void bias_row(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi, T* out) const {
         std::fill(out, out + (hi - lo), T(0));
-        if (alibi_slopes) {  // m_h · (k_pos(j) - q_pos(i)), in the run's precision
+        if (alibi_slopes) {
             const T m = (*alibi_slopes)(h);
             const long long qp = mask.query_position(b, i);
-            for (std::size_t j = lo; j < hi; ++j) out[j - lo] = m * T(mask.key_position(b, j) - qp);
+            for (std::size_t j = lo; j < hi; ++j) out[j - lo] = alibi_term(m, mask.key_position(b, j), qp);
         }
         if (attn_bias) {
             const Tensor<T, 4>& a = *attn_bias;

@@ -60,8 +60,7 @@ class JsonWriter {
     JsonWriter& value(bool b) { return raw(b ? "true" : "false"); }
     JsonWriter& value(std::nullptr_t) { return raw("null"); }
     template <std::integral I>
-        requires(!std::same_as<I, bool> && !std::same_as<I, char> && !std::same_as<I, char32_t>)
-    JsonWriter& value(I n) {
+    requires(!std::same_as<I, bool> && !std::same_as<I, char> && !std::same_as<I, char32_t>) JsonWriter& value(I n) {
         separate();
         if constexpr (sizeof(I) == 1)
             out_ << int(n);  // a number, not a character

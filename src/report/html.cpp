@@ -33,7 +33,8 @@
 #include "attnscope/base/text.hpp"
 #include "attnscope/report/report.hpp"
 #include "colour.hpp"
-#include "html_script.hpp"
+#include "html_page_css.hpp"  // generated from html_page.css (CMakeLists.txt)
+#include "html_page_js.hpp"   // generated from html_page.js
 #include "scale.hpp"
 #include "text_util.hpp"
 
@@ -354,77 +355,10 @@ std::string colour_class(Palette p, double t) {
     return (p == Palette::viridis ? "v" : "r") + std::to_string(level);
 }
 
-// The page's style sheet; HATCH_DARK, HATCH_LIGHT, ALLOWED, VIRIDIS and BLUE_RED stand
-// for the colours and gradients filled in by style_sheet().
-constexpr const char* kStyle = R"(:root { color-scheme: light; }
-body { font: 18px/1.45 "DejaVu Sans", "Segoe UI", Helvetica, Arial, sans-serif; color: #1b1b1b;
-  background: #fff; margin: 24px 32px 48px; }
-h1 { font-size: 30px; margin: 0 0 10px; }
-h2 { font-size: 26px; margin: 40px 0 4px; padding-bottom: 4px; border-bottom: 2px solid #d0d0d0; }
-h2 .shape { font-size: 17px; font-weight: normal; color: #555; margin-left: 12px; }
-.formula { font-family: "DejaVu Sans Mono", Consolas, monospace; font-size: 17px; color: #333; margin: 4px 0 14px; }
-table.config { border-collapse: collapse; margin: 6px 0 12px; }
-table.config th { text-align: left; font-weight: 600; padding: 2px 18px 2px 0; vertical-align: top; }
-table.config td { padding: 2px 0; }
-.howto { color: #333; max-width: 62em; margin: 8px 0; }
-nav { margin: 10px 0; }
-nav a { margin-right: 14px; color: #0b5cad; }
-.figs { display: flex; flex-wrap: wrap; gap: 26px 40px; align-items: flex-start; }
-figure { margin: 0; }
-figcaption { font-weight: 600; font-size: 19px; margin: 0 0 6px; }
-table.heat { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-.heat th { font-weight: normal; font-size: 16px; padding: 2px 6px; white-space: nowrap; color: #222; }
-.heat th.row { text-align: right; }
-.heat thead th { vertical-align: bottom; text-align: center; }
-.heat th.corner { font-size: 13px; color: #666; text-align: right; }
-.heat td { min-width: 3.3em; height: 2.1em; padding: 0 3px; text-align: center; font-size: 16px;
-  border: 1px solid #fff; }
-.heat.dense td { min-width: 0; width: 13px; height: 13px; padding: 0; border: 0; }
-.heat.dense thead th { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; font-size: 12px;
-  line-height: 13px; padding: 4px 0; }
-.heat.dense th.row { font-size: 12px; padding: 0 6px; line-height: 13px; }
-.heat td.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); color: #222; }
-.heat td.ok { background: ALLOWED; color: #fff; }
-.heat td.nan { background: #fff; color: #b00020; outline: 1px dashed #b00020; outline-offset: -2px; }
-.heat td.gap, .heat th.gap { background: none; color: #777; }
-.legend { display: flex; align-items: center; gap: 10px; margin-top: 8px; font-size: 15px; color: #333; }
-.legend .scale { width: 200px; }
-.legend .bar { height: 14px; border: 1px solid #999; }
-.legend .bar.viridis { background: linear-gradient(to right, VIRIDIS); }
-.legend .bar.blue_red { background: linear-gradient(to right, BLUE_RED); }
-.legend .ticks { display: flex; justify-content: space-between; }
-.swatch { display: inline-block; width: 18px; height: 18px; border: 1px solid #999; vertical-align: middle; }
-.swatch.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); }
-.swatch.ok { background: ALLOWED; }
-.note { color: #555; font-size: 15px; margin: 6px 0 0; max-width: 40em; }
-.legend .rule { font-size: 13px; color: #555; max-width: 34em; }
-.zoom { font-size: 14px; margin: 0 0 4px; color: #444; }
-.zoom button { font-size: 15px; min-width: 2em; margin-right: 4px; }
-.heatwrap { position: relative; overflow: auto; border: 1px solid #ddd; max-width: 100%; }
-.heatwrap canvas { position: absolute; left: 0; top: 0; }
-.heatwrap .spacer { pointer-events: none; }
-#tip { position: fixed; display: none; z-index: 10; background: #fffff4; border: 1px solid #888; padding: 4px 8px;
-  font-size: 14px; line-height: 1.35; box-shadow: 0 2px 6px rgba(0,0,0,.25); pointer-events: none; max-width: 36em; }
-#tip .tip-title { font-weight: 600; }
-section.views { margin-top: 40px; }
-.hv-heads button { border: 2px solid var(--c); background: #fff; color: #111; margin: 0 6px 6px 0; font-size: 14px;
-  padding: 2px 8px; cursor: pointer; }
-.hv-heads button.on { background: var(--c); color: #fff; }
-svg.hv text.tok { font-size: 15px; cursor: pointer; fill: #222; }
-svg.hv text.tok.hot { font-weight: bold; }
-svg.hv text.tok.pinned { text-decoration: underline; }
-#coloured-text .ct-line { font-size: 20px; line-height: 2; max-width: 60em; }
-#coloured-text .ct-tok { padding: 2px 3px; border-radius: 3px; cursor: pointer; }
-#coloured-text .ct-tok.query { outline: 2px solid #111; }
-.grid { border-collapse: collapse; }
-.grid th { font-weight: normal; font-size: 14px; padding: 2px 6px; }
-canvas.thumb { border: 2px solid #ddd; cursor: pointer; image-rendering: pixelated; width: 96px; height: 96px; }
-canvas.thumb.open, canvas.thumb:hover { border-color: #0b5cad; }
-)";
-;
-
+// The page's style sheet (src/report/html_page.css, embedded at build time), its
+// HATCH_DARK, HATCH_LIGHT, ALLOWED, VIRIDIS and BLUE_RED filled in.
 std::string style_sheet() {
-    std::string css = kStyle;
+    std::string css = html_detail::kStyle;
     const auto replace = [&css](const std::string& what, const std::string& with) {
         for (std::size_t at; (at = css.find(what)) != std::string::npos;) css.replace(at, what.size(), with);
     };
@@ -621,7 +555,7 @@ void put_indices(JsonWriter& w, const std::vector<std::size_t>& idx) {
     w.end_array();
 }
 
-// Level of a canvas cell (html_script.hpp): 0..251 on the palette, 252 a gap, 253 a
+// Level of a canvas cell (html_page.js): 0..251 on the palette, 252 a gap, 253 a
 // visible key of the mask, 254 masked, 255 NaN.
 unsigned char canvas_level(const Cell& c, ColorKind kind) {
     if (c.masked) return 254;
@@ -862,7 +796,7 @@ void write_head_view(std::ostream& out, const TraceView& v, const std::vector<st
 void write_script(std::ostream& out) {
     out << "<script type=\"application/json\" id=\"palettes\">";
     write_palettes(out);
-    out << "</script>\n<script>" << html_detail::kScript << "</script>\n";
+    out << "</script>\n<script>\n" << html_detail::kScript << "</script>\n";
 }
 
 void write_page_head(std::ostream& out, const std::string& title) {

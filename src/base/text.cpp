@@ -136,16 +136,37 @@ std::size_t column_width(char32_t cp) {
     return in(kWide, cp) ? 2 : 1;
 }
 
-std::size_t next_code_point(std::string_view s, std::size_t k, char32_t& cp) {
+std::size_t decode_utf8(std::string_view s, std::size_t k, char32_t& cp) {
     const std::size_t n = utf8_sequence_length(s, k);
-    if (n == 0) {
-        cp = 0xFFFD;
-        return 1;
-    }
+    if (n == 0) return 0;
     const auto at = [&](std::size_t i) { return char32_t(static_cast<unsigned char>(s[k + i])); };
     cp = n == 1 ? at(0) : n == 2 ? at(0) & 0x1F : n == 3 ? at(0) & 0x0F : at(0) & 0x07;
     for (std::size_t i = 1; i < n; ++i) cp = (cp << 6) | (at(i) & 0x3F);
     return n;
+}
+
+std::size_t next_code_point(std::string_view s, std::size_t k, char32_t& cp) {
+    const std::size_t n = decode_utf8(s, k, cp);
+    if (n == 0) cp = 0xFFFD;
+    return n ? n : 1;
+}
+
+void append_utf8(std::string& out, char32_t cp) {
+    if (cp < 0x80) {
+        out += char(cp);
+    } else if (cp < 0x800) {
+        out += char(0xC0 | (cp >> 6));
+        out += char(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += char(0xE0 | (cp >> 12));
+        out += char(0x80 | ((cp >> 6) & 0x3F));
+        out += char(0x80 | (cp & 0x3F));
+    } else {
+        out += char(0xF0 | (cp >> 18));
+        out += char(0x80 | ((cp >> 12) & 0x3F));
+        out += char(0x80 | ((cp >> 6) & 0x3F));
+        out += char(0x80 | (cp & 0x3F));
+    }
 }
 
 std::size_t display_width(std::string_view s) {

@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/model/checkpoint.hpp"
 #include "help.hpp"
@@ -194,64 +194,54 @@ void print_text(const Checkpoint& c, const CheckpointOverview& ov, const CLI::Ap
     }
 }
 
-// nlohmann's dump as every JSON document attnscope prints: indented by 2, invalid UTF-8 replaced.
-std::string dump(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
-
-nlohmann::json layer_json(const Checkpoint& c, const CheckpointOverview& ov, const CheckpointLayer& a,
-                          const CLI::App& root) {
-    nlohmann::json l = {{"layer", a.layer ? nlohmann::json(*a.layer) : nlohmann::json(nullptr)},
-                        {"prefix", a.prefix},
-                        {"preset", a.preset},
-                        {"run", command_text(run_command(c, ov, a), root)}};
-    l["layout"] = a.preset == "tl" ? "tl" : layout_name(a.layout);
-    const auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-    l["heads"] = opt(a.config.heads);
-    l["kv_heads"] = opt(a.config.kv_heads ? a.config.kv_heads : a.config.heads);
-    l["head_dim"] = opt(a.config.head_dim);
-    l["causal"] = opt(a.config.causal);
-    l["window"] = opt(a.config.window);
-    if (a.config.rope)
-        l["rope"] = {{"base", a.config.rope->base},
-                     {"dim", opt(a.config.rope->dim)},
-                     {"style", a.config.rope->style == RopeStyle::half ? "half" : "interleaved"}};
-    else
-        l["rope"] = nullptr;
-    l["facts"] = a.config.facts;
-    return l;
+// An optional value, or null.
+template <typename T>
+JsonWriter& maybe(JsonWriter& w, const std::optional<T>& v) {
+    return v ? w.value(*v) : w.value(nullptr);
 }
 
-// One document, the same bytes as dump() of it whole; the tensors (its last member) are
-// written one by one, so that a million of them never sit in one tree (each names its file).
+// One attention layer: its names, preset, configuration and the command that runs it (keys
+// in alphabetical order, as the document has always had them).
+void put_layer(JsonWriter& w, const Checkpoint& c, const CheckpointOverview& ov, const CheckpointLayer& a,
+               const CLI::App& root) {
+    const LayerConfig& cfg = a.config;
+    w.begin_object();
+    maybe(w.key("causal"), cfg.causal).key("facts").list(cfg.facts);
+    maybe(w.key("head_dim"), cfg.head_dim);
+    maybe(w.key("heads"), cfg.heads);
+    maybe(w.key("kv_heads"), cfg.kv_heads ? cfg.kv_heads : cfg.heads);
+    maybe(w.key("layer"), a.layer).key("layout").value(a.preset == "tl" ? "tl" : layout_name(a.layout));
+    w.key("prefix").value(a.prefix).key("preset").value(a.preset).key("rope");
+    if (cfg.rope) {
+        w.begin_object().key("base").value(cfg.rope->base);
+        maybe(w.key("dim"), cfg.rope->dim).key("style");
+        w.value(cfg.rope->style == RopeStyle::half ? "half" : "interleaved").end_object();
+    } else {
+        w.value(nullptr);
+    }
+    w.key("run").value(command_text(run_command(c, ov, a), root));
+    maybe(w.key("window"), cfg.window).end_object();
+}
+
+// One document (attnscope.inspect/1), indented by 2, streamed: the tensors (its last
+// member) are written one by one, so that a million of them never sit in memory twice.
 void print_json(const Checkpoint& c, const CheckpointOverview& ov, const CLI::App& root) {
-    nlohmann::json j;
-    j["path"] = c.path;
-    j["format"] = c.format;
-    j["config"] = c.config_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.config_path);
-    j["preset"] = ov.preset.empty() ? nlohmann::json(nullptr) : nlohmann::json(ov.preset);
-    j["preset_note"] = ov.preset_note;
-    nlohmann::json layers = nlohmann::json::array();
+    JsonWriter w(std::cout, {.indent = 2, .in_script = false});
+    w.begin_object().key("schema").value("attnscope.inspect/1").key("config");
+    c.config_path.empty() ? w.value(nullptr) : w.value(c.config_path);
+    w.key("format").value(c.format).key("layers").begin_array();
     for (const auto& g : ov.groups)
-        if (g.attention) layers.push_back(layer_json(c, ov, *g.attention, root));
-    j["layers"] = layers;
-    j["tensors"] = nlohmann::json::array();  // the last key: the document ends `"tensors": []\n}`
-    std::string text = dump(j);
-    text.resize(text.size() - 3);  // up to and with the '['
-    std::cout << text;
-    bool first = true;
+        if (g.attention) put_layer(w, c, ov, *g.attention, root);
+    w.end_array().key("path").value(c.path).key("preset");
+    ov.preset.empty() ? w.value(nullptr) : w.value(ov.preset);
+    w.key("preset_note").value(ov.preset_note).key("tensors").begin_array();
     for (const auto& g : ov.groups)
         for (const auto& t : g.tensors) {
-            std::string one = dump({{"name", t.name},
-                                    {"dtype", t.dtype},
-                                    {"shape", t.shape},
-                                    {"bytes", t.bytes},
-                                    {"group", g.group},
-                                    {"file", t.file.str()}});
-            std::string indented;  // at depth 2 of the document: 4 more spaces on every line
-            for (const char ch : one) indented += ch == '\n' ? std::string("\n    ") : std::string(1, ch);
-            std::cout << (first ? "\n    " : ",\n    ") << indented;
-            first = false;
+            w.begin_object().key("bytes").value(t.bytes).key("dtype").value(t.dtype).key("file").value(t.file.str());
+            w.key("group").value(g.group).key("name").value(t.name).key("shape").list(t.shape).end_object();
         }
-    std::cout << (first ? "]\n}\n" : "\n  ]\n}\n");
+    w.end_array().end_object();
+    std::cout << '\n';
 }
 
 int run_inspect(const InspectArgs& a) {

@@ -179,11 +179,11 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
                                              return !chosen(o.batches, r.batch) || !chosen(o.heads_shown, r.head);
                                          }),
                           diagnostics.end());
-        std::function<void(std::ostream&)> extra;
+        std::function<void(JsonWriter&)> extra;
         if (summary)
-            extra = [&](std::ostream& out) {
-                out << "\"summary\":";
-                write_summary_json(out, *summary, view.batched);
+            extra = [&](JsonWriter& w) {
+                w.key("summary");
+                write_summary_json(w, *summary, view.batched);
             };
         write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
     } else if (o.quiet || !report_wanted(o)) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/io/read.hpp"
 #include "attnscope/tokenize/tokenizer.hpp"
@@ -21,15 +22,12 @@ namespace attnscope::cli {
 namespace {
 
 constexpr const char* kSchema = "attnscope.tokens/1";
-using Json = nlohmann::ordered_json;
 
 struct TokensArgs {
     std::string model, text, text_file, jsonl_input, decode, max_memory;
     bool json = false, no_special = false, timings = false;
     CLI::Option *text_opt = nullptr, *file_opt = nullptr, *jsonl_opt = nullptr, *decode_opt = nullptr;
 };
-
-std::string dump(const Json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 // The offset of the first byte of `s` that is not well-formed UTF-8, or npos.
 std::size_t invalid_utf8_at(const std::string& s) {
@@ -62,22 +60,21 @@ std::vector<std::uint32_t> parse_ids(const std::string& text) {
     return ids;
 }
 
-Json encoding_json(const Tokenizer& t, const Encoding& e, const std::string& model) {
-    Json tokens = Json::array();
+// One document (attnscope.tokens/1) on one line: the ids, each token's piece and bytes, the decoded text.
+void write_encoding(std::ostream& out, const Tokenizer& t, const Encoding& e, const std::string& model) {
+    JsonWriter w(out);
+    w.begin_object().key("schema").value(kSchema).key("model").value(model).key("ids").list(e.ids);
+    w.key("tokens").begin_array();
     for (std::size_t i = 0; i < e.size(); ++i) {
-        Json row = {{"id", e.ids[i]},
-                    {"piece", e.pieces[i]},
-                    {"start", nullptr},
-                    {"end", nullptr},
-                    {"special", bool(e.special[i])}};
-        if (e.offsets[i]) row["start"] = e.offsets[i]->start, row["end"] = e.offsets[i]->end;
-        tokens.push_back(std::move(row));
+        w.begin_object().key("id").value(e.ids[i]).key("piece").value(e.pieces[i]);
+        if (const auto& at = e.offsets[i])  // null for an added special token
+            w.key("start").value(at->start).key("end").value(at->end);
+        else
+            w.key("start").value(nullptr).key("end").value(nullptr);
+        w.key("special").value(bool(e.special[i])).end_object();
     }
-    return {{"schema", kSchema},
-            {"model", model},
-            {"ids", e.ids},
-            {"tokens", std::move(tokens)},
-            {"decoded", t.decode(e.ids, false)}};
+    w.end_array().key("decoded").value(t.decode(e.ids, false)).end_object();
+    out << '\n';
 }
 
 // `s` padded with spaces to `width` terminal columns.
@@ -141,12 +138,13 @@ int run_jsonl(const TokensArgs& a, const Tokenizer& t, std::size_t limit) {
         try {
             const nlohmann::json j = nlohmann::json::parse(line);
             if (!j.is_string()) throw InputError("expected a JSON string, found " + std::string(j.type_name()));
-            std::cout << dump(encoding_json(t, t.encode(j.get<std::string>(), !a.no_special), a.model)) << '\n';
+            write_encoding(std::cout, t, t.encode(j.get<std::string>(), !a.no_special), a.model);
         } catch (const std::exception& ex) {  // nlohmann's parse errors, InputError
             if (!dynamic_cast<const InputError*>(&ex) && !dynamic_cast<const nlohmann::json::exception*>(&ex)) throw;
             failed = true;
             const std::string what = a.jsonl_input + ":" + std::to_string(line_no) + ": " + ex.what();
-            std::cout << dump(Json{{"schema", kSchema}, {"error", what}}) << '\n';
+            JsonWriter(std::cout).begin_object().key("schema").value(kSchema).key("error").value(what).end_object();
+            std::cout << '\n';
         }
     }
     return failed ? 2 : 0;
@@ -167,10 +165,14 @@ int run_tokens(const TokensArgs& a) {
     if (a.decode_opt->count()) {
         const auto ids = parse_ids(a.decode);
         const std::string text = t.decode(ids, a.no_special);
-        if (a.json)
-            std::cout << dump(Json{{"schema", kSchema}, {"model", a.model}, {"ids", ids}, {"decoded", text}}) << '\n';
-        else
+        if (a.json) {
+            JsonWriter w(std::cout);
+            w.begin_object().key("schema").value(kSchema).key("model").value(a.model).key("ids").list(ids);
+            w.key("decoded").value(text).end_object();
+            std::cout << '\n';
+        } else {
             std::cout << shown_text(text) << '\n';
+        }
         return 0;
     }
     std::string text = a.text;
@@ -185,7 +187,7 @@ int run_tokens(const TokensArgs& a) {
     const double compute_s = since(t1);
     const auto t2 = Clock::now();
     if (a.json)
-        std::cout << dump(encoding_json(t, e, a.model)) << '\n';
+        write_encoding(std::cout, t, e, a.model);
     else
         write_text(std::cout, t, e);
     std::cout.flush();

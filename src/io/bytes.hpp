@@ -55,24 +55,8 @@ inline std::size_t held_bytes(const Array& a) {
     return a.count() * sizeof(double) + a.strings.size() * sizeof(std::string);
 }
 
-// Appends code point cp (at most 0x10FFFF, not a surrogate: the callers check) as UTF-8.
-inline void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-        out += char(cp);
-    } else if (cp < 0x800) {
-        out += char(0xC0 | (cp >> 6));
-        out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += char(0xE0 | (cp >> 12));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xF0 | (cp >> 18));
-        out += char(0x80 | ((cp >> 12) & 0x3F));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    }
-}
+// UTF-8 of a code point: base's (text.hpp).
+using attnscope::append_utf8;
 
 // IEEE half precision (float16) to double: exact.
 inline double half_to_double(std::uint16_t h) {

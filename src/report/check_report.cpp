@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/base/text.hpp"
 #include "text_util.hpp"
 
@@ -170,87 +171,38 @@ void write_diagnosis_text(std::ostream& out, const CheckResult& r) {
 
 // A difference as a JSON number, always: JSON has no infinity, so an infinite one (±inf or
 // NaN on one side only) is the largest double, which every threshold rejects.
-void put_measure(std::ostream& out, double v) {
-    text::put_json_number(out, std::isfinite(v) ? v : std::numeric_limits<double>::max());
+JsonWriter& measure(JsonWriter& w, double v) {
+    return w.value(std::isfinite(v) ? v : std::numeric_limits<double>::max());
 }
 
-void put_index(std::ostream& out, const std::vector<std::size_t>& v) {
-    out << '[';
-    for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
-    out << ']';
+// A list of indices, or null when it is empty.
+JsonWriter& index_or_null(JsonWriter& w, const std::vector<std::size_t>& v) {
+    return v.empty() ? w.value(nullptr) : w.list(v);
 }
 
-void put_strings(std::ostream& out, const std::vector<std::string>& v) {
-    out << '[';
-    for (std::size_t k = 0; k < v.size(); ++k) {
-        if (k) out << ',';
-        text::put_json_string(out, v[k]);
-    }
-    out << ']';
-}
-
-void put_stage_json(std::ostream& out, const StageCheck& s) {
-    text::put_json_string(out, s.name);
-    out << ":{\"given\":" << (s.given ? "true" : "false");
+void put_stage_json(JsonWriter& w, const StageCheck& s) {
+    w.key(s.name).begin_object().key("given").value(s.given);
     if (!s.given) {
-        out << ",\"match\":null,\"max_abs_diff\":null,\"at\":null,\"axes\":null}";
+        for (const char* k : {"match", "max_abs_diff", "at", "axes"}) w.key(k).value(nullptr);
+        w.end_object();
         return;
     }
-    out << ",\"match\":" << (s.match ? "true" : "false") << ",\"max_abs_diff\":";
-    put_measure(out, s.max_abs_diff);
-    out << ",\"at\":";
-    if (s.at.empty())
-        out << "null";
-    else
-        put_index(out, s.at);
-    out << ",\"axes\":";
-    text::put_json_string(out, s.axes);
-    out << ",\"name\":";
-    text::put_json_string(out, s.their_name);
-    out << ",\"dtype\":";
-    text::put_json_string(out, s.dtype);
-    out << ",\"shape\":";
-    put_index(out, s.their_shape);
-    out << ",\"at_reference\":";
-    if (s.at_ref.empty())
-        out << "null";
-    else
-        put_index(out, s.at_ref);
-    out << ",\"precision\":";
-    text::put_json_string(out, s.precision);
-    out << ",\"relative_error\":";
-    put_measure(out, s.relative_error);
-    out << ",\"rtol_needed\":";
-    put_measure(out, s.rtol_needed);
-    out << ",\"rounding_level\":" << (s.rounding_level ? "true" : "false");
-    out << ",\"mismatched_cells\":" << s.mismatched << ",\"nonfinite_cells\":" << s.nonfinite
-        << ",\"cells\":" << s.cells << ",\"tolerance\":{\"atol\":";
-    text::put_json_number(out, s.tol.atol);
-    out << ",\"rtol\":";
-    text::put_json_number(out, s.tol.rtol);
-    out << "}}";
+    measure(w.key("match").value(s.match).key("max_abs_diff"), s.max_abs_diff).key("at");
+    index_or_null(w, s.at).key("axes").value(s.axes).key("name").value(s.their_name);
+    w.key("dtype").value(s.dtype).key("shape").list(s.their_shape).key("at_reference");
+    index_or_null(w, s.at_ref).key("precision").value(s.precision);
+    measure(w.key("relative_error"), s.relative_error);
+    measure(w.key("rtol_needed"), s.rtol_needed).key("rounding_level").value(s.rounding_level);
+    w.key("mismatched_cells").value(s.mismatched).key("nonfinite_cells").value(s.nonfinite);
+    w.key("cells").value(s.cells).key("tolerance").begin_object();
+    w.key("atol").value(s.tol.atol).key("rtol").value(s.tol.rtol).end_object().end_object();
 }
 
-void put_diagnosis_json(std::ostream& out, const Diagnosis& d) {
-    out << "{\"id\":";
-    text::put_json_string(out, d.id);
-    out << ",\"stage\":";
-    text::put_json_string(out, stage_name(d.stage));
-    out << ",\"max_abs_diff\":";
-    put_measure(out, d.max_abs_diff);
-    out << ",\"variant\":";
-    text::put_json_string(out, d.variant);
-    out << ",\"title\":";
-    text::put_json_string(out, d.title);
-    out << ",\"explanation\":";
-    text::put_json_string(out, d.explanation);
-    out << ",\"fix\":";
-    text::put_json_string(out, d.fix);
-    out << ",\"also_reproduces\":";
-    put_strings(out, d.also);
-    out << ",\"does_not_reproduce\":";
-    put_strings(out, d.not_later);
-    out << '}';
+void put_diagnosis_json(JsonWriter& w, const Diagnosis& d) {
+    w.begin_object().key("id").value(d.id).key("stage").value(stage_name(d.stage));
+    measure(w.key("max_abs_diff"), d.max_abs_diff).key("variant").value(d.variant).key("title").value(d.title);
+    w.key("explanation").value(d.explanation).key("fix").value(d.fix);
+    w.key("also_reproduces").list(d.also).key("does_not_reproduce").list(d.not_later).end_object();
 }
 
 }  // namespace
@@ -283,39 +235,21 @@ void write_check_text(std::ostream& out, const CheckResult& r, const TraceView& 
 }
 
 void write_check_json(std::ostream& out, const CheckResult& r, const TraceView& ref, const std::string& theirs) {
-    out << "{\"verdict\":" << (r.matches() ? "\"match\"" : "\"mismatch\"") << ",\"theirs\":";
-    text::put_json_string(out, theirs);
-    out << ",\"against\":";
-    text::put_json_string(out, ref.source);
-    out << ",\"inputs_checked\":";
-    put_strings(out, r.inputs);
-    out << ",\"stages\":{";
-    for (std::size_t k = 0; k < r.stages.size(); ++k) {
-        if (k) out << ',';
-        put_stage_json(out, r.stages[k]);
-    }
-    out << "},\"first_divergent_stage\":";
-    if (r.first_divergent)
-        text::put_json_string(out, stage_name(*r.first_divergent));
-    else
-        out << "null";
-    out << ",\"diagnosis\":[";
-    for (std::size_t k = 0; k < r.diagnosis.size(); ++k) {
-        if (k) out << ',';
-        put_diagnosis_json(out, r.diagnosis[k]);
-    }
-    out << "],\"where\":[";
-    for (std::size_t k = 0; k < r.where.size(); ++k) {
-        out << (k ? "," : "") << "{\"kind\":";
-        text::put_json_string(out, r.where[k].kind);
-        out << ",\"detail\":";
-        text::put_json_string(
-            out, spell_fields(r.where[k].detail, [](std::string_view f) { return "--" + std::string(f); }));
-        out << '}';
-    }
-    out << "],\"note\":";
-    text::put_json_string(out, r.no_diagnosis);
-    out << "}\n";
+    const auto flag = [](std::string_view f) { return "--" + std::string(f); };
+    JsonWriter w(out);
+    w.begin_object().key("schema").value("attnscope.check/1").key("verdict").value(r.matches() ? "match" : "mismatch");
+    w.key("theirs").value(theirs).key("against").value(ref.source).key("inputs_checked").list(r.inputs);
+    w.key("stages").begin_object();
+    for (const auto& s : r.stages) put_stage_json(w, s);
+    w.end_object().key("first_divergent_stage");
+    r.first_divergent ? w.value(stage_name(*r.first_divergent)) : w.value(nullptr);
+    w.key("diagnosis").begin_array();
+    for (const Diagnosis& d : r.diagnosis) put_diagnosis_json(w, d);
+    w.end_array().key("where").begin_array();
+    for (const Finding& f : r.where)
+        w.begin_object().key("kind").value(f.kind).key("detail").value(spell_fields(f.detail, flag)).end_object();
+    w.end_array().key("note").value(r.no_diagnosis).end_object();
+    out << '\n';
 }
 
 }  // namespace attnscope

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/io/write.hpp"
 #include "text_util.hpp"
@@ -306,132 +307,66 @@ void write_summary(std::ostream& out, const Problem<T>& p, const DecodeRun<T>& r
 
 // ---- JSON ---------------------------------------------------------------------------------
 
-void put_shape(std::ostream& out, const std::vector<std::size_t>& v) {
-    out << '[';
-    for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
-    out << ']';
-}
-
-// Nested lists of a row-major array of `shape` (the batch axis, of size 1, dropped for a 2-D x).
-template <typename V>
-void put_array(std::ostream& out, const V* data, std::vector<std::size_t> shape, bool batched) {
-    if (!batched) shape.erase(shape.begin());
-    std::size_t n = 1;
-    for (std::size_t s : shape) n *= s;
-    const std::size_t nd = shape.size();
-    std::vector<std::size_t> idx(nd, 0);
-    if (n == 0) {
-        for (std::size_t k = 0; k < nd; ++k) out << '[';
-        for (std::size_t k = 0; k < nd; ++k) out << ']';
-        return;
-    }
-    for (std::size_t k = 0; k < n; ++k) {
-        std::size_t opens = 0;
-        for (std::size_t a = nd; a-- > 0 && idx[a] == 0;) ++opens;
-        if (k > 0 && opens < nd) out << ',';
-        for (std::size_t a = 0; a < opens; ++a) out << '[';
-        if constexpr (std::is_same_v<V, bool>)
-            out << (data[k] ? "true" : "false");
-        else
-            put_json_number(out, data[k]);
-        for (std::size_t a = nd; a-- > 0;) {
-            if (++idx[a] < shape[a]) break;
-            idx[a] = 0;
-            out << ']';
-        }
-    }
-}
-
+// A row-major tensor as nested lists (the batch axis, of size 1, dropped for a 2-D x).
 template <typename E>
-void put_tensor(std::ostream& out, const E& t, bool batched) {
-    put_array(out, t.data(), std::vector<std::size_t>(t.shape().begin(), t.shape().end()), batched);
+void put_tensor(JsonWriter& w, const E& t, bool batched) {
+    std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
+    if (!batched) shape.erase(shape.begin());
+    const auto* data = t.data();
+    w.nested(shape, [data](JsonWriter& j, std::size_t k) { j.value(data[k]); });
 }
 
-void put_diffs(std::ostream& out, const DecodeDiff& d, bool sinks) {
-    out << "\"max_abs_diff\":";
-    put_json_number(out, d.max());
-    out << ",\"diffs\":{\"weights\":";
-    put_json_number(out, d.weights);
-    if (sinks) {
-        out << ",\"sink_weight\":";
-        put_json_number(out, d.sink_weight);
-    }
-    out << ",\"context\":";
-    put_json_number(out, d.context);
-    out << ",\"output\":";
-    put_json_number(out, d.output);
-    out << '}';
+void put_diffs(JsonWriter& w, const DecodeDiff& d, bool sinks) {
+    w.key("max_abs_diff").value(d.max()).key("diffs").begin_object().key("weights").value(d.weights);
+    if (sinks) w.key("sink_weight").value(d.sink_weight);
+    w.key("context").value(d.context).key("output").value(d.output).end_object();
 }
 
 template <typename T>
-void put_json_config(std::ostream& out, const Problem<T>& p) {
+void put_json_config(JsonWriter& w, const Problem<T>& p) {
     const Dims& d = p.dims;
-    out << "\"config\":{\"B\":" << d.B << ",\"T\":" << d.Tq << ",\"Dm\":" << d.Dm << ",\"H\":" << d.H
-        << ",\"G\":" << d.G << ",\"Dk\":" << d.Dk << ",\"Dv\":" << d.Dv << ",\"Dout\":" << d.Dout
-        << ",\"batched\":" << (p.batched ? "true" : "false") << ",\"causal\":true,\"scale\":";
-    put_json_number(out, p.scale);
-    out << ",\"scale_source\":";
-    text::put_json_string(out, p.scale_source);
-    out << ",\"rope\":";
+    w.key("config").begin_object().key("B").value(d.B).key("T").value(d.Tq).key("Dm").value(d.Dm);
+    w.key("H").value(d.H).key("G").value(d.G).key("Dk").value(d.Dk).key("Dv").value(d.Dv).key("Dout").value(d.Dout);
+    w.key("batched").value(p.batched).key("causal").value(true).key("scale").value(p.scale);
+    w.key("scale_source").value(p.scale_source).key("rope");
     if (p.rope_dim) {
-        out << "{\"dim\":" << p.rope_dim << ",\"base\":";
-        put_json_number(out, p.spec.rope->base);
-        out << ",\"style\":\"" << (p.spec.rope->style == RopeStyle::half ? "half" : "interleaved") << "\"}";
+        w.begin_object().key("dim").value(p.rope_dim).key("base").value(p.spec.rope->base).key("style");
+        w.value(p.spec.rope->style == RopeStyle::half ? "half" : "interleaved").end_object();
     } else {
-        out << "null";
+        w.value(nullptr);
     }
-    out << ",\"alibi\":" << (p.alibi_slopes ? "true" : "false") << ",\"window\":";
-    if (p.mask.window())
-        out << *p.mask.window();
-    else
-        out << "null";
-    out << ",\"softcap\":";
-    if (p.spec.softcap)
-        put_json_number(out, *p.spec.softcap);
-    else
-        out << "null";
-    out << ",\"sinks\":" << (p.sinks ? "true" : "false")
-        << ",\"key_padding\":" << (p.mask.has_padding() ? "true" : "false")
-        << ",\"has_W_O\":" << (p.W_O ? "true" : "false") << '}';
+    w.key("alibi").value(p.alibi_slopes.has_value()).key("window");
+    p.mask.window() ? w.value(*p.mask.window()) : w.value(nullptr);
+    w.key("softcap");
+    p.spec.softcap ? w.value(*p.spec.softcap) : w.value(nullptr);
+    w.key("sinks").value(p.sinks.has_value()).key("key_padding").value(p.mask.has_padding());
+    w.key("has_W_O").value(p.W_O.has_value()).end_object();
 }
 
 template <typename T>
-void put_json_step(std::ostream& out, const Problem<T>& p, const DecodeStep<T>& s) {
-    out << "{\"t\":" << s.t << ",\"token\":";
+void put_json_step(JsonWriter& w, const Problem<T>& p, const DecodeStep<T>& s) {
+    w.newline().begin_object().key("t").value(s.t).key("token");
     if (p.query_tokens.empty()) {
-        out << "null";
+        w.value(nullptr);
     } else if (!p.batched) {
-        text::put_json_string(out, p.query_tokens[0][s.t]);
+        w.value(p.query_tokens[0][s.t]);
     } else {
-        out << '[';
-        for (std::size_t b = 0; b < p.dims.B; ++b) {
-            out << (b ? "," : "");
-            text::put_json_string(out, p.query_tokens[b][s.t]);
-        }
-        out << ']';
+        w.begin_array();
+        for (std::size_t b = 0; b < p.dims.B; ++b) w.value(p.query_tokens[b][s.t]);
+        w.end_array();
     }
-    out << ",\"query_position\":" << s.query_position << ",\"cache_length\":" << s.cache_length
-        << ",\"k_cache_shape\":";
-    put_shape(out, shown_shape(s.k_cache_shape, p.batched));
-    out << ",\"v_cache_shape\":";
-    put_shape(out, shown_shape(s.v_cache_shape, p.batched));
-    out << ",\"mask\":";
-    put_tensor(out, s.mask, p.batched);
-    out << ",\"weights\":";
-    put_tensor(out, s.weights, p.batched);
-    if (p.sinks) {
-        out << ",\"sink_weight\":";
-        put_tensor(out, s.sink_weight, p.batched);
-    }
-    out << ",\"context\":";
-    put_tensor(out, s.context, p.batched);
-    out << ",\"output\":";
-    put_tensor(out, s.output, p.batched);
-    out << ",\"fully_masked\":";
-    put_shape(out, s.fully_masked);
-    out << ",\"flops_cached\":" << s.flops_cached << ",\"flops_recompute\":" << s.flops_recompute << ',';
-    put_diffs(out, s.diff, p.sinks.has_value());
-    out << '}';
+    w.key("query_position").value(s.query_position).key("cache_length").value(s.cache_length);
+    w.key("k_cache_shape").list(shown_shape(s.k_cache_shape, p.batched));
+    w.key("v_cache_shape").list(shown_shape(s.v_cache_shape, p.batched));
+    put_tensor(w.key("mask"), s.mask, p.batched);
+    put_tensor(w.key("weights"), s.weights, p.batched);
+    if (p.sinks) put_tensor(w.key("sink_weight"), s.sink_weight, p.batched);
+    put_tensor(w.key("context"), s.context, p.batched);
+    put_tensor(w.key("output"), s.output, p.batched);
+    w.key("fully_masked").list(s.fully_masked);
+    w.key("flops_cached").value(s.flops_cached).key("flops_recompute").value(s.flops_recompute);
+    put_diffs(w, s.diff, p.sinks.has_value());
+    w.end_object();
 }
 
 }  // namespace
@@ -446,29 +381,21 @@ void write_decode_text(std::ostream& out, const Problem<T>& p, const DecodeRun<T
 
 template <typename T>
 void write_decode_json(std::ostream& out, const Problem<T>& p, const DecodeRun<T>& run, const std::string& source) {
-    out << "{\"source\":";
-    text::put_json_string(out, source);
-    out << ",\"dtype\":\"" << (sizeof(T) == 4 ? "float32" : "float64") << "\",";
-    put_json_config(out, p);
-    out << ",\"bug\":";
-    if (run.bug == DecodeBug::none)
-        out << "null";
-    else
-        out << '"' << bug_name(run.bug) << '"';
-    out << ",\"prefill\":{\"length\":" << run.prefill << ",\"k_cache_shape\":";
-    put_shape(out, shown_shape(run.prefill_k_shape, p.batched));
-    out << ",\"v_cache_shape\":";
-    put_shape(out, shown_shape(run.prefill_v_shape, p.batched));
-    out << ",\"flops\":" << run.prefill_flops << ',';
-    put_diffs(out, run.prefill_diff, p.sinks.has_value());
-    out << "},\"steps\":[";
-    for (std::size_t k = 0; k < run.steps.size(); ++k) {
-        out << (k ? ",\n" : "\n");
-        put_json_step(out, p, run.steps[k]);
-    }
-    out << "],\"max_abs_diff\":";
-    put_json_number(out, run.max_diff);
-    out << "}\n";
+    JsonWriter w(out);
+    w.begin_object().key("schema").value("attnscope.decode/1").key("source").value(source);
+    w.key("dtype").value(sizeof(T) == 4 ? "float32" : "float64");
+    put_json_config(w, p);
+    w.key("bug");
+    run.bug == DecodeBug::none ? w.value(nullptr) : w.value(bug_name(run.bug));
+    w.key("prefill").begin_object().key("length").value(run.prefill);
+    w.key("k_cache_shape").list(shown_shape(run.prefill_k_shape, p.batched));
+    w.key("v_cache_shape").list(shown_shape(run.prefill_v_shape, p.batched));
+    w.key("flops").value(run.prefill_flops);
+    put_diffs(w, run.prefill_diff, p.sinks.has_value());
+    w.end_object().key("steps").begin_array();
+    for (const DecodeStep<T>& s : run.steps) put_json_step(w, p, s);
+    w.end_array().key("max_abs_diff").value(run.max_diff).end_object();
+    out << '\n';
 }
 
 template <typename T>

@@ -92,39 +92,22 @@ void write_diagnostics_text(std::ostream& out, const TraceView& v, const std::ve
         }
 }
 
-void write_diagnostics_json(std::ostream& out, const std::vector<RowDiagnostics>& rows) {
-    auto num = [&](double x) { put_json_number(out, x); };
-    out << '[';
-    for (std::size_t k = 0; k < rows.size(); ++k) {
-        const auto& r = rows[k];
-        out << (k ? ",\n" : "\n") << "{\"batch\":" << r.batch << ",\"head\":" << r.head << ",\"query\":" << r.query
-            << ",\"visible_keys\":" << r.visible_keys << ",\"entropy\":";
-        num(r.entropy);
-        out << ",\"effective_keys\":";
-        num(r.effective_keys);
-        out << ",\"max_weight\":";
-        num(r.max_weight);
-        out << ",\"max_key\":" << r.max_key << ",\"row_sum\":";
-        num(r.row_sum);
-        out << ",\"score_spread_raw\":";
-        num(r.score_spread_raw);
-        out << ",\"score_spread_scaled\":";
-        num(r.score_spread_scaled);
-        out << ",\"max_contribution_key\":" << r.max_contribution_key << ",\"contribution\":[";
-        for (std::size_t j = 0; j < r.contribution.size(); ++j) {
-            if (j) out << ',';
-            num(r.contribution[j]);
-        }
-        out << "],\"fully_masked\":" << (r.fully_masked ? "true" : "false")
-            << ",\"nearly_uniform\":" << (r.nearly_uniform ? "true" : "false")
-            << ",\"nearly_one_hot\":" << (r.nearly_one_hot ? "true" : "false");
-        if (r.has_sink) {
-            out << ",\"sink_weight\":";
-            num(r.sink_weight);
-        }
-        out << '}';
+void write_diagnostics_json(JsonWriter& w, const std::vector<RowDiagnostics>& rows) {
+    w.begin_array();
+    for (const auto& r : rows) {
+        w.newline().begin_object();
+        w.key("batch").value(r.batch).key("head").value(r.head).key("query").value(r.query);
+        w.key("visible_keys").value(r.visible_keys).key("entropy").value(r.entropy);
+        w.key("effective_keys").value(r.effective_keys).key("max_weight").value(r.max_weight);
+        w.key("max_key").value(r.max_key).key("row_sum").value(r.row_sum);
+        w.key("score_spread_raw").value(r.score_spread_raw).key("score_spread_scaled").value(r.score_spread_scaled);
+        w.key("max_contribution_key").value(r.max_contribution_key).key("contribution").list(r.contribution);
+        w.key("fully_masked").value(r.fully_masked).key("nearly_uniform").value(r.nearly_uniform);
+        w.key("nearly_one_hot").value(r.nearly_one_hot);
+        if (r.has_sink) w.key("sink_weight").value(r.sink_weight);
+        w.end_object();
     }
-    out << "\n]";
+    w.newline().end_array();
 }
 
 }  // namespace attnscope

@@ -29,9 +29,12 @@
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/json_writer.hpp"
+#include "attnscope/base/text.hpp"
 #include "attnscope/report/report.hpp"
 #include "colour.hpp"
-#include "html_script.hpp"
+#include "html_page_css.hpp"  // generated from html_page.css (CMakeLists.txt)
+#include "html_page_js.hpp"   // generated from html_page.js
 #include "scale.hpp"
 #include "text_util.hpp"
 
@@ -41,34 +44,6 @@ namespace {
 // ---------------------------------------------------------------------------
 // Text: escaping, labels, widths
 // ---------------------------------------------------------------------------
-
-// The code point at s[i] and its length in bytes; length 0 when the bytes there are not
-// well-formed UTF-8 (a stray continuation byte, an overlong form, a surrogate, > U+10FFFF).
-std::size_t decode_utf8(std::string_view s, std::size_t i, char32_t& cp) {
-    const auto byte = [&](std::size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(s[k])); };
-    const char32_t c = byte(i);
-    std::size_t len = 0;
-    char32_t min = 0;
-    if (c < 0x80) {
-        cp = c;
-        return 1;
-    }
-    if ((c & 0xE0) == 0xC0)
-        len = 2, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0)
-        len = 3, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0)
-        len = 4, cp = c & 0x07, min = 0x10000;
-    else
-        return 0;
-    if (i + len > s.size()) return 0;
-    for (std::size_t k = 1; k < len; ++k) {
-        if ((byte(i + k) & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (byte(i + k) & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
 
 // False for the characters XML 1.0 forbids (C0 controls but tab and newlines, U+FFFE,
 // U+FFFF) and those HTML calls parse errors (DEL, C1 controls).
@@ -380,77 +355,10 @@ std::string colour_class(Palette p, double t) {
     return (p == Palette::viridis ? "v" : "r") + std::to_string(level);
 }
 
-// The page's style sheet; HATCH_DARK, HATCH_LIGHT, ALLOWED, VIRIDIS and BLUE_RED stand
-// for the colours and gradients filled in by style_sheet().
-constexpr const char* kStyle = R"(:root { color-scheme: light; }
-body { font: 18px/1.45 "DejaVu Sans", "Segoe UI", Helvetica, Arial, sans-serif; color: #1b1b1b;
-  background: #fff; margin: 24px 32px 48px; }
-h1 { font-size: 30px; margin: 0 0 10px; }
-h2 { font-size: 26px; margin: 40px 0 4px; padding-bottom: 4px; border-bottom: 2px solid #d0d0d0; }
-h2 .shape { font-size: 17px; font-weight: normal; color: #555; margin-left: 12px; }
-.formula { font-family: "DejaVu Sans Mono", Consolas, monospace; font-size: 17px; color: #333; margin: 4px 0 14px; }
-table.config { border-collapse: collapse; margin: 6px 0 12px; }
-table.config th { text-align: left; font-weight: 600; padding: 2px 18px 2px 0; vertical-align: top; }
-table.config td { padding: 2px 0; }
-.howto { color: #333; max-width: 62em; margin: 8px 0; }
-nav { margin: 10px 0; }
-nav a { margin-right: 14px; color: #0b5cad; }
-.figs { display: flex; flex-wrap: wrap; gap: 26px 40px; align-items: flex-start; }
-figure { margin: 0; }
-figcaption { font-weight: 600; font-size: 19px; margin: 0 0 6px; }
-table.heat { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-.heat th { font-weight: normal; font-size: 16px; padding: 2px 6px; white-space: nowrap; color: #222; }
-.heat th.row { text-align: right; }
-.heat thead th { vertical-align: bottom; text-align: center; }
-.heat th.corner { font-size: 13px; color: #666; text-align: right; }
-.heat td { min-width: 3.3em; height: 2.1em; padding: 0 3px; text-align: center; font-size: 16px;
-  border: 1px solid #fff; }
-.heat.dense td { min-width: 0; width: 13px; height: 13px; padding: 0; border: 0; }
-.heat.dense thead th { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; font-size: 12px;
-  line-height: 13px; padding: 4px 0; }
-.heat.dense th.row { font-size: 12px; padding: 0 6px; line-height: 13px; }
-.heat td.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); color: #222; }
-.heat td.ok { background: ALLOWED; color: #fff; }
-.heat td.nan { background: #fff; color: #b00020; outline: 1px dashed #b00020; outline-offset: -2px; }
-.heat td.gap, .heat th.gap { background: none; color: #777; }
-.legend { display: flex; align-items: center; gap: 10px; margin-top: 8px; font-size: 15px; color: #333; }
-.legend .scale { width: 200px; }
-.legend .bar { height: 14px; border: 1px solid #999; }
-.legend .bar.viridis { background: linear-gradient(to right, VIRIDIS); }
-.legend .bar.blue_red { background: linear-gradient(to right, BLUE_RED); }
-.legend .ticks { display: flex; justify-content: space-between; }
-.swatch { display: inline-block; width: 18px; height: 18px; border: 1px solid #999; vertical-align: middle; }
-.swatch.masked { background: repeating-linear-gradient(45deg, HATCH_DARK 0 2px, HATCH_LIGHT 2px 7px); }
-.swatch.ok { background: ALLOWED; }
-.note { color: #555; font-size: 15px; margin: 6px 0 0; max-width: 40em; }
-.legend .rule { font-size: 13px; color: #555; max-width: 34em; }
-.zoom { font-size: 14px; margin: 0 0 4px; color: #444; }
-.zoom button { font-size: 15px; min-width: 2em; margin-right: 4px; }
-.heatwrap { position: relative; overflow: auto; border: 1px solid #ddd; max-width: 100%; }
-.heatwrap canvas { position: absolute; left: 0; top: 0; }
-.heatwrap .spacer { pointer-events: none; }
-#tip { position: fixed; display: none; z-index: 10; background: #fffff4; border: 1px solid #888; padding: 4px 8px;
-  font-size: 14px; line-height: 1.35; box-shadow: 0 2px 6px rgba(0,0,0,.25); pointer-events: none; max-width: 36em; }
-#tip .tip-title { font-weight: 600; }
-section.views { margin-top: 40px; }
-.hv-heads button { border: 2px solid var(--c); background: #fff; color: #111; margin: 0 6px 6px 0; font-size: 14px;
-  padding: 2px 8px; cursor: pointer; }
-.hv-heads button.on { background: var(--c); color: #fff; }
-svg.hv text.tok { font-size: 15px; cursor: pointer; fill: #222; }
-svg.hv text.tok.hot { font-weight: bold; }
-svg.hv text.tok.pinned { text-decoration: underline; }
-#coloured-text .ct-line { font-size: 20px; line-height: 2; max-width: 60em; }
-#coloured-text .ct-tok { padding: 2px 3px; border-radius: 3px; cursor: pointer; }
-#coloured-text .ct-tok.query { outline: 2px solid #111; }
-.grid { border-collapse: collapse; }
-.grid th { font-weight: normal; font-size: 14px; padding: 2px 6px; }
-canvas.thumb { border: 2px solid #ddd; cursor: pointer; image-rendering: pixelated; width: 96px; height: 96px; }
-canvas.thumb.open, canvas.thumb:hover { border-color: #0b5cad; }
-)";
-;
-
+// The page's style sheet (src/report/html_page.css, embedded at build time), its
+// HATCH_DARK, HATCH_LIGHT, ALLOWED, VIRIDIS and BLUE_RED filled in.
 std::string style_sheet() {
-    std::string css = kStyle;
+    std::string css = html_detail::kStyle;
     const auto replace = [&css](const std::string& what, const std::string& with) {
         for (std::size_t at; (at = css.find(what)) != std::string::npos;) css.replace(at, what.size(), with);
     };
@@ -637,47 +545,17 @@ std::string base64(const unsigned char* p, std::size_t n) {
     return r;
 }
 
-// `s` as a JSON string inside a <script> element: quotes, backslashes and control
-// characters escaped, and "<" as \u003c so that no "</script" can end the element.
-std::string json_string(const std::string& s) {
-    std::string r = "\"";
-    for (std::size_t i = 0; i < s.size();) {
-        char32_t cp = 0;
-        const std::size_t len = decode_utf8(s, i, cp);
-        if (len == 0) {
-            r += "\\ufffd";
-            ++i;
-            continue;
-        }
-        if (cp == '"' || cp == '\\') {
-            r += '\\';
-            r += char(cp);
-        } else if (cp < 0x20 || cp == '<' || cp == '>' || cp == '&' || cp == 0x2028 || cp == 0x2029) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(cp));
-            r += buf;
-        } else {
-            r.append(s, i, len);
-        }
-        i += len;
-    }
-    return r + "\"";
+// A JSON writer for a <script type="application/json"> element: no "</script" in its strings.
+JsonWriter script_json(std::ostream& out) { return JsonWriter(out, {.indent = 0, .in_script = true}); }
+
+// Indices of a canvas axis, -1 for the gap.
+void put_indices(JsonWriter& w, const std::vector<std::size_t>& idx) {
+    w.begin_array();
+    for (std::size_t i : idx) i == text::kGap ? w.value(-1) : w.value(i);
+    w.end_array();
 }
 
-std::string json_strings(const std::vector<std::string>& list) {
-    std::string r = "[";
-    for (std::size_t k = 0; k < list.size(); ++k) r += (k ? "," : "") + json_string(list[k]);
-    return r + "]";
-}
-
-std::string json_indices(const std::vector<std::size_t>& idx) {
-    std::string r = "[";
-    for (std::size_t k = 0; k < idx.size(); ++k)
-        r += (k ? "," : "") + (idx[k] == text::kGap ? std::string("-1") : std::to_string(idx[k]));
-    return r + "]";
-}
-
-// Level of a canvas cell (html_script.hpp): 0..251 on the palette, 252 a gap, 253 a
+// Level of a canvas cell (html_page.js): 0..251 on the palette, 252 a gap, 253 a
 // visible key of the mask, 254 masked, 255 NaN.
 unsigned char canvas_level(const Cell& c, ColorKind kind) {
     if (c.masked) return 254;
@@ -723,21 +601,22 @@ void write_canvas_data(std::ostream& out, const TraceView& v, const Matrix& m, c
     for (std::size_t q = 0; q < C; ++q)
         cl[q] = ci[q] == text::kGap ? "…" : text::axis_label(v, m.col_axis(), m.batch, ci[q]);
     const bool gaps = R != m.rows || C != m.cols;
-    out << "<script type=\"application/json\" id=\"" << id << "\">{\"stage\":" << json_string(m.stage->name)
-        << ",\"batch\":\"" << m.batch << "\",\"head\":\"" << (m.has_heads ? std::to_string(m.head) : "")
-        << "\",\"title\":" << json_string(title) << ",\"rows\":" << m.rows << ",\"cols\":" << m.cols
-        << ",\"ri\":" << (gaps ? json_indices(ri) : "null") << ",\"ci\":" << (gaps ? json_indices(ci) : "null")
-        << ",\"rowAxis\":" << json_string(m.row_axis() == "Tq" ? "query" : m.row_axis())
-        << ",\"colAxis\":" << json_string(m.col_axis() == "Tk" ? "key" : m.col_axis())
-        << ",\"overKeys\":" << (stage_info(m.stage->id).over_keys() ? "true" : "false")
-        << ",\"rl\":" << json_strings(rl) << ",\"cl\":" << json_strings(cl) << ",\"pal\":\""
-        << (kind == ColorKind::boolean       ? "v"
-            : sc.palette == Palette::viridis ? "v"
-                                             : "r")
-        << "\",\"dtype\":\"" << (f8 ? "f8" : "f4") << "\",\"levels\":\"" << base64(levels.data(), levels.size())
-        << "\"";
-    if (values) out << ",\"values\":\"" << base64(raw.data(), raw.size()) << "\"";
-    out << "}</script>\n";
+    out << "<script type=\"application/json\" id=\"" << id << "\">";
+    JsonWriter w = script_json(out);
+    w.begin_object().key("stage").value(m.stage->name).key("batch").value(std::to_string(m.batch));
+    w.key("head").value(m.has_heads ? std::to_string(m.head) : "").key("title").value(title);
+    w.key("rows").value(m.rows).key("cols").value(m.cols).key("ri");
+    gaps ? put_indices(w, ri) : void(w.value(nullptr));
+    w.key("ci");
+    gaps ? put_indices(w, ci) : void(w.value(nullptr));
+    w.key("rowAxis").value(m.row_axis() == "Tq" ? "query" : m.row_axis());
+    w.key("colAxis").value(m.col_axis() == "Tk" ? "key" : m.col_axis());
+    w.key("overKeys").value(stage_info(m.stage->id).over_keys()).key("rl").list(rl).key("cl").list(cl);
+    w.key("pal").value(kind != ColorKind::boolean && sc.palette != Palette::viridis ? "r" : "v");
+    w.key("dtype").value(f8 ? "f8" : "f4").key("levels").value(base64(levels.data(), levels.size()));
+    if (values) w.key("values").value(base64(raw.data(), raw.size()));
+    w.end_object();
+    out << "</script>\n";
 }
 
 // "rows 1024–3071 and columns 1024–3071 (of 4096 × 4096)" left out, or "".
@@ -824,24 +703,50 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, std:
 
 // The palettes for the script: 252 levels of viridis and of blue-red as [r, g, b], the
 // mask's colour and the hatch.
-std::string palettes_json() {
-    std::string r = "{";
+void write_palettes(std::ostream& out) {
+    const auto rgb = [](JsonWriter& w, unsigned long x) {
+        w.begin_array().value((x >> 16) & 255).value((x >> 8) & 255).value(x & 255).end_array();
+    };
+    const auto hex = [](const char* text) { return std::strtoul(text + 1, nullptr, 16); };
+    JsonWriter w = script_json(out);
+    w.begin_object();
     for (const Palette p : {Palette::viridis, Palette::blue_red}) {
-        r += p == Palette::viridis ? "\"v\":[" : ",\"r\":[";
+        w.key(p == Palette::viridis ? "v" : "r").begin_array();
         for (int k = 0; k < kCanvasLevels; ++k) {
             const Rgb c = colour::at(p, double(k) / double(kCanvasLevels - 1));
-            r += (k ? ",[" : "[") + std::to_string(colour::byte(c.r)) + "," + std::to_string(colour::byte(c.g)) + "," +
-                 std::to_string(colour::byte(c.b)) + "]";
+            rgb(w,
+                static_cast<unsigned long>((colour::byte(c.r) << 16) | (colour::byte(c.g) << 8) | colour::byte(c.b)));
         }
-        r += "]";
+        w.end_array();
     }
-    const auto rgb = [](const char* hex_text) {
-        const unsigned long x = std::strtoul(hex_text + 1, nullptr, 16);
-        return "[" + std::to_string((x >> 16) & 255) + "," + std::to_string((x >> 8) & 255) + "," +
-               std::to_string(x & 255) + "]";
+    rgb(w.key("allowed"), hex(kAllowed));
+    rgb(w.key("hatchDark"), hex(kHatchDark));
+    rgb(w.key("hatchLight"), hex(kHatchLight));
+    w.end_object();
+}
+
+// The head view's data: the heads, the sizes, the tokens of each chosen batch item and
+// the weights (float32, base64).
+void write_head_view_data(std::ostream& out, const TraceView& v, const std::vector<std::size_t>& bs,
+                          const std::vector<std::size_t>& hs, const std::vector<float>& data) {
+    out << "<script type=\"application/json\" id=\"headview-data\">";
+    JsonWriter w = script_json(out);
+    w.begin_object().key("heads").list(hs).key("Tq").value(v.dims.Tq).key("Tk").value(v.dims.Tk);
+    w.key("self").value(!v.cross);
+    const auto labels = [&](const char* key, const char* axis, std::size_t n) {
+        w.key(key).begin_array();  // a list of labels per batch item
+        for (std::size_t b : bs) {
+            w.begin_array();
+            for (std::size_t i = 0; i < n; ++i) w.value(text::axis_label(v, axis, b, i));
+            w.end_array();
+        }
+        w.end_array();
     };
-    return r + ",\"allowed\":" + rgb(kAllowed) + ",\"hatchDark\":" + rgb(kHatchDark) +
-           ",\"hatchLight\":" + rgb(kHatchLight) + "}";
+    labels("qt", "Tq", v.dims.Tq);
+    labels("kt", "Tk", v.dims.Tk);
+    w.key("w").value(base64(reinterpret_cast<const unsigned char*>(data.data()), data.size() * sizeof(float)));
+    w.end_object();
+    out << "</script>\n";
 }
 
 // The head view and the coloured text, from the weights of the chosen batch items and
@@ -867,15 +772,6 @@ void write_head_view(std::ostream& out, const TraceView& v, const std::vector<st
             for (std::size_t i = 0; i < v.dims.Tq; ++i)
                 for (std::size_t j = 0; j < v.dims.Tk; ++j)
                     data.push_back(static_cast<float>(text::at_bhij(*w, b, h, i, j)));
-    std::string qt = "[", kt = "[";
-    for (std::size_t n = 0; n < bs.size(); ++n) {
-        std::vector<std::string> q(v.dims.Tq), k(v.dims.Tk);
-        for (std::size_t i = 0; i < v.dims.Tq; ++i) q[i] = text::axis_label(v, "Tq", bs[n], i);
-        for (std::size_t j = 0; j < v.dims.Tk; ++j) k[j] = text::axis_label(v, "Tk", bs[n], j);
-        qt += (n ? "," : "") + json_strings(q), kt += (n ? "," : "") + json_strings(k);
-    }
-    std::string head_list = "[";
-    for (std::size_t n = 0; n < hs.size(); ++n) head_list += (n ? "," : "") + std::to_string(hs[n]);
     out << "<div id=\"headview\">\n<p class=\"howto\">The head view (as BertViz draws it): queries on the left, "
            "keys on the right, a line for each (query, key) and head, as opaque as its weight. Hover over a token "
            "to see only its lines; click it to keep them (click again to free). The buttons choose the heads, "
@@ -893,16 +789,14 @@ void write_head_view(std::ostream& out, const TraceView& v, const std::vector<st
            "token for its weight). <select class=\"ct-head\"></select> Query: <span class=\"ct-which\"></span></p>\n";
     if (v.cross) out << "<p class=\"ct-line\">queries: <span class=\"ct-queries\"></span></p>\n";
     out << "<p class=\"ct-line\">" << (v.cross ? "keys: " : "") << "<span class=\"ct-keys\"></span></p>\n</div>\n";
-    out << "<script type=\"application/json\" id=\"headview-data\">{\"heads\":" << head_list << "],\"Tq\":" << v.dims.Tq
-        << ",\"Tk\":" << v.dims.Tk << ",\"self\":" << (v.cross ? "false" : "true") << ",\"qt\":" << qt
-        << "],\"kt\":" << kt << "],\"w\":\""
-        << base64(reinterpret_cast<const unsigned char*>(data.data()), data.size() * sizeof(float)) << "\"}</script>\n"
-        << "</section>\n";
+    write_head_view_data(out, v, bs, hs, data);
+    out << "</section>\n";
 }
 
 void write_script(std::ostream& out) {
-    out << "<script type=\"application/json\" id=\"palettes\">" << palettes_json() << "</script>\n<script>"
-        << html_detail::kScript << "</script>\n";
+    out << "<script type=\"application/json\" id=\"palettes\">";
+    write_palettes(out);
+    out << "</script>\n<script>\n" << html_detail::kScript << "</script>\n";
 }
 
 void write_page_head(std::ostream& out, const std::string& title) {

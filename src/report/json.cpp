@@ -1,292 +1,207 @@
-// JSON output, streamed element by element (no document is built in memory).
+// JSON output (schema attnscope.run/1 and attnscope.compare/1, docs/json.md), streamed
+// element by element through the JSON writer: no document is built in memory.
 // Numbers use the shortest form that reads back to the same float32/float64 value;
 // non-finite numbers, which JSON cannot spell, are the strings "-inf", "inf", "nan".
-#include <charconv>
-#include <cmath>
 #include <ostream>
 
 #include "attnscope/analysis/compare.hpp"
 #include "attnscope/analysis/diagnostics.hpp"
-#include "attnscope/base/text.hpp"
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/report/report.hpp"
 #include "text_util.hpp"
 
 namespace attnscope {
 namespace {
 
-void put_index(std::ostream& out, const std::vector<std::size_t>& v) {
-    out << '[';
-    for (std::size_t k = 0; k < v.size(); ++k) out << (k ? "," : "") << v[k];
-    out << ']';
+// A list of indices, or null when it is empty.
+void index_or_null(JsonWriter& w, const std::vector<std::size_t>& v) {
+    if (v.empty())
+        w.value(nullptr);
+    else
+        w.list(v);
 }
 
-void put_stage_data(std::ostream& out, const StageView& s) {
-    // Nested lists in C order: open a bracket whenever an index along an axis restarts.
-    const std::size_t nd = s.shape.size(), n = s.size();
-    std::vector<std::size_t> idx(nd, 0);
-    if (n == 0) {
-        for (std::size_t k = 0; k < nd; ++k) out << '[';
-        for (std::size_t k = 0; k < nd; ++k) out << ']';
-        return;
-    }
-    for (std::size_t k = 0; k < n; ++k) {
-        // Opening brackets for every axis whose index is 0 from the innermost moving axis out.
-        std::size_t opens = 0;
-        for (std::size_t a = nd; a-- > 0 && idx[a] == 0;) ++opens;
-        if (k > 0 && opens < nd) out << ',';
-        for (std::size_t a = 0; a < opens; ++a) out << '[';
+// A stage's elements as nested lists in C order, each in the stage's own type.
+void put_stage_data(JsonWriter& w, const StageView& s) {
+    w.nested(s.shape, [&s](JsonWriter& j, std::size_t k) {
         switch (s.dtype) {
             case DType::float32:
-                text::put_json_number(out, static_cast<const float*>(s.data)[k]);
+                j.value(static_cast<const float*>(s.data)[k]);
                 break;
             case DType::float64:
-                text::put_json_number(out, static_cast<const double*>(s.data)[k]);
+                j.value(static_cast<const double*>(s.data)[k]);
                 break;
             case DType::boolean:
-                out << (static_cast<const bool*>(s.data)[k] ? "true" : "false");
+                j.value(static_cast<const bool*>(s.data)[k]);
                 break;
             case DType::int64:
-                out << static_cast<const std::int64_t*>(s.data)[k];
+                j.value(static_cast<const std::int64_t*>(s.data)[k]);
                 break;
         }
-        // Advance, closing a bracket for every axis that wraps.
-        for (std::size_t a = nd; a-- > 0;) {
-            if (++idx[a] < s.shape[a]) break;
-            idx[a] = 0;
-            out << ']';
-        }
+    });
+}
+
+// The tokens of one side: a list of strings (a list of them per batch item when batched), or null.
+void put_tokens(JsonWriter& w, const TokenLabels& t, bool batched) {
+    if (t.empty()) {
+        w.value(nullptr);
+    } else if (!batched) {
+        w.list(t[0]);
+    } else {
+        w.begin_array();
+        for (std::size_t b = 0; b < t.size(); ++b) w.list(t[b]);
+        w.end_array();
     }
 }
 
-void put_tokens(std::ostream& out, const TokenLabels& t, bool batched) {
-    if (t.empty()) {
-        out << "null";
-        return;
-    }
-    auto list = [&](const std::vector<std::string>& row) {
-        out << '[';
-        for (std::size_t i = 0; i < row.size(); ++i) {
-            if (i) out << ',';
-            text::put_json_string(out, row[i]);
-        }
-        out << ']';
-    };
-    if (!batched) {
-        list(t[0]);
-        return;
-    }
-    out << '[';
-    for (std::size_t b = 0; b < t.size(); ++b) {
-        if (b) out << ',';
-        list(t[b]);
-    }
-    out << ']';
+// A list of numbers, or null when there is none.
+void numbers_or_null(JsonWriter& w, const std::vector<double>& xs) {
+    if (xs.empty())
+        w.value(nullptr);
+    else
+        w.list(xs);
 }
 
 // The config of the modern variants: kv_heads, rope {base, dim, style}, alibi, window,
 // softcap, attn_mask_means (null when not given), and what came from the bundle or was
 // derived: attn_mask ("bool", "float" or null), alibi_slopes and sinks (one number per
 // head, or null), positions (true when q/k_positions were given).
-void put_variants(std::ostream& out, const TraceView& v) {
+void put_variants(JsonWriter& w, const TraceView& v) {
     const Dims& d = v.dims;
     const text::Variants r = text::variants_of(v);
-    out << ",\"kv_heads\":" << (d.G ? d.G : d.H) << ",\"rope\":";
-    if (v.spec.rope) {
-        out << "{\"base\":";
-        text::put_json_number(out, v.spec.rope->base);
-        out << ",\"dim\":" << v.spec.rope->dim.value_or(d.Dk) << ",\"style\":\""
-            << (v.spec.rope->style == RopeStyle::half ? "half" : "interleaved") << "\"}";
-    } else {
-        out << "null";
-    }
-    out << ",\"alibi\":" << (v.spec.alibi ? "true" : "false") << ",\"window\":";
-    if (v.spec.window)
-        out << *v.spec.window;
+    w.key("kv_heads").value(d.G ? d.G : d.H).key("rope");
+    if (v.spec.rope)
+        w.begin_object()
+            .key("base")
+            .value(v.spec.rope->base)
+            .key("dim")
+            .value(v.spec.rope->dim.value_or(d.Dk))
+            .key("style")
+            .value(v.spec.rope->style == RopeStyle::half ? "half" : "interleaved")
+            .end_object();
     else
-        out << "null";
-    out << ",\"softcap\":";
-    if (v.spec.softcap)
-        text::put_json_number(out, *v.spec.softcap);
-    else
-        out << "null";
-    out << ",\"attn_mask_means\":"
-        << (v.spec.attn_mask_means == MaskMeans::allow   ? "\"allow\""
-            : v.spec.attn_mask_means == MaskMeans::block ? "\"block\""
-                                                         : "null");
-    out << ",\"attn_mask\":" << (r.bool_mask ? "\"bool\"" : r.float_mask ? "\"float\"" : "null");
-    const auto numbers = [&out](const std::vector<double>& xs) {
-        if (xs.empty()) {
-            out << "null";
-            return;
-        }
-        out << '[';
-        for (std::size_t k = 0; k < xs.size(); ++k) {
-            if (k) out << ',';
-            text::put_json_number(out, xs[k]);
-        }
-        out << ']';
-    };
-    out << ",\"alibi_slopes\":";
-    numbers(v.alibi_slopes);
-    out << ",\"sinks\":";
-    numbers(v.sinks);
-    out << ",\"positions\":" << (r.positions ? "true" : "false");
+        w.value(nullptr);
+    w.key("alibi").value(v.spec.alibi).key("window");
+    v.spec.window ? w.value(*v.spec.window) : w.value(nullptr);
+    w.key("softcap");
+    v.spec.softcap ? w.value(*v.spec.softcap) : w.value(nullptr);
+    w.key("attn_mask_means");
+    const MaskMeans means = v.spec.attn_mask_means;
+    means == MaskMeans::allow ? w.value("allow") : means == MaskMeans::block ? w.value("block") : w.value(nullptr);
+    w.key("attn_mask");
+    r.bool_mask ? w.value("bool") : r.float_mask ? w.value("float") : w.value(nullptr);
+    w.key("alibi_slopes");
+    numbers_or_null(w, v.alibi_slopes);
+    w.key("sinks");
+    numbers_or_null(w, v.sinks);
+    w.key("positions").value(r.positions);
 }
 
 // The options a bundle's config record set, when it has one: "bundle_config":{"heads":
 // {"value":2,"overridden":false},...}, overridden when the command line gave its own.
-void put_bundle_options(std::ostream& out, const std::vector<BundleOption>& options) {
+void put_bundle_options(JsonWriter& w, const std::vector<BundleOption>& options) {
     if (options.empty()) return;
-    out << ",\"bundle_config\":{";
-    for (std::size_t k = 0; k < options.size(); ++k) {
-        const BundleOption& b = options[k];
-        out << (k ? "," : "");
-        text::put_json_string(out, b.key);
-        out << ":{\"value\":";
-        if (b.string)
-            text::put_json_string(out, b.value);
-        else
-            out << b.value;  // a JSON number as written, or true/false
-        out << ",\"overridden\":" << (b.overridden ? "true" : "false") << '}';
+    w.key("bundle_config").begin_object();
+    for (const BundleOption& b : options) {
+        w.key(b.key).begin_object().key("value");
+        b.string ? w.value(b.value) : w.raw(b.value);  // a JSON number as written, or true/false
+        w.key("overridden").value(b.overridden).end_object();
     }
-    out << '}';
+    w.end_object();
 }
 
-// The opening of the document: its "config", "dims" and "tokens" members.
-void put_config(std::ostream& out, const TraceView& v) {
-    const Dims& d = v.dims;
-    out << "{\"config\":{\"source\":";
-    text::put_json_string(out, v.source);
-    out << ",\"mode\":\"" << (v.cross ? "cross" : "self") << "\",\"dtype\":\"" << v.dtype << "\",\"heads\":" << d.H
-        << ",\"scale\":";
-    text::put_json_number(out, v.scale);
-    out << ",\"scale_source\":";
-    text::put_json_string(out, v.scale_source);
-    out << ",\"causal\":" << (v.spec.causal ? "true" : "false") << ",\"causal_align\":\""
-        << (v.spec.causal_align == CausalAlign::top_left ? "top-left" : "bottom-right") << "\""
-        << ",\"key_padding_mask\":" << (v.has_padding() ? "true" : "false") << ",\"layout\":\""
-        << (v.spec.layout == Layout::math ? "math" : "torch") << "\",\"batched\":" << (v.batched ? "true" : "false");
-    put_variants(out, v);
-    out << ",\"qkv\":";
-    if (v.given_from.empty())
-        out << "null";
-    else
-        text::put_json_string(out, v.given_from);
+// The document's "config" member: what ran, the variants, the experiments and selections.
+void put_config(JsonWriter& w, const TraceView& v) {
+    w.key("config").begin_object();
+    w.key("source").value(v.source).key("mode").value(v.cross ? "cross" : "self").key("dtype").value(v.dtype);
+    w.key("heads").value(v.dims.H).key("scale").value(v.scale).key("scale_source").value(v.scale_source);
+    w.key("causal").value(v.spec.causal).key("causal_align");
+    w.value(v.spec.causal_align == CausalAlign::top_left ? "top-left" : "bottom-right");
+    w.key("key_padding_mask").value(v.has_padding()).key("layout");
+    w.value(v.spec.layout == Layout::math ? "math" : "torch").key("batched").value(v.batched);
+    put_variants(w, v);
+    w.key("qkv");
+    v.given_from.empty() ? w.value(nullptr) : w.value(v.given_from);
     // Experiments and selections: everything that makes this output differ from a plain run.
-    out << ",\"temperature\":";
-    text::put_json_number(out, v.spec.temperature);
-    out << ",\"zero_key\":";
-    if (v.spec.zero_key)
-        out << *v.spec.zero_key;
-    else
-        out << "null";
-    put_bundle_options(out, v.spec.bundle_options);
-    out << ",\"key_padding_mask_dropped\":" << (v.spec.padding_dropped ? "true" : "false")
-        << ",\"selection\":{\"batch\":";
-    if (v.selected_batches.empty())
-        out << "null";
-    else
-        put_index(out, v.selected_batches);
-    out << ",\"head\":";
-    if (v.selected_heads.empty())
-        out << "null";
-    else
-        put_index(out, v.selected_heads);
-    out << '}';
-    out << "},\n\"dims\":{\"B\":" << d.B << ",\"Tq\":" << d.Tq << ",\"Tk\":" << d.Tk << ",\"Dm\":" << d.Dm
-        << ",\"Dkv\":" << d.Dkv << ",\"H\":" << d.H << ",\"G\":" << (d.G ? d.G : d.H) << ",\"Dk\":" << d.Dk
-        << ",\"Dv\":" << d.Dv << ",\"Dout\":" << d.Dout << "},\n\"tokens\":{\"query\":";
-    put_tokens(out, v.query_tokens, v.batched);
-    out << ",\"key\":";
-    put_tokens(out, v.key_tokens, v.batched);
-    out << '}';
+    w.key("temperature").value(v.spec.temperature).key("zero_key");
+    v.spec.zero_key ? w.value(*v.spec.zero_key) : w.value(nullptr);
+    put_bundle_options(w, v.spec.bundle_options);
+    w.key("key_padding_mask_dropped").value(v.spec.padding_dropped);
+    w.key("selection").begin_object().key("batch");
+    index_or_null(w, v.selected_batches);
+    w.key("head");
+    index_or_null(w, v.selected_heads);
+    w.end_object().end_object();
+}
+
+// The "dims" and "tokens" members.
+void put_dims_tokens(JsonWriter& w, const TraceView& v) {
+    const Dims& d = v.dims;
+    w.newline().key("dims").begin_object();
+    w.key("B").value(d.B).key("Tq").value(d.Tq).key("Tk").value(d.Tk).key("Dm").value(d.Dm).key("Dkv").value(d.Dkv);
+    w.key("H").value(d.H).key("G").value(d.G ? d.G : d.H).key("Dk").value(d.Dk).key("Dv").value(d.Dv);
+    w.key("Dout").value(d.Dout).end_object();
+    w.newline().key("tokens").begin_object().key("query");
+    put_tokens(w, v.query_tokens, v.batched);
+    w.key("key");
+    put_tokens(w, v.key_tokens, v.batched);
+    w.end_object();
 }
 
 // One stage's member: "NAME":{formula, axes, shape, dtype, data}.
-void put_stage(std::ostream& out, const TraceView& v, const StageView& s) {
-    text::put_json_string(out, s.name);
-    out << ":{\"formula\":";
-    text::put_json_string(out, s.formula);
-    out << ",\"axes\":[";
-    for (std::size_t k = 0; k < s.axes.size(); ++k) out << (k ? "," : "") << '"' << s.axes[k] << '"';
-    out << "],\"shape\":[";
-    for (std::size_t k = 0; k < s.shape.size(); ++k) out << (k ? "," : "") << s.shape[k];
-    out << "],\"dtype\":\"" << (s.dtype == DType::boolean ? "bool" : v.dtype) << "\",\"data\":";
-    put_stage_data(out, s);
-    out << '}';
+void put_stage(JsonWriter& w, const TraceView& v, const StageView& s) {
+    w.key(s.name).begin_object().key("formula").value(s.formula).key("axes").list(s.axes);
+    w.key("shape").list(s.shape).key("dtype").value(s.dtype == DType::boolean ? "bool" : v.dtype);
+    w.key("data");
+    put_stage_data(w, s);
+    w.end_object();
 }
 
 }  // namespace
 
 void write_json(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
-                const std::vector<RowDiagnostics>* diagnostics, const std::function<void(std::ostream&)>& extra) {
-    // 1) config, dims, tokens; fully masked rows; warnings; diagnostics when asked for.
-    put_config(out, v);
-    out << ",\n\"fully_masked_rows\":[";
-    for (std::size_t k = 0; k < v.fully_masked.size(); ++k) {
-        out << (k ? "," : "") << "{\"batch\":" << v.fully_masked[k].batch << ",\"query\":" << v.fully_masked[k].query
-            << "}";
-    }
-    out << "],\n\"warnings\":[";
-    for (std::size_t k = 0; k < v.warnings.size(); ++k) {
-        if (k) out << ',';
-        text::put_json_string(out, v.warnings[k]);
-    }
-    out << "],\n";
+                const std::vector<RowDiagnostics>* diagnostics, const std::function<void(JsonWriter&)>& extra) {
+    // 1) schema, config, dims, tokens; fully masked rows; warnings; diagnostics when asked for.
+    JsonWriter w(out);
+    w.begin_object().key("schema").value("attnscope.run/1");
+    put_config(w, v);
+    put_dims_tokens(w, v);
+    w.newline().key("fully_masked_rows").begin_array();
+    for (const auto& r : v.fully_masked)
+        w.begin_object().key("batch").value(r.batch).key("query").value(r.query).end_object();
+    w.end_array();
+    w.newline().key("warnings").list(v.warnings);
     if (diagnostics) {
-        out << "\"diagnostics\":";
-        write_diagnostics_json(out, *diagnostics);
-        out << ",\n";
+        w.newline().key("diagnostics");
+        write_diagnostics_json(w, *diagnostics);
     }
-    if (extra) {
-        extra(out);
-        out << ",\n";
-    }
+    if (extra) extra(w.newline());
     // 2) The chosen stages, in the order asked.
-    out << "\"stages\":{";
-    bool first = true;
-    for (const auto& name : stages) {
-        out << (first ? "\n" : ",\n");
-        first = false;
-        put_stage(out, v, v.stage(name));
-    }
-    out << "\n}}\n";
+    w.newline().key("stages").begin_object();
+    for (const auto& name : stages) put_stage(w.newline(), v, v.stage(name));
+    w.newline().end_object().end_object();
+    out << '\n';
 }
 
 void write_compare_json(std::ostream& out, const std::vector<std::string>& b_adds, double scale_a, double scale_b,
                         const std::vector<StageDiff>& diffs) {
-    out << "{\"compare\":{\"b_adds\":[";
-    for (std::size_t k = 0; k < b_adds.size(); ++k) {
-        if (k) out << ',';
-        text::put_json_string(out, b_adds[k]);
-    }
-    out << "],\"scale\":{\"a\":";
-    text::put_json_number(out, scale_a);
-    out << ",\"b\":";
-    text::put_json_number(out, scale_b);
-    out << "}},\"stages\":{";
-    for (std::size_t k = 0; k < diffs.size(); ++k) {
-        const StageDiff& d = diffs[k];
-        out << (k ? "," : "") << '"' << stage_info(d.id).name << "\":{\"shape_a\":";
-        put_index(out, d.shape_a);
-        out << ",\"shape_b\":";
-        put_index(out, d.shape_b);
+    JsonWriter w(out);
+    w.begin_object().key("schema").value("attnscope.compare/1").key("compare").begin_object();
+    w.key("b_adds").list(b_adds).key("scale").begin_object().key("a").value(scale_a).key("b").value(scale_b);
+    w.end_object().end_object().key("stages").begin_object();
+    for (const StageDiff& d : diffs) {
+        w.key(stage_info(d.id).name).begin_object();
+        w.key("shape_a").list(d.shape_a).key("shape_b").list(d.shape_b);
         if (d.same_shape) {
-            out << ",\"max_abs_diff\":";
-            text::put_json_number(out, d.max_abs);
-            out << ",\"at\":";
-            if (d.at.empty())
-                out << "null";
-            else
-                put_index(out, d.at);
-            out << ",\"mean_abs_diff\":";
-            text::put_json_number(out, d.mean_abs);
-            out << ",\"infinite_diffs\":" << d.infinite << ",\"finite_mean_abs_diff\":";
-            text::put_json_number(out, d.finite_mean_abs);
+            w.key("max_abs_diff").value(d.max_abs).key("at");
+            index_or_null(w, d.at);
+            w.key("mean_abs_diff").value(d.mean_abs).key("infinite_diffs").value(d.infinite);
+            w.key("finite_mean_abs_diff").value(d.finite_mean_abs);
         }
-        out << '}';
+        w.end_object();
     }
-    out << "}}\n";
+    w.end_object().end_object();
+    out << '\n';
 }
 
 }  // namespace attnscope

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ostream>
 
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/report/report.hpp"
 #include "attnscope/report/summary_report.hpp"
 #include "text_util.hpp"
@@ -14,11 +15,13 @@ namespace {
 using namespace text;
 
 // A number of a row or head; a NaN (a row whose logits were not finite) is null.
-void put_number(std::ostream& out, double v) {
-    if (std::isnan(v))
-        out << "null";
-    else
-        put_json_number(out, v);
+constexpr JsonNonFinite kNan = JsonNonFinite::nan_null;
+
+// A list of numbers of a row or head.
+void put_numbers(JsonWriter& w, const double* xs, std::size_t n) {
+    w.begin_array();
+    for (std::size_t k = 0; k < n; ++k) w.value(xs[k], kNan);
+    w.end_array();
 }
 
 std::vector<std::size_t> rows_shape(const Summary& s, bool batched, std::size_t last) {
@@ -35,55 +38,37 @@ std::string bin_label(std::size_t k) {
     return std::to_string(1ULL << (k - 1)) + "-" + std::to_string((1ULL << k) - 1);
 }
 
-void put_row_fields(std::ostream& out, const Summary& s, std::size_t r) {
-    out << ",\"visible_keys\":" << s.visible_keys[r] << ",\"row_sum\":";
-    put_number(out, s.row_sum[r]);
-    out << ",\"entropy\":";
-    put_number(out, s.entropy[r]);
-    out << ",\"effective_keys\":";
-    put_number(out, s.effective_keys[r]);
-    out << ",\"max_weight\":";
-    put_number(out, s.max_weight[r]);
-    out << ",\"max_key\":" << s.max_key[r] << ",\"sink_mass\":";
-    put_number(out, s.sink_mass[r]);
-    out << ",\"local_mass\":";
-    put_number(out, s.local_mass[r]);
-    out << ",\"mean_distance\":";
-    put_number(out, s.mean_distance[r]);
-    out << ",\"topk_index\":[";
-    for (std::size_t k = 0; k < s.K; ++k) out << (k ? "," : "") << s.topk_index[r * s.K + k];
-    out << "],\"topk_weight\":[";
-    for (std::size_t k = 0; k < s.K; ++k) {
-        if (k) out << ',';
-        put_number(out, s.topk_weight[r * s.K + k]);
-    }
-    out << ']';
+void put_row_fields(JsonWriter& w, const Summary& s, std::size_t r) {
+    w.key("visible_keys").value(s.visible_keys[r]).key("row_sum").value(s.row_sum[r], kNan);
+    w.key("entropy").value(s.entropy[r], kNan).key("effective_keys").value(s.effective_keys[r], kNan);
+    w.key("max_weight").value(s.max_weight[r], kNan).key("max_key").value(s.max_key[r]);
+    w.key("sink_mass").value(s.sink_mass[r], kNan).key("local_mass").value(s.local_mass[r], kNan);
+    w.key("mean_distance").value(s.mean_distance[r], kNan);
+    w.key("topk_index").list(s.topk_index.data() + r * s.K, s.K);
+    w.key("topk_weight");
+    put_numbers(w, s.topk_weight.data() + r * s.K, s.K);
 }
 
-void put_head_fields(std::ostream& out, const Summary& s, std::size_t b, std::size_t h) {
+void put_head_fields(JsonWriter& w, const Summary& s, std::size_t b, std::size_t h) {
     const HeadClass c = classify_head(s, b, h);
-    out << ",\"class\":\"" << c.label << "\",\"rows\":" << s.profile_rows[b * s.H + h]
-        << ",\"nonfinite_rows\":" << s.nonfinite_rows[b * s.H + h] << ",\"mean_sink_mass\":";
-    put_number(out, c.sink);
-    out << ",\"mean_local_mass\":";
-    put_number(out, c.local);
-    out << ",\"mean_effective_keys\":";
-    put_number(out, c.effective_keys);
-    out << ",\"mean_distance\":";
-    put_number(out, c.distance);
-    out << ",\"distance_profile\":[";
-    for (std::size_t k = 0; k < s.bins; ++k) {
-        if (k) out << ',';
-        put_number(out, s.distance_profile[(b * s.H + h) * s.bins + k]);
-    }
-    out << ']';
+    w.key("class").value(c.label).key("rows").value(s.profile_rows[b * s.H + h]);
+    w.key("nonfinite_rows").value(s.nonfinite_rows[b * s.H + h]).key("mean_sink_mass").value(c.sink, kNan);
+    w.key("mean_local_mass").value(c.local, kNan).key("mean_effective_keys").value(c.effective_keys, kNan);
+    w.key("mean_distance").value(c.distance, kNan).key("distance_profile");
+    put_numbers(w, s.distance_profile.data() + (b * s.H + h) * s.bins, s.bins);
 }
 
-void put_options(std::ostream& out, const Summary& s) {
-    out << "\"topk\":" << s.K << ",\"sink_keys\":" << s.spec.sink_keys << ",\"local\":" << s.spec.local
-        << ",\"distance_bins\":[";
-    for (std::size_t k = 0; k < s.bins; ++k) out << (k ? ",\"" : "\"") << bin_label(k) << '"';
-    out << "],\"classes\":\"" << head_class_rule(s.spec) << '"';
+void put_options(JsonWriter& w, const Summary& s) {
+    w.key("topk").value(s.K).key("sink_keys").value(s.spec.sink_keys).key("local").value(s.spec.local);
+    w.key("distance_bins").begin_array();
+    for (std::size_t k = 0; k < s.bins; ++k) w.value(bin_label(k));
+    w.end_array().key("classes").value(head_class_rule(s.spec));
+}
+
+// The batch item (when batched) and head of a line or element.
+void put_at(JsonWriter& w, bool batched, std::size_t b, std::size_t h) {
+    if (batched) w.key("batch").value(b);
+    w.key("head").value(h);
 }
 
 }  // namespace
@@ -219,73 +204,73 @@ void write_summary_text(std::ostream& out, const Summary& s, const TraceView& v,
     write_top_keys(out, s, v, o, batches, heads);
 }
 
-void write_summary_json(std::ostream& out, const Summary& s, bool batched) {
-    out << '{';
-    put_options(out, s);
-    out << ",\"heads\":[";
-    bool first = true;
+void write_summary_json(JsonWriter& w, const Summary& s, bool batched) {
+    w.begin_object();
+    put_options(w, s);
+    w.key("heads").begin_array();
     for (std::size_t b = 0; b < s.B; ++b)
         for (std::size_t h = 0; h < s.H; ++h) {
-            out << (first ? "\n{" : ",\n{");
-            first = false;
-            if (batched) out << "\"batch\":" << b << ',';
-            out << "\"head\":" << h;
-            put_head_fields(out, s, b, h);
-            out << '}';
+            put_at(w.newline().begin_object(), batched, b, h);
+            put_head_fields(w, s, b, h);
+            w.end_object();
         }
-    out << "],\n\"rows\":[";
-    first = true;
+    w.end_array().newline().key("rows").begin_array();
     for (std::size_t b = 0; b < s.B; ++b)
         for (std::size_t h = 0; h < s.H; ++h)
             for (std::size_t i = 0; i < s.Tq; ++i) {
-                out << (first ? "\n{" : ",\n{");
-                first = false;
-                if (batched) out << "\"batch\":" << b << ',';
-                out << "\"head\":" << h << ",\"query\":" << i;
-                put_row_fields(out, s, s.row(b, h, i));
-                out << '}';
+                put_at(w.newline().begin_object(), batched, b, h);
+                w.key("query").value(i);
+                put_row_fields(w, s, s.row(b, h, i));
+                w.end_object();
             }
-    out << "]}";
+    w.end_array().end_object();
 }
 
+namespace {
+
+constexpr const char* kJsonlSchema = "attnscope.jsonl/1";
+
+// The opening of a line of kind `kind`: {"schema":...,"kind":...
+JsonWriter& begin_line(JsonWriter& w, const char* kind) {
+    return w.begin_object().key("schema").value(kJsonlSchema).key("kind").value(kind);
+}
+
+}  // namespace
+
 void write_jsonl_header(std::ostream& out, const std::string& source, const Dims& d, bool batched, const Summary* s) {
-    out << "{\"kind\":\"run\",\"source\":";
-    std::string src;
-    for (char c : source) {
-        if (c == '"' || c == '\\') src += '\\';
-        if (static_cast<unsigned char>(c) < 0x20) continue;
-        src += c;
-    }
-    out << '"' << src << "\",\"dims\":{\"B\":" << d.B << ",\"H\":" << d.H << ",\"G\":" << d.G << ",\"Tq\":" << d.Tq
-        << ",\"Tk\":" << d.Tk << ",\"Dk\":" << d.Dk << ",\"Dv\":" << d.Dv
-        << "},\"batched\":" << (batched ? "true" : "false");
+    JsonWriter w(out);
+    begin_line(w, "run").key("source").value(source).key("dims").begin_object();
+    w.key("B").value(d.B).key("H").value(d.H).key("G").value(d.G).key("Tq").value(d.Tq).key("Tk").value(d.Tk);
+    w.key("Dk").value(d.Dk).key("Dv").value(d.Dv).end_object().key("batched").value(batched);
     if (s) {
-        out << ",\"summary\":{";
-        put_options(out, *s);
-        out << '}';
+        w.key("summary").begin_object();
+        put_options(w, *s);
+        w.end_object();
     }
-    out << "}\n";
+    w.end_object();
+    out << '\n';
 }
 
 void write_jsonl_rows(std::ostream& out, const Summary& s, bool batched, std::size_t b, std::size_t h, std::size_t i0,
                       std::size_t n) {
     for (std::size_t i = i0; i < i0 + n; ++i) {
-        out << "{\"kind\":\"row\",";
-        if (batched) out << "\"batch\":" << b << ',';
-        out << "\"head\":" << h << ",\"query\":" << i;
-        put_row_fields(out, s, s.row(b, h, i));
-        out << "}\n";
+        JsonWriter w(out);
+        put_at(begin_line(w, "row"), batched, b, h);
+        w.key("query").value(i);
+        put_row_fields(w, s, s.row(b, h, i));
+        w.end_object();
+        out << '\n';
     }
 }
 
 void write_jsonl_heads(std::ostream& out, const Summary& s, bool batched) {
     for (std::size_t b = 0; b < s.B; ++b)
         for (std::size_t h = 0; h < s.H; ++h) {
-            out << "{\"kind\":\"head\",";
-            if (batched) out << "\"batch\":" << b << ',';
-            out << "\"head\":" << h;
-            put_head_fields(out, s, b, h);
-            out << "}\n";
+            JsonWriter w(out);
+            put_at(begin_line(w, "head"), batched, b, h);
+            put_head_fields(w, s, b, h);
+            w.end_object();
+            out << '\n';
         }
 }
 
@@ -295,43 +280,28 @@ void write_jsonl_stage(std::ostream& out, const StageView& st, bool batched) {
     if (st.axes.size() > lead + 1 && (st.axes[lead] == "H" || st.axes[lead] == "G")) ++lead;
     std::size_t lines = 1, per = 1;
     for (std::size_t a = 0; a < st.shape.size(); ++a) (a < lead ? lines : per) *= st.shape[a];
+    const std::vector<std::string> axes(st.axes.begin() + std::ptrdiff_t(lead), st.axes.end());
+    const std::vector<std::size_t> shape(st.shape.begin() + std::ptrdiff_t(lead), st.shape.end());
     for (std::size_t l = 0; l < lines; ++l) {
-        out << "{\"kind\":\"stage\",\"stage\":\"" << st.name << '"';
+        JsonWriter w(out);
+        begin_line(w, "stage").key("stage").value(st.name);
         std::size_t rest = l;
         std::vector<std::size_t> at(lead);
         for (std::size_t a = lead; a-- > 0;) at[a] = rest % st.shape[a], rest /= st.shape[a];
         for (std::size_t a = 0; a < lead; ++a)
-            out << ",\"" << (st.axes[a] == "B" ? "batch" : st.axes[a] == "G" ? "kv_head" : "head") << "\":" << at[a];
-        out << ",\"axes\":[";
-        for (std::size_t a = lead; a < st.axes.size(); ++a) out << (a > lead ? ",\"" : "\"") << st.axes[a] << '"';
-        out << "],\"shape\":[";
-        for (std::size_t a = lead; a < st.shape.size(); ++a) out << (a > lead ? "," : "") << st.shape[a];
-        out << "],\"data\":";
-        // nested lists over the remaining axes
-        const std::size_t nd = st.shape.size() - lead;
-        std::vector<std::size_t> idx(nd, 0);
-        for (std::size_t a = 0; a < nd; ++a) out << '[';
-        for (std::size_t k = 0; k < per; ++k) {
-            if (k > 0) {
-                std::size_t closes = 0;
-                for (std::size_t a = nd; a-- > 0;) {
-                    if (++idx[a] < st.shape[lead + a]) break;
-                    idx[a] = 0, ++closes;
-                }
-                for (std::size_t c = 0; c < closes; ++c) out << ']';
-                out << ',';
-                for (std::size_t c = 0; c < closes; ++c) out << '[';
-            }
+            w.key(st.axes[a] == "B" ? "batch" : st.axes[a] == "G" ? "kv_head" : "head").value(at[a]);
+        w.key("axes").list(axes).key("shape").list(shape).key("data");
+        w.nested(shape, [&](JsonWriter& j, std::size_t k) {
             const std::size_t f = l * per + k;
             if (st.dtype == DType::boolean)
-                out << (st.at(f) != 0 ? "true" : "false");
+                j.value(st.at(f) != 0);
             else if (st.dtype == DType::float32)
-                put_json_number(out, static_cast<const float*>(st.data)[f]);
+                j.value(static_cast<const float*>(st.data)[f]);
             else
-                put_json_number(out, st.at(f));
-        }
-        for (std::size_t a = 0; a < nd; ++a) out << ']';
-        out << "}\n";
+                j.value(st.at(f));
+        });
+        w.end_object();
+        out << '\n';
     }
 }
 

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -173,51 +172,6 @@ inline std::string shape_text(const StageView& s) {
         sizes += (k ? ", " : "") + std::to_string(s.shape[k]);
     }
     return "(" + axes + ") = (" + sizes + ")";
-}
-
-// A JSON string: quotes, backslashes and control characters escaped; a byte that is not
-// part of well-formed UTF-8 (a file name may hold any bytes) becomes U+FFFD, so the
-// document stays valid JSON.
-inline void put_json_string(std::ostream& out, const std::string& s) {
-    out << '"';
-    for (std::size_t k = 0; k < s.size();) {
-        const unsigned char c = static_cast<unsigned char>(s[k]);
-        const std::size_t n = utf8_sequence_length(s, k);
-        if (n > 1) {
-            out.write(s.data() + k, std::streamsize(n));
-        } else if (n == 0) {
-            out << "\xef\xbf\xbd";
-        } else if (c == '"' || c == '\\') {
-            out << '\\' << char(c);
-        } else if (c == '\n' || c == '\t' || c == '\r') {
-            out << (c == '\n' ? "\\n" : c == '\t' ? "\\t" : "\\r");
-        } else if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out << buf;
-        } else {
-            out << char(c);
-        }
-        k += n ? n : 1;
-    }
-    out << '"';
-}
-
-// A number for JSON: the shortest form that reads back to the same float/double, and
-// the strings "nan", "inf", "-inf" for what JSON cannot spell.
-template <typename T>
-void put_json_number(std::ostream& out, T v) {
-    if (std::isnan(v)) {
-        out << "\"nan\"";
-        return;
-    }
-    if (std::isinf(v)) {
-        out << (v < 0 ? "\"-inf\"" : "\"inf\"");
-        return;
-    }
-    char buf[40];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);
-    out.write(buf, r.ptr - buf);
 }
 
 // Greedy word wrap to `width` display columns.

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnscope/base/text.hpp"
 #include "attnscope/tokenize/tokenizer.hpp"
 
 namespace attnscope::tok {
@@ -124,8 +125,8 @@ void prepend(Text& t, const std::string& s);
 Text text_of(std::string_view s, std::uint32_t base = 0);
 
 // ---- Unicode ---------------------------------------------------------------------------
+// (append_utf8, decode_utf8: base/text.hpp)
 
-void append_utf8(std::string& out, char32_t cp);
 // `s` with each ill-formed part replaced by U+FFFD, as Rust's String::from_utf8_lossy.
 std::string utf8_lossy(std::string_view s);
 // The byte offset of the first invalid UTF-8 sequence, or npos.

@@ -211,7 +211,7 @@ class JsonOutput(CliTestCase):
                 r = run_text(*example_run(name, "--json"))
                 self.assert_ok(r)
                 doc = json.loads(r.out)
-                self.assertEqual(set(doc), {"config", "dims", "tokens", "fully_masked_rows",
+                self.assertEqual(set(doc), {"schema", "config", "dims", "tokens", "fully_masked_rows",
                                             "warnings", "stages"})
                 self.assertEqual(list(doc["stages"]), list(STAGES))
                 expected = common.reference(common.load_example(name, "json"), **kwargs)

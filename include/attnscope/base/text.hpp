@@ -31,7 +31,15 @@ std::size_t column_width(char32_t cp);
 // well-formed UTF-8 counts 1).
 std::size_t display_width(std::string_view s);
 
-// The code point at s[k] and its length in bytes (1 for a byte that is not well-formed UTF-8).
+// The code point at s[k] and its length in bytes, or 0 (cp unset) when the bytes there
+// are not well-formed UTF-8: the one UTF-8 decoder.
+std::size_t decode_utf8(std::string_view s, std::size_t k, char32_t& cp);
+
+// The code point at s[k] and its length in bytes (U+FFFD and 1 for a byte that is not
+// well-formed UTF-8).
 std::size_t next_code_point(std::string_view s, std::size_t k, char32_t& cp);
+
+// Appends code point `cp` (at most U+10FFFF, not a surrogate: the callers check) as UTF-8.
+void append_utf8(std::string& out, char32_t cp);
 
 }  // namespace attnscope

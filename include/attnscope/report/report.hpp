@@ -12,6 +12,7 @@
 
 #include "attnscope/analysis/compare.hpp"
 #include "attnscope/analysis/diagnostics.hpp"
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/core/view.hpp"
 #include "attnscope/io/write.hpp"
 
@@ -119,13 +120,14 @@ void write_run_header(std::ostream& out, const TraceView& view, const TextOption
 // The readable report: a header, then each chosen stage with its formula, shape and values.
 void write_text(std::ostream& out, const TraceView& view, const TextOptions& options);
 
-// One JSON document (RFC 8259): config, dims, tokens, masked rows, and the chosen stages
-// as nested lists. -inf, inf and NaN are written as the strings "-inf", "inf", "nan",
-// which numpy.array(..., dtype=float) turns back into numbers. Streamed, never held whole.
-// `extra`: writes more members of the document (`"name":value`), e.g. a run's summaries.
+// One JSON document (RFC 8259, schema attnscope.run/1 of docs/json.md): config, dims,
+// tokens, masked rows, and the chosen stages as nested lists. -inf, inf and NaN are
+// written as the strings "-inf", "inf", "nan", which numpy.array(..., dtype=float) turns
+// back into numbers. Streamed, never held whole. `extra`: writes more members of the
+// document (key and value), e.g. a run's summaries.
 void write_json(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages,
                 const std::vector<RowDiagnostics>* diagnostics = nullptr,
-                const std::function<void(std::ostream&)>& extra = {});
+                const std::function<void(JsonWriter&)>& extra = {});
 
 // A self-contained HTML page (no network access, no external files; its script is
 // inline): every chosen stage and head as a heatmap with token labels (a table with the
@@ -190,9 +192,9 @@ void write_diagnostics_text(std::ostream& out, const TraceView& view, const std:
                             const TextOptions& options);
 
 // --diagnose for --json: an array of row objects (no surrounding document).
-void write_diagnostics_json(std::ostream& out, const std::vector<RowDiagnostics>& rows);
+void write_diagnostics_json(JsonWriter& out, const std::vector<RowDiagnostics>& rows);
 
-// --compare --json: one document with the words run B added, both scales, and per stage
+// --compare --json: one document (attnscope.compare/1) with the words run B added, both scales, and per stage
 // the shapes, the largest difference, where it is, and the mean difference.
 void write_compare_json(std::ostream& out, const std::vector<std::string>& b_adds, double scale_a, double scale_b,
                         const std::vector<StageDiff>& diffs);

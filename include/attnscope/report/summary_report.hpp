@@ -25,11 +25,11 @@ std::vector<OutArray> summary_arrays(const Summary& s, bool batched);
 // first and last o.edgeitems rows of each head (every row with o.full), within o.width.
 void write_summary_text(std::ostream& out, const Summary& s, const TraceView& v, const TextOptions& o);
 // The summary as one JSON object (a member of --json's document).
-void write_summary_json(std::ostream& out, const Summary& s, bool batched);
+void write_summary_json(JsonWriter& out, const Summary& s, bool batched);
 
-// --jsonl: one object a line. The run's header line; rows [i0, i0 + n) of (b, h), one
-// line each; one line per head (its profile and class); one line per (stage, batch, head)
-// of a dense stage (a stage without a head axis: per batch item).
+// --jsonl: one object a line (schema attnscope.jsonl/1 on each). The run's header line; rows [i0, i0 + n) of (b, h),
+// one line each; one line per head (its profile and class); one line per (stage, batch, head) of a dense stage (a stage
+// without a head axis: per batch item).
 void write_jsonl_header(std::ostream& out, const std::string& source, const Dims& d, bool batched, const Summary* s);
 void write_jsonl_rows(std::ostream& out, const Summary& s, bool batched, std::size_t b, std::size_t h, std::size_t i0,
                       std::size_t n);

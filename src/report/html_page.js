@@ -1,5 +1,5 @@
-// The script of the HTML report (inline: the page needs no other file). Internal to the
-// library. It draws:
+// The script of the HTML report, put inline in the page at build time (cmake/embed_text.cmake:
+// the page needs no other file). It draws:
 //   * canvas heatmaps (figure.canvas-fig, data in <script type="application/json">):
 //     every cell, zoom (buttons, ctrl + wheel) and scroll, token labels in frozen gutters,
 //     a tooltip with the batch item, head, query and key tokens, and the cell's value in
@@ -11,11 +11,6 @@
 //   * the model view's thumbnails, and the figure a click on one opens.
 // Levels of a canvas cell: 0..251 the palette, 252 a gap (cells left out), 253 a visible
 // key of the mask, 254 masked, 255 NaN.
-#pragma once
-
-namespace attnscope::html_detail {
-
-constexpr const char* kScript = R"JS(
 "use strict";
 (function () {
 const LUT = JSON.parse(document.getElementById("palettes").textContent);
@@ -439,6 +434,3 @@ document.querySelectorAll("canvas.thumb").forEach(c => {
 });
 window.attnscopeReady = true;
 })();
-)JS";
-
-}  // namespace attnscope::html_detail

@@ -65,9 +65,11 @@ const std::vector<Conflict>& conflicts() {
          "starts the run at Q, K and V; --checkpoint's weights would not be used"},
         {Scope::every, [](const O& o) { return !o.axes.empty() && o.qkv.empty(); }, "--axes",
          "says how --qkv's arrays are laid out; give --qkv FILE"},
-        {Scope::every, [](const O& o) { return o.bundle.empty() && o.array_files.empty() && o.qkv.empty() && o.model_text.model.empty();
-         }, "run",
-         "expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ..."},
+        {Scope::every,
+         [](const O& o) {
+             return o.bundle.empty() && o.array_files.empty() && o.qkv.empty() && o.model_text.model.empty();
+         },
+         "run", "expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ..."},
 
         {Scope::run, [](const O& o) { return o.json && o.explain; }, "--explain", kTextView},
         {Scope::run, [](const O& o) { return o.json && !o.cell.empty(); }, "--cell", kTextView},

@@ -36,27 +36,6 @@ struct Tokens {
     }
 };
 
-// "464,3797, 50256" → ids.
-std::vector<std::uint32_t> parse_ids(const std::string& text) {
-    std::vector<std::uint32_t> ids;
-    std::size_t at = 0;
-    while (at <= text.size()) {
-        std::size_t e = text.find(',', at);
-        if (e == std::string::npos) e = text.size();
-        std::string item = text.substr(at, e - at);
-        item.erase(0, item.find_first_not_of(' '));
-        item.erase(item.find_last_not_of(' ') + 1);
-        if (item.empty() || item.size() > 10 || item.find_first_not_of("0123456789") != std::string::npos ||
-            std::stoull(item) > 0x7FFFFFFFull)
-            throw UsageError("--tokens " + escape_control(clip_fragment(text, 60)) +
-                             ": expected ids separated by commas, e.g. 464,3797; found '" +
-                             escape_control(clip_fragment(item, 20)) + "'");
-        ids.push_back(std::uint32_t(std::stoull(item)));
-        at = e + 1;
-    }
-    return ids;
-}
-
 std::optional<Tokenizer> tokenizer_of(const std::string& dir, std::size_t limit, bool needed) {
     try {
         return load_tokenizer(dir, limit);
@@ -72,7 +51,7 @@ Tokens tokens_of(const ModelTextOptions& m, std::size_t limit) {
     t.tok = tokenizer_of(m.model, limit, !given_ids);
     const std::optional<Tokenizer>& tok = t.tok;
     if (given_ids) {
-        t.ids = parse_ids(m.tokens);
+        t.ids = parse_ids(m.tokens, "--tokens");
     } else {
         const std::string text = m.text_file.empty() ? m.text : read_file(m.text_file, limit);
         t.ids = tok->encode(text, !m.no_special).ids;
@@ -129,6 +108,26 @@ void print_predictions(const ForwardResult& f, const Tokens& t, std::size_t k, c
 }
 
 }  // namespace
+
+std::vector<std::uint32_t> parse_ids(const std::string& text, const std::string& flag) {
+    std::vector<std::uint32_t> ids;
+    std::size_t at = 0;
+    while (at <= text.size()) {
+        std::size_t e = text.find(',', at);
+        if (e == std::string::npos) e = text.size();
+        std::string item = text.substr(at, e - at);
+        item.erase(0, item.find_first_not_of(' '));
+        item.erase(item.find_last_not_of(' ') + 1);
+        if (item.empty() || item.size() > 10 || item.find_first_not_of("0123456789") != std::string::npos ||
+            std::stoull(item) > 0x7FFFFFFFull)
+            throw UsageError(flag + " " + escape_control(clip_fragment(text, 60)) +
+                             ": expected ids separated by commas, e.g. 464,3797; found '" +
+                             escape_control(clip_fragment(item, 20)) + "'");
+        ids.push_back(std::uint32_t(std::stoull(item)));
+        at = e + 1;
+    }
+    return ids;
+}
 
 void add_model_text_options(CLI::App* run, RunOptions& o) {
     ModelTextOptions& m = o.model_text;

@@ -5,8 +5,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "attnscope/io/array.hpp"
 #include "attnscope/model/model.hpp"
@@ -22,6 +24,9 @@ struct ModelTextOptions {
     std::optional<std::size_t> predict;  // --predict K
     std::string save_forward;            // --save-forward FILE.npz: ids, x and logits
 };
+
+// "464,3797, 50256" → ids (--tokens, tokens --decode); UsageError naming `flag` otherwise.
+std::vector<std::uint32_t> parse_ids(const std::string& text, const std::string& flag);
 
 // --model, --text, --text-file, --tokens, --no-special-tokens, --predict, --save-forward.
 void add_model_text_options(CLI::App* run, RunOptions& o);

@@ -15,6 +15,7 @@
 #include "attnscope/io/read.hpp"
 #include "attnscope/tokenize/tokenizer.hpp"
 #include "help.hpp"
+#include "model_text.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
 
@@ -37,27 +38,6 @@ std::size_t invalid_utf8_at(const std::string& s) {
         k += n;
     }
     return std::string::npos;
-}
-
-// "464,3797, 50256" → ids.
-std::vector<std::uint32_t> parse_ids(const std::string& text) {
-    std::vector<std::uint32_t> ids;
-    std::size_t at = 0;
-    while (at <= text.size()) {
-        std::size_t e = text.find(',', at);
-        if (e == std::string::npos) e = text.size();
-        std::string item = text.substr(at, e - at);
-        item.erase(0, item.find_first_not_of(' '));
-        item.erase(item.find_last_not_of(' ') + 1);
-        if (item.empty() || item.size() > 10 || item.find_first_not_of("0123456789") != std::string::npos ||
-            std::stoull(item) > 0x7FFFFFFFull)
-            throw UsageError("--decode " + clip_fragment(text, 60) +
-                             ": expected ids separated by commas, e.g. 464,3797; found '" + clip_fragment(item, 20) +
-                             "'");
-        ids.push_back(std::uint32_t(std::stoull(item)));
-        at = e + 1;
-    }
-    return ids;
 }
 
 // One document (attnscope.tokens/1) on one line: the ids, each token's piece and bytes, the decoded text.
@@ -163,7 +143,7 @@ int run_tokens(const TokensArgs& a) {
     const Tokenizer t = load_tokenizer(a.model, limit);
     if (a.jsonl_opt->count()) return run_jsonl(a, t, limit);
     if (a.decode_opt->count()) {
-        const auto ids = parse_ids(a.decode);
+        const auto ids = parse_ids(a.decode, "--decode");
         const std::string text = t.decode(ids, a.no_special);
         if (a.json) {
             JsonWriter w(std::cout);

@@ -37,11 +37,6 @@ def pages():
     return [README] + sorted((ROOT / "docs").glob("*.md"))
 
 
-# Pages written on another branch at the same time (issue 22): a link to one of them is
-# allowed before it lands. Remove a name once its page is in the repository.
-PENDING = {"docs/json.md"}
-
-
 def blocks(text):
     """(language, lines) of every fenced block."""
     out, lang, body = [], None, None
@@ -178,9 +173,8 @@ class Readme(unittest.TestCase):
                 if target.startswith(("http://", "https://")):
                     continue
                 path = (base / target).resolve()
-                pending = str(path.relative_to(ROOT)) in PENDING if path.is_relative_to(ROOT) else False
                 with self.subTest(page=str(page), link=target):
-                    self.assertTrue(path.exists() or pending, f"{page} links {target}, which does not exist")
+                    self.assertTrue(path.exists(), f"{page} links {target}, which does not exist")
 
 
 if __name__ == "__main__":

@@ -365,7 +365,8 @@ TEST_CASE("safetensors: keys other than dtype, shape and data_offsets are ignore
     const std::string f4("\x00\x00\x80\x3f\x00\x00\x80\x3f", 8);
     const std::string h = R"({"a":{"x":{"y":[1,{"z":null}],"w":"s"},"dtype":"F32","q":[[]],"shape":[2],)"
                           R"("data_offsets":[0,8],"r":-1.5}})";
-    const auto nested = parse_safetensors(st_file(h, f4), "extra.safetensors");
+    const std::string file = st_file(h, f4);  // outlives the source: parse_safetensors keeps a view of it
+    const auto nested = parse_safetensors(file, "extra.safetensors");
     REQUIRE(nested->tensors().size() == 1);
     CHECK(nested->tensors()[0].shape == std::vector<std::size_t>{2});
     check_values(nested->read("a").doubles(), {1, 1});

@@ -5,6 +5,15 @@
 
 namespace attnscope {
 
+std::size_t invalid_utf8_at(std::string_view s) {
+    for (std::size_t k = 0; k < s.size();) {
+        const std::size_t n = static_cast<unsigned char>(s[k]) < 0x80 ? 1 : utf8_sequence_length(s, k);
+        if (n == 0) return k;
+        k += n;
+    }
+    return std::string_view::npos;
+}
+
 std::size_t utf8_sequence_length(std::string_view s, std::size_t k) {
     const auto at = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
     const unsigned char c = at(k);

@@ -30,16 +30,6 @@ struct TokensArgs {
     CLI::Option *text_opt = nullptr, *file_opt = nullptr, *jsonl_opt = nullptr, *decode_opt = nullptr;
 };
 
-// The offset of the first byte of `s` that is not well-formed UTF-8, or npos.
-std::size_t invalid_utf8_at(const std::string& s) {
-    for (std::size_t k = 0; k < s.size();) {
-        const std::size_t n = static_cast<unsigned char>(s[k]) < 0x80 ? 1 : utf8_sequence_length(s, k);
-        if (n == 0) return k;
-        k += n;
-    }
-    return std::string::npos;
-}
-
 // One document (attnscope.tokens/1) on one line: the ids, each token's piece and bytes, the decoded text.
 void write_encoding(std::ostream& out, const Tokenizer& t, const Encoding& e, const std::string& model) {
     JsonWriter w(out);

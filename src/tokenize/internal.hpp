@@ -129,8 +129,6 @@ Text text_of(std::string_view s, std::uint32_t base = 0);
 
 // `s` with each ill-formed part replaced by U+FFFD, as Rust's String::from_utf8_lossy.
 std::string utf8_lossy(std::string_view s);
-// The byte offset of the first invalid UTF-8 sequence, or npos.
-std::size_t invalid_utf8_at(std::string_view s);
 bool is_whitespace(char32_t c);       // Rust's char::is_whitespace (White_Space)
 bool is_punctuation(char32_t c);      // ASCII punctuation or a Unicode P* category
 bool is_control(char32_t c);          // Cc/Cf/Cn/Co but not \t \n \r (BERT's clean_text)

@@ -201,7 +201,7 @@ std::string dir_of(const std::string& file) {
 
 Encoding Tokenizer::encode(std::string_view text, bool add_special) const {
     const tok::Pipeline& p = *p_;
-    if (const std::size_t bad = tok::invalid_utf8_at(text); bad != std::string_view::npos)
+    if (const std::size_t bad = invalid_utf8_at(text); bad != std::string_view::npos)
         throw InputError("text: invalid UTF-8 at byte " + std::to_string(bad));
     if (text.size() > 0xFFFFFFF0u) throw InputError("text: longer than 4 GiB");
     tok::Budget need = p.budget;

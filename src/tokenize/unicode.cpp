@@ -20,19 +20,6 @@ char32_t decode_at(std::string_view s, std::size_t k, std::size_t& len) {
     return cp;
 }
 
-std::size_t invalid_utf8_at(std::string_view s) {
-    for (std::size_t k = 0; k < s.size();) {
-        if (static_cast<unsigned char>(s[k]) < 0x80) {
-            ++k;
-            continue;
-        }
-        const std::size_t n = utf8_sequence_length(s, k);
-        if (n == 0) return k;
-        k += n;
-    }
-    return std::string_view::npos;
-}
-
 std::string utf8_lossy(std::string_view s) {
     std::string out;
     out.reserve(s.size());

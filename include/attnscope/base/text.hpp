@@ -17,6 +17,10 @@ std::string escape_control(std::string_view s);
 // overlong forms, no surrogates, nothing past U+10FFFF), or 0 when there is none.
 std::size_t utf8_sequence_length(std::string_view s, std::size_t k);
 
+// The offset of the first byte of `s` that does not start a well-formed UTF-8 sequence,
+// or npos when all of `s` is UTF-8.
+std::size_t invalid_utf8_at(std::string_view s);
+
 // `s` cut to at most `max_bytes` (on a UTF-8 character boundary), with
 // "... (N bytes in all)" after it when it was longer: for echoing a fragment of input.
 std::string clip_fragment(std::string_view s, std::size_t max_bytes = 80);

@@ -15,7 +15,8 @@ written from the published definitions, independent of attnscope's code:
           (key j visible from i when i - W < j <= i), Qwen2's q/k/v biases.
 
 forward(config, state, ids) returns every layer's attention input, every layer's
-attention weights (H, T, T) and the logits (T, V). `state` maps Hugging Face tensor names
+attention weights (H, T, T) and the logits (T, V); generate(config, state, ids, n) continues
+ids by n greedy tokens, a full forward per token (no cache). `state` maps Hugging Face tensor names
 to numpy arrays. make_model(arch, seed) builds a small random model of each architecture.
 """
 
@@ -328,3 +329,22 @@ def make_model(arch, seed=0, vocab=40, layers=3):
     if not c["tie_word_embeddings"]:
         r("lm_head.weight", vocab, D)
     return c, st
+
+
+# ---- greedy generation -----------------------------------------------------------------
+
+def generate(config, state, ids, n):
+    """n tokens after `ids`, greedily: each the argmax of the last position's logits (ties:
+    the lowest id, as np.argmax keeps the first), by a full forward over the whole sequence
+    at every step (no cache). Returns (the new ids, their probabilities (softmax over the
+    vocabulary), the forward of the final sequence ids + new ids)."""
+    seq = list(ids)
+    new, probs = [], []
+    for _ in range(n):
+        logits = forward(config, state, seq)["logits"][-1]
+        top = int(np.argmax(logits))
+        p = np.exp(logits - logits[top])
+        new.append(top)
+        probs.append(float(1.0 / p.sum()))
+        seq.append(top)
+    return new, probs, forward(config, state, seq)

@@ -38,6 +38,18 @@ const char* const kNoRope = "has no effect without --rope";
 const char* const kDecodeSelection =
     "decode's selections choose the rows of the text view; --json and --dump hold every batch item and head";
 
+// decode --model generates: the options it takes (any other belongs to a bundle's decode).
+const char* const kGenerationOptions[] = {"--model",    "--text",  "--text-file", "--tokens",  "--no-special-tokens",
+                                          "--generate", "--layer", "--json",      "--heatmap", "--max-memory",
+                                          "--threads"};
+
+std::string bundle_option(const O& o) {
+    for (const std::string& g : o.given)
+        if (std::find(std::begin(kGenerationOptions), std::end(kGenerationOptions), g) == std::end(kGenerationOptions))
+            return g;
+    return {};
+}
+
 // --panels draws the chosen among scores, masked_scores and weights: one at least.
 bool panels_draw_nothing(const O& o) {
     if (!o.panels || o.stages.empty() || o.stages == "all") return false;
@@ -95,6 +107,22 @@ const std::vector<Conflict>& conflicts() {
 
         {Scope::decode, [](const O& o) { return o.given.count("--causal") && !o.causal; }, "--no-causal",
          "decode is causal by construction (a step sees only the cache: its own position and those before)"},
+        {Scope::decode, [](const O& o) { return o.given.count("--generate") && o.model_text.model.empty(); },
+         "--generate", "generates from a model folder: give --model DIR and --text, --text-file or --tokens"},
+        {Scope::decode,
+         [](const O& o) {
+             const auto& m = o.model_text;
+             return m.model.empty() && (!m.text.empty() || !m.text_file.empty() || !m.tokens.empty());
+         },
+         "--model", "--text, --text-file and --tokens are the prompt of a model folder's generation: give --model DIR"},
+        {Scope::decode, [](const O& o) { return !o.model_text.model.empty() && !o.given.count("--generate"); },
+         "--generate", "decode --model generates: give --generate N (a bundle's decode takes BUNDLE --prefill P)"},
+        {Scope::decode, [](const O& o) { return !o.model_text.model.empty() && !o.bundle.empty(); }, "--model",
+         "generates with the model folder's own layers; a bundle cannot be given with it"},
+        {Scope::decode, [](const O& o) { return !o.model_text.model.empty() && !bundle_option(o).empty(); }, "--model",
+         "{} belongs to a bundle's decode; generation takes --text, --text-file or --tokens, --generate, "
+         "--layer, --json, --heatmap, --max-memory and --threads",
+         bundle_option},
         {Scope::decode, [](const O& o) { return o.json && o.heatmap; }, "--heatmap",
          "a text view; --json gives every weight row as numbers"},
         {Scope::decode, [](const O& o) { return !o.batches.empty() && (o.json || !o.dump.empty()); }, "--batch",

@@ -3,6 +3,8 @@
 #include "attnscope/lm/forward.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <xtensor/xview.hpp>
 
@@ -15,64 +17,51 @@
 
 namespace attnscope {
 namespace lm {
+
+bool Weights::has(const std::string& name) const {
+    const auto& t = c_.source->tensors();
+    return std::any_of(t.begin(), t.end(), [&](const TensorInfo& i) { return i.name == name; });
+}
+
+Array Weights::read(const std::string& name, const std::vector<std::size_t>& shape, const std::string& why) const {
+    if (!has(name)) throw InputError(escape_control(c_.path) + ": no tensor '" + escape_control(name) + "'");
+    Array a = c_.source->read(name, max_bytes_);
+    if (a.is_text() || a.shape != shape)
+        throw InputError(a.origin + ": expected shape " + shape_str(shape) + " (" + why + "), found " +
+                         shape_str(a.shape));
+    return a;
+}
+
+std::vector<double> Weights::vec(const std::string& name, std::size_t n, const std::string& why) const {
+    return read(name, {n}, why).doubles();
+}
+
+Linear Weights::linear(const std::string& name, std::size_t in, std::size_t out, bool torch, bool bias,
+                       const std::string& why_in, const std::string& why_out) const {
+    Linear l;
+    l.in = in, l.out = out, l.torch = torch;
+    const Array w = read(name + ".weight", torch ? std::vector{out, in} : std::vector{in, out},
+                         torch ? why_out + ", " + why_in : why_in + ", " + why_out);
+    l.w.resize(in * out);
+    copy_numbers(w, l.w.data());
+    if (bias) l.b = vec(name + ".bias", out, why_out);
+    return l;
+}
+
+Norm Weights::norm(const std::string& name, std::size_t d, double eps, bool rms, const std::string& why) const {
+    Norm n;
+    n.w = vec(name + ".weight", d, why);
+    if (!rms) n.b = vec(name + ".bias", d, why);
+    n.eps = eps, n.rms = rms;
+    return n;
+}
+
 namespace {
-
-// The checkpoint's tensors by name, each checked against the shape config.json gives it.
-class Weights {
-   public:
-    Weights(const Checkpoint& c, std::size_t max_bytes) : c_(c), max_bytes_(max_bytes) {}
-    const std::string& path() const { return c_.path; }
-    bool has(const std::string& name) const {
-        const auto& t = c_.source->tensors();
-        return std::any_of(t.begin(), t.end(), [&](const TensorInfo& i) { return i.name == name; });
-    }
-    // The tensor `name` of shape `shape`; `why` says where the shape comes from.
-    Array read(const std::string& name, const std::vector<std::size_t>& shape, const std::string& why) const {
-        if (!has(name)) throw InputError(escape_control(c_.path) + ": no tensor '" + escape_control(name) + "'");
-        Array a = c_.source->read(name, max_bytes_);
-        if (a.is_text() || a.shape != shape)
-            throw InputError(a.origin + ": expected shape " + shape_str(shape) + " (" + why + "), found " +
-                             shape_str(a.shape));
-        return a;
-    }
-    std::vector<double> vec(const std::string& name, std::size_t n, const std::string& why) const {
-        return read(name, {n}, why).doubles();
-    }
-    // A linear map stored (out, in) (`torch`) or (in, out); its bias when `bias`.
-    Linear linear(const std::string& name, std::size_t in, std::size_t out, bool torch, bool bias,
-                  const std::string& why_in, const std::string& why_out) const {
-        Linear l;
-        l.in = in, l.out = out, l.torch = torch;
-        const Array w = read(name + ".weight", torch ? std::vector{out, in} : std::vector{in, out},
-                             torch ? why_out + ", " + why_in : why_in + ", " + why_out);
-        l.w.resize(in * out);
-        copy_numbers(w, l.w.data());
-        if (bias) l.b = vec(name + ".bias", out, why_out);
-        return l;
-    }
-    Norm norm(const std::string& name, std::size_t d, double eps, bool rms, const std::string& why,
-              const char* w = "weight", const char* b = "bias") const {
-        Norm n;
-        n.w = vec(name + "." + w, d, why);
-        if (!rms) n.b = vec(name + "." + b, d, why);
-        n.eps = eps, n.rms = rms;
-        return n;
-    }
-
-   private:
-    const Checkpoint& c_;
-    std::size_t max_bytes_;
-};
 
 const char* width_key(const LmConfig& m) { return m.family == LmFamily::gpt2 ? "n_embd" : "hidden_size"; }
 const char* mlp_key(const LmConfig& m) { return m.family == LmFamily::gpt2 ? "n_inner" : "intermediate_size"; }
 
-// One block's weights other than the attention's.
-struct Block {
-    Norm norm1, norm2;           // pre-norms (gpt2, llama), or the post-norms after attention and MLP (bert)
-    Linear up, down;             // gpt2 c_fc / c_proj; bert intermediate / output; llama up_proj / down_proj
-    std::optional<Linear> gate;  // llama's gate_proj
-};
+}  // namespace
 
 Block read_block(const Weights& w, const LmConfig& m, std::size_t l) {
     const std::size_t D = m.hidden, F = m.mlp;
@@ -114,6 +103,8 @@ Tensor<double, 2> mlp(const Block& b, Activation act, const Tensor<double, 2>& x
     return apply(b.down, u);  // (T, Dm)
 }
 
+namespace {
+
 // What the layer's preset says of its attention, as a Spec.
 Spec spec_of_layer(const CheckpointLayer& cl, const std::string& path) {
     const LayerConfig& c = cl.config;
@@ -129,9 +120,10 @@ Spec spec_of_layer(const CheckpointLayer& cl, const std::string& path) {
     return s;
 }
 
-// Layer l's attention on its input a (T, Dm), output projection included -> (T, Dm).
-Tensor<double, 2> attention(const Checkpoint& c, const LmConfig& m, std::size_t l, const Tensor<double, 2>& a,
-                            std::size_t threads, std::size_t max_bytes) {
+}  // namespace
+
+Problem<double> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, const Tensor<double, 2>& a,
+                              std::size_t max_bytes) {
     LayerRequest req;
     req.layer = l;
     CheckpointLayer cl = choose_layer(c, req, max_bytes);
@@ -148,24 +140,41 @@ Tensor<double, 2> attention(const Checkpoint& c, const LmConfig& m, std::size_t 
     x.origin = c.path + ": layer " + std::to_string(l) + "'s attention input";
     x.values.assign(a.begin(), a.end());
     bundle.arrays["x"] = std::move(x);
-    const Problem<double> p = make_problem<double>(bundle, spec);
+    Problem<double> p = make_problem<double>(bundle, spec);
     if (p.dims.Dout != m.hidden)
         throw InputError(escape_control(c.path) + ": " + escape_control(cl.prefix) + "'s output has " +
                          std::to_string(p.dims.Dout) + " features, expected config.json " + width_key(m) + " " +
                          std::to_string(m.hidden));
-    Compute how;
-    how.keep = StageSet().set(kOutput);
-    how.threads = threads;
-    const Trace<double> tr = attend(p, how);
-    Tensor<double, 2> out = Tensor<double, 2>::from_shape({a.shape(0), m.hidden});  // (1, T, Dm) -> (T, Dm)
-    std::copy(tr.output.begin(), tr.output.end(), out.begin());
-    return out;
+    return p;
+}
+
+Tensor<double, 2> attention_input(const Block& b, const LmConfig& m, const Tensor<double, 2>& h) {
+    Tensor<double, 2> a = h;
+    if (m.family != LmFamily::bert) apply(b.norm1, a);
+    return a;
+}
+
+void add_attention(const Block& b, const LmConfig& m, const Tensor<double, 3>& out, Tensor<double, 2>& h) {
+    // out (1, T, Dm) -> h (T, Dm)
+    if (out.shape(1) != h.shape(0) || out.shape(2) != h.shape(1))
+        throw RuntimeFailure("the attention's output does not match the hidden states");
+    std::transform(h.begin(), h.end(), out.begin(), h.begin(), std::plus<>());
+    if (m.family == LmFamily::bert) {  // post-norm: h = LN(h + attn(h)); h = LN(h + mlp(h))
+        apply(b.norm1, h);
+        h += mlp(b, m.act, h);
+        apply(b.norm2, h);
+    } else {  // pre-norm: h += mlp(norm2(h))
+        Tensor<double, 2> n = h;
+        apply(b.norm2, n);
+        h += mlp(b, m.act, n);
+    }
 }
 
 // h (T, Dm): the token embeddings, plus position (and token-type) embeddings and the
 // embeddings' LayerNorm where the family has them.
-Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids) {
+Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids, std::size_t start) {
     const std::size_t T = ids.size(), D = m.hidden;
+    if (start && m.family == LmFamily::bert) throw std::logic_error("lm::embed: BERT's positions start at 0");
     const std::string wd = std::string("config.json vocab_size, ") + width_key(m);
     // The token embedding first: its shape, checked, vouches for D before h is allocated.
     const std::string token_name = m.prefix + (m.family == LmFamily::gpt2   ? "wte.weight"
@@ -178,7 +187,7 @@ Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<s
             for (std::size_t d = 0; d < D; ++d) h(t, d) += e.value(row_of(t) * D + d);
     };
     auto token = [&](std::size_t t) { return std::size_t(ids[t]); };
-    auto position = [&](std::size_t t) { return t; };
+    auto position = [&](std::size_t t) { return start + t; };
     add_rows(tokens, token);
     if (m.family == LmFamily::gpt2) {
         add_rows(w.read(m.prefix + "wpe.weight", {m.positions, D}, "config.json n_positions, n_embd"), position);
@@ -199,6 +208,8 @@ Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<s
     return h;
 }
 
+namespace {
+
 // logits (R, V) = h (R, Dm) · Eᵀ (Dm, V) (+ bias), E (V, Dm) widened to double a block of
 // rows at a time.
 Tensor<double, 2> project(const Array& e, const Tensor<double, 2>& h, const std::vector<double>& bias) {
@@ -215,6 +226,8 @@ Tensor<double, 2> project(const Array& e, const Tensor<double, 2>& h, const std:
             for (std::size_t v = 0; v < V; ++v) out(r, v) += bias[v];
     return out;
 }
+
+}  // namespace
 
 // The LM head on the final hidden states h (R, Dm) -> logits (R, V).
 Tensor<double, 2> head(const Weights& w, const LmConfig& m, Tensor<double, 2> h) {
@@ -246,7 +259,6 @@ Tensor<double, 2> head(const Weights& w, const LmConfig& m, Tensor<double, 2> h)
     return project(w.read(m.tied ? embedding : unembedding, {m.vocab, D}, vd), h, bias);
 }
 
-}  // namespace
 }  // namespace lm
 
 using lm::Weights;
@@ -297,22 +309,19 @@ ForwardResult LanguageModel::forward(const std::vector<std::uint32_t>& ids, cons
     out.attention_inputs.resize(m.layers);
     Tensor<double, 2> h = embed(w, m, ids);  // (T, Dm)
     const std::size_t end = r.logits ? m.layers : r.stop_after ? *r.stop_after + 1 : 0;
+    if (r.traces) out.traces.resize(m.layers);
     for (std::size_t l = 0; l < end; ++l) {
         const Block b = read_block(w, m, l);
-        Tensor<double, 2> a = h;  // the attention's input (T, Dm)
-        if (m.family != LmFamily::bert) apply(b.norm1, a);
+        const Tensor<double, 2> a = attention_input(b, m, h);  // (T, Dm)
         if (r.every_input || r.stop_after == l) out.attention_inputs[l] = a;
         if (!r.logits && r.stop_after == l) break;
-        h += attention(*checkpoint_, m, l, a, r.threads, max_bytes_);
-        if (m.family == LmFamily::bert) {  // post-norm: h = LN(h + attn(h)); h = LN(h + mlp(h))
-            apply(b.norm1, h);
-            h += mlp(b, m.act, h);
-            apply(b.norm2, h);
-        } else {  // pre-norm: h += mlp(norm2(h))
-            Tensor<double, 2> n = h;
-            apply(b.norm2, n);
-            h += mlp(b, m.act, n);
-        }
+        Compute how;
+        how.keep = StageSet().set(kOutput);
+        if (r.traces) how.keep.set(kWeights).set(kContext).set(kSinkWeight);
+        how.threads = r.threads;
+        Trace<double> tr = attend(layer_problem(*checkpoint_, m, l, a, max_bytes_), how);
+        add_attention(b, m, tr.output, h);
+        if (r.traces) out.traces[l] = std::move(tr);
     }
     if (!r.logits) return out;
     out.logit_rows = r.logit_rows;

@@ -1,4 +1,5 @@
-// Internal to the lm layer: config.json's fields, and the operations of a block.
+// Internal to the lm layer: config.json's fields, the operations of a block, and the steps
+// of the forward pass that the full run (forward.cpp) and the generator (generate.cpp) share.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +10,7 @@
 
 #include "attnscope/io/checkpoint.hpp"
 #include "attnscope/lm/forward.hpp"
+#include "attnscope/model/model.hpp"
 
 namespace attnscope::lm {
 
@@ -54,5 +56,51 @@ Tensor<double, 2> apply(const Linear& l, const Tensor<double, 2>& x);
 void apply(const Norm& n, Tensor<double, 2>& x);
 // In place: the activation, elementwise.
 void activate(Activation a, Tensor<double, 2>& x);
+
+// The checkpoint's tensors by name, each checked against the shape config.json gives it.
+class Weights {
+   public:
+    Weights(const Checkpoint& c, std::size_t max_bytes) : c_(c), max_bytes_(max_bytes) {}
+    const std::string& path() const { return c_.path; }
+    bool has(const std::string& name) const;
+    // The tensor `name` of shape `shape`; `why` says where the shape comes from.
+    Array read(const std::string& name, const std::vector<std::size_t>& shape, const std::string& why) const;
+    std::vector<double> vec(const std::string& name, std::size_t n, const std::string& why) const;
+    // A linear map stored (out, in) (`torch`) or (in, out); its bias when `bias`.
+    Linear linear(const std::string& name, std::size_t in, std::size_t out, bool torch, bool bias,
+                  const std::string& why_in, const std::string& why_out) const;
+    // NAME.weight (and NAME.bias, not for RMSNorm)
+    Norm norm(const std::string& name, std::size_t d, double eps, bool rms, const std::string& why) const;
+
+   private:
+    const Checkpoint& c_;
+    std::size_t max_bytes_;
+};
+
+// One block's weights other than the attention's.
+struct Block {
+    Norm norm1, norm2;           // pre-norms (gpt2, llama), or the post-norms after attention and MLP (bert)
+    Linear up, down;             // gpt2 c_fc / c_proj; bert intermediate / output; llama up_proj / down_proj
+    std::optional<Linear> gate;  // llama's gate_proj
+};
+Block read_block(const Weights& w, const LmConfig& m, std::size_t l);
+// The MLP of block b on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)).
+Tensor<double, 2> mlp(const Block& b, Activation act, const Tensor<double, 2>& x);
+
+// h (T, Dm): the embeddings of `ids` at positions start, start + 1, ... (token, plus position
+// and token-type embeddings and BERT's LayerNorm where the family has them; BERT: start 0).
+Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids,
+                        std::size_t start = 0);
+// The attention's input a (T, Dm) of block b on h: the pre-norm (gpt2, llama) or h itself (bert).
+Tensor<double, 2> attention_input(const Block& b, const LmConfig& m, const Tensor<double, 2>& h);
+// The rest of block b, in place on h (T, Dm): the attention's output (1, T, Dm) added, then
+// the MLP (pre-norm), or BERT's post-norms around it.
+void add_attention(const Block& b, const LmConfig& m, const Tensor<double, 3>& out, Tensor<double, 2>& h);
+// Layer l's attention (its preset's heads, K/V heads, RoPE, window, biases, scale, W_O) as a
+// problem on the input a (T, Dm); refused when it has no W_O or its output is not Dm wide.
+Problem<double> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, const Tensor<double, 2>& a,
+                              std::size_t max_bytes);
+// The LM head on the final hidden states h (R, Dm) -> logits (R, V).
+Tensor<double, 2> head(const Weights& w, const LmConfig& m, Tensor<double, 2> h);
 
 }  // namespace attnscope::lm

@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 #include <vector>
+#include <xtensor/xview.hpp>
 
 #include "attnscope/base/json_writer.hpp"
 #include "attnscope/base/text.hpp"
@@ -154,14 +155,13 @@ std::string row_text(const T* w, const bool* visible, const std::vector<std::siz
 // The keys' labels over the columns of row_text: each key's token (else its index), right-
 // aligned and clipped to its cell; in a heatmap (a column a key) the indices of every
 // tenth key where they fit.
-template <typename T>
-std::string key_header(const Problem<T>& p, std::size_t b, const std::vector<std::size_t>& cols,
-                       const DecodeTextOptions& o) {
+// `label(j)`: key j's label.
+template <typename Label>
+std::string key_header(const Label& label, const std::vector<std::size_t>& cols, const DecodeTextOptions& o) {
     std::string s;
     if (!o.heatmap) {
         const std::size_t cell = cell_width(o);
-        for (std::size_t j : cols)
-            s += j == kGap ? " …" : " " + pad_left(clip_label(key_label(p, b, j), cell - 1), cell - 1);
+        for (std::size_t j : cols) s += j == kGap ? " …" : " " + pad_left(clip_label(label(j), cell - 1), cell - 1);
         return s;
     }
     std::vector<std::string> glyph(cols.size(), " ");
@@ -251,7 +251,8 @@ void write_step(std::ostream& out, const Problem<T>& p, const DecodeStep<T>& s, 
     for (std::size_t b : batches) {
         if (b == batches[0] || !one_header)
             out << pad_right("  " + (one_header ? std::string() : b_(b)) + "keys", label_width) << bar
-                << key_header(p, b, cols, o) << (o.heatmap ? "|" : "") << '\n';
+                << key_header([&](std::size_t j) { return key_label(p, b, j); }, cols, o) << (o.heatmap ? "|" : "")
+                << '\n';
         for (std::size_t h : heads) {
             std::string line = pad_right("  " + b_(b) + "h" + std::to_string(h), label_width) + bar;
             line += row_text(&s.weights(b, h, 0, 0), &s.mask(b, 0, 0), cols, o);
@@ -427,6 +428,200 @@ void write_decode_npz(const std::string& path, const Problem<T>& p, const Decode
     AtomicFile file(path, replace);
     write_npz(file, arrays);
     file.commit();
+}
+
+// ---- generation -----------------------------------------------------------------------
+
+namespace {
+
+// The layers whose rows a step shows: the chosen one, or every layer.
+std::vector<std::size_t> shown_layers(const Generation& g, const GenerationTextOptions& o) {
+    if (o.layer) return {*o.layer};
+    return chosen_or_all({}, g.dims.size());
+}
+
+// Token i's label, escaped and clipped: 'piece'.
+std::string quoted(const GenerationTextOptions& o, std::size_t i, std::size_t clip = 16) {
+    return "'" + clip_label(escape_control(o.labels.at(i)), clip) + "'";
+}
+
+// The layer with the largest difference at step s, and that difference.
+std::pair<std::size_t, DecodeDiff> worst_layer(const GenerationStep& s) {
+    std::size_t worst = 0;
+    for (std::size_t l = 0; l < s.layers.size(); ++l)
+        if (s.layers[l].diff.max() > s.layers[worst].diff.max()) worst = l;
+    return {worst, s.layers.at(worst).diff};
+}
+
+// Head h's rows of the chosen layers (numbers or ramps) under one line of key labels.
+void write_rows(std::ostream& out, const Generation& g, const GenerationStep& s, const GenerationTextOptions& o,
+                const DecodeTextOptions& d) {
+    const auto layers = shown_layers(g, o);
+    const std::size_t L = s.t + 1, label_width = layers.size() > 1 ? 10 : 6;
+    const std::string bar = o.heatmap ? " |" : "";
+    const auto cols = row_columns(L, o.width - label_width - bar.size() - 1, d);
+    const auto label = [&](std::size_t j) { return escape_control(o.labels.at(j)); };
+    out << pad_right("  keys", label_width) << bar << key_header(label, cols, d) << (o.heatmap ? "|" : "") << '\n';
+    for (std::size_t l : layers) {
+        const DecodeStep<double>& r = s.layers[l];
+        for (std::size_t h = 0; h < g.dims[l].H; ++h) {
+            const std::string name = (layers.size() > 1 ? "L" + std::to_string(l) + " " : "") + "h" + std::to_string(h);
+            out << pad_right("  " + name, label_width) << bar
+                << row_text(&r.weights(0, h, 0, 0), &r.mask(0, 0, 0), cols, d) << (o.heatmap ? "|" : "") << '\n';
+        }
+    }
+}
+
+// A line per layer: its weights averaged over the heads, as a ramp (--heatmap) or its top 3 keys.
+void write_layer_summary(std::ostream& out, const Generation& g, const GenerationStep& s,
+                         const GenerationTextOptions& o, const DecodeTextOptions& d) {
+    const std::size_t L = s.t + 1;
+    const auto cols = row_columns(L, o.width - 8, d);
+    if (o.heatmap)
+        out << pad_right("  keys", 6) << " |" << key_header([](std::size_t j) { return std::to_string(j); }, cols, d)
+            << "|\n";
+    for (std::size_t l = 0; l < g.dims.size(); ++l) {
+        const DecodeStep<double>& r = s.layers[l];
+        std::vector<double> mean(L, 0.0);  // (L): the heads' mean row
+        for (std::size_t h = 0; h < g.dims[l].H; ++h)
+            for (std::size_t j = 0; j < L; ++j) mean[j] += r.weights(0, h, 0, j) / double(g.dims[l].H);
+        std::string line = pad_right("  L" + std::to_string(l), 6);
+        if (o.heatmap) {
+            out << line << " |" << row_text(mean.data(), &r.mask(0, 0, 0), cols, d) << "|\n";
+            continue;
+        }
+        std::vector<std::size_t> order(L);
+        for (std::size_t j = 0; j < L; ++j) order[j] = j;
+        const std::size_t n = std::min<std::size_t>(3, L);
+        std::partial_sort(
+            order.begin(), order.begin() + std::ptrdiff_t(n), order.end(),
+            [&](std::size_t a, std::size_t b) { return mean[a] > mean[b] || (mean[a] == mean[b] && a < b); });
+        line += " top keys";
+        for (std::size_t k = 0; k < n; ++k)
+            line += (k ? ", " : " ") + std::to_string(order[k]) + " " + quoted(o, order[k], 12) + " " +
+                    format_number(mean[order[k]], 2);
+        out << line << '\n';
+    }
+}
+
+void write_generation_header(std::ostream& out, const Generation& g, const GenerationTextOptions& o) {
+    const Dims& d = g.dims.at(0);
+    const std::size_t P = g.prompt, N = g.steps.size();
+    out << "attnscope decode: " << escape_control(o.source) << " (" << escape_control(o.model_type) << ", "
+        << g.dims.size() << " layers, float64)\n";
+    put_wrapped(out, "  ",
+                "greedy generation of " + std::to_string(N) + (N == 1 ? " token" : " tokens") +
+                    " with a KV cache in every layer (H=" + std::to_string(d.H) + " G=" + std::to_string(d.G) +
+                    " Dk=" + std::to_string(d.Dk) + ")",
+                o.width);
+    std::string prompt;
+    for (std::size_t i = 0; i < P; ++i)
+        prompt += (i ? ", " : "") + std::to_string(i) + " " + quoted(o, i) + " " + std::to_string(g.ids[i]);
+    put_wrapped(out, "  ", "prompt (" + std::to_string(P) + (P == 1 ? " token): " : " tokens): ") + prompt, o.width);
+    if (o.layer) out << "  rows: layer " << *o.layer << "'s heads\n";
+    if (!o.layer && !o.all_layers)
+        out << "  rows: each layer's weights averaged over its heads" << (o.heatmap ? "" : ", their top keys") << '\n';
+    if (o.heatmap) out << "  heatmap rows: '" << kRamp << "' = weight 0..1, " << kMasked << " = masked key\n";
+    const auto k = g.steps.at(0).layers.at(o.layer.value_or(0)).k_cache_shape;
+    out << "prefill: " << (P == 1 ? "position 0" : "positions 0.." + std::to_string(P - 1))
+        << " in one causal run through every layer; layer " << o.layer.value_or(0) << "'s K cache "
+        << shape_words(k, false) << '\n';
+}
+
+void write_generation_step(std::ostream& out, const Generation& g, std::size_t k, const GenerationTextOptions& o) {
+    const GenerationStep& s = g.steps[k];
+    DecodeTextOptions d;
+    d.heatmap = o.heatmap, d.decimals = o.decimals, d.width = o.width;
+    out << (k == 0 ? "position " : "step t=") << s.t << ' ' << quoted(o, s.t) << (k == 0 ? " (the prompt's last)" : "")
+        << ": cache " << s.t + 1 << '\n';
+    if (o.layer || o.all_layers)
+        write_rows(out, g, s, o, d);
+    else
+        write_layer_summary(out, g, s, o, d);
+    char p[32];
+    std::snprintf(p, sizeof p, "%.4f", s.next.probability);
+    out << "  next: " << quoted(o, s.t + 1) << " (id " << s.next.id << "), p " << p << '\n';
+    const auto [worst, diff] = worst_layer(s);
+    out << "  max |diff| " << sci(diff.max());
+    if (diff.max() > 0) out << " (layer " << worst << " " << worst_stage(diff) << ")";
+    out << "; logits " << sci(s.logits_diff) << '\n';
+}
+
+void write_generation_summary(std::ostream& out, const Generation& g, const GenerationTextOptions& o) {
+    const std::size_t N = g.steps.size();
+    std::string ids;
+    for (std::size_t i = g.prompt; i < g.ids.size(); ++i) ids += (ids.empty() ? "" : ", ") + std::to_string(g.ids[i]);
+    const std::string what = "generated " + std::to_string(N) + (N == 1 ? " token: " : " tokens: ");
+    if (o.text) put_wrapped(out, "", what + "'" + escape_control(*o.text) + "'", o.width);
+    put_wrapped(out, o.text ? "  " : "", (o.text ? "ids " : what + "ids ") + ids, o.width);
+    DecodeDiff most;  // each stage's largest, over every step and layer
+    double logits = 0;
+    for (const GenerationStep& s : g.steps) {
+        logits = std::max(logits, s.logits_diff);
+        for (const DecodeStep<double>& r : s.layers) {
+            most.weights = std::max(most.weights, r.diff.weights),
+            most.context = std::max(most.context, r.diff.context);
+            most.output = std::max(most.output, r.diff.output);
+        }
+    }
+    const bool same = most.max() <= 1e-12;
+    put_wrapped(out, "",
+                "max |diff| vs the full forward (" + std::to_string(g.ids.size()) + " tokens; " +
+                    (same ? "the cache gives the same rows):" : "more than rounding):"),
+                o.width);
+    put_wrapped(out, "  ", diff_words(most, false) + "; logits " + sci(logits), o.width);
+}
+
+void put_generation_layer(JsonWriter& w, const DecodeStep<double>& r, std::size_t layer) {
+    w.begin_object().key("layer").value(layer);
+    const Tensor<double, 2> rows = xt::view(r.weights, 0, xt::all(), 0, xt::all());  // (H, L)
+    put_tensor(w.key("weights"), rows, true);
+    put_diffs(w, r.diff, false);
+    w.end_object();
+}
+
+void put_generation_step(JsonWriter& w, const Generation& g, const GenerationStep& s, const GenerationTextOptions& o) {
+    w.newline().begin_object().key("t").value(s.t).key("id").value(g.ids[s.t]).key("token").value(o.labels[s.t]);
+    w.key("cache_length").value(s.t + 1);
+    w.key("next").begin_object().key("id").value(s.next.id).key("token").value(o.labels[s.t + 1]);
+    w.key("probability").value(s.next.probability).end_object();
+    w.key("layers").begin_array();
+    for (std::size_t l : shown_layers(g, o)) put_generation_layer(w, s.layers[l], l);
+    w.end_array();
+    const auto [worst, diff] = worst_layer(s);
+    w.key("logits_max_abs_diff").value(s.logits_diff).key("max_abs_diff").value(std::max(diff.max(), s.logits_diff));
+    w.end_object();
+}
+
+}  // namespace
+
+void write_generation_text(std::ostream& out, const Generation& g, const GenerationTextOptions& o) {
+    write_generation_header(out, g, o);
+    for (std::size_t k = 0; k < g.steps.size(); ++k) write_generation_step(out, g, k, o);
+    write_generation_summary(out, g, o);
+}
+
+void write_generation_json(std::ostream& out, const Generation& g, const GenerationTextOptions& o) {
+    JsonWriter w(out);
+    w.begin_object().key("schema").value("attnscope.generate/1").key("source").value(o.source);
+    w.key("model_type").value(o.model_type).key("dtype").value("float64").key("layers").value(g.dims.size());
+    const auto ids = [&](std::size_t from, std::size_t to) {
+        return std::vector<std::size_t>(g.ids.begin() + std::ptrdiff_t(from), g.ids.begin() + std::ptrdiff_t(to));
+    };
+    const auto labels = [&](std::size_t from, std::size_t to) {
+        return std::vector<std::string>(o.labels.begin() + std::ptrdiff_t(from), o.labels.begin() + std::ptrdiff_t(to));
+    };
+    w.key("prompt").begin_object().key("length").value(g.prompt).key("ids").list(ids(0, g.prompt));
+    w.key("tokens").list(labels(0, g.prompt)).end_object();
+    std::vector<double> probabilities;
+    for (const GenerationStep& s : g.steps) probabilities.push_back(s.next.probability);
+    w.key("generated").begin_object().key("ids").list(ids(g.prompt, g.ids.size()));
+    w.key("tokens").list(labels(g.prompt, g.ids.size())).key("probabilities").list(probabilities).key("text");
+    o.text ? w.value(*o.text) : w.value(nullptr);
+    w.end_object().key("shown_layers").list(shown_layers(g, o)).key("steps").begin_array();
+    for (const GenerationStep& s : g.steps) put_generation_step(w, g, s, o);
+    w.end_array().key("max_abs_diff").value(g.max_diff).end_object();
+    out << '\n';
 }
 
 template void write_decode_npz<float>(const std::string&, const Problem<float>&, const DecodeRun<float>&, bool);

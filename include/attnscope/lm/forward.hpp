@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "attnscope/base/buffer.hpp"
+#include "attnscope/core/attention.hpp"
 #include "attnscope/io/checkpoint.hpp"
 
 namespace attnscope {
@@ -64,6 +65,7 @@ struct ForwardRequest {
     bool every_input = false;               // keep every layer's attention input (else only stop_after's)
     bool logits = true;                     // compute the logits (needs every layer)
     std::vector<std::size_t> logit_rows;    // positions whose logits are wanted (empty: all)
+    bool traces = false;                    // keep each layer's attention weights, context and output
     std::size_t threads = 0;
 };
 
@@ -73,6 +75,9 @@ struct ForwardResult {
     std::vector<Tensor<double, 2>> attention_inputs;
     Tensor<double, 2> logits;  // (rows, V): the rows of logit_rows, or every position
     std::vector<std::size_t> logit_rows;
+    // With ForwardRequest::traces, layer l's attention: weights (1, H, T, T), sink_weight,
+    // context (1, H, T, Dv), output (1, T, Dm).
+    std::vector<Trace<double>> traces;
 };
 
 // How layer `layer`'s attention input was made from `tokens` tokens, step by step, for --explain.
@@ -87,6 +92,7 @@ class LanguageModel {
 
     const LmConfig& config() const { return config_; }
     const Checkpoint& checkpoint() const { return *checkpoint_; }
+    std::size_t max_bytes() const { return max_bytes_; }
     // InputError naming the token's position for an id outside the vocabulary, or for more
     // tokens than the model has positions.
     void check_ids(const std::vector<std::uint32_t>& ids) const;

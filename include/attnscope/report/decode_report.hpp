@@ -4,10 +4,12 @@
 
 #include <cstddef>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "attnscope/core/decode.hpp"
+#include "attnscope/lm/generate.hpp"
 #include "attnscope/model/model.hpp"
 
 namespace attnscope {
@@ -46,6 +48,27 @@ void write_decode_json(std::ostream& out, const Problem<T>& p, const DecodeRun<T
 // `replace`: whether an existing file may be replaced.
 template <typename T>
 void write_decode_npz(const std::string& path, const Problem<T>& p, const DecodeRun<T>& run, bool replace);
+
+// A greedy generation (lm/generate.hpp), as `decode --model DIR --generate N` shows it.
+struct GenerationTextOptions {
+    std::string source;                // the model folder
+    std::string model_type;            // config.json's
+    std::vector<std::string> labels;   // (P + N): each token's readable piece or id (escaped when printed)
+    std::optional<std::string> text;   // the generated tokens as text (a tokenizer's decode), if any
+    std::optional<std::size_t> layer;  // the layer whose rows are shown; none: every layer
+    bool all_layers = false;           // every layer's rows; neither: a line per layer (its top keys, mean over heads)
+    bool heatmap = false;              // rows (or the per-layer mean rows) as lines of a character ramp
+    int decimals = 4;
+    std::size_t width = 80;
+};
+
+// The prompt's tokens; per step (the prefill's last row, then a step per token fed back): the
+// position and token, the cache length, the chosen rows, the token its logits pick (piece,
+// id, probability) and the largest difference from one full forward on the final sequence
+// (naming the layer and stage; the logits' too); a summary at the end.
+void write_generation_text(std::ostream& out, const Generation& g, const GenerationTextOptions& o);
+// One JSON document, schema attnscope.generate/1 (docs/json.md).
+void write_generation_json(std::ostream& out, const Generation& g, const GenerationTextOptions& o);
 
 extern template void write_decode_npz<float>(const std::string&, const Problem<float>&, const DecodeRun<float>&, bool);
 extern template void write_decode_npz<double>(const std::string&, const Problem<double>&, const DecodeRun<double>&,

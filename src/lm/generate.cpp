@@ -1,0 +1,210 @@
+// Greedy generation with a KV cache in every layer (generate.hpp): each layer's attention
+// is core's Decoder on that layer's problem; the rest of a block is the forward pass's own
+// steps (lm.hpp), shared with the full run.
+#include "attnscope/lm/generate.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <xtensor/xview.hpp>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "lm.hpp"
+
+namespace attnscope {
+
+Pick greedy_pick(const std::vector<double>& logits) {
+    if (logits.empty()) throw std::logic_error("greedy_pick: no logits");
+    // max_element keeps the first of equal values: ties go to the lowest id
+    const auto top = std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (double v : logits) sum += std::exp(v - *top);
+    return {std::uint32_t(top - logits.begin()), 1.0 / sum};
+}
+
+// Layer l: its block's other weights, its attention's problem (x sized for the whole length)
+// and that problem's decoder, which holds the layer's KV cache. Never moved: the decoder
+// keeps a reference to the problem.
+struct Generator::Layer {
+    lm::Block block;
+    Problem<double> problem;  // x (1, length, Dm)
+    std::unique_ptr<Decoder<double>> decoder;
+};
+
+Generator::Generator(const LanguageModel& m, std::size_t length, std::size_t threads)
+    : m_(m), length_(length), threads_(threads) {
+    const LmConfig& c = m.config();
+    if (c.family == LmFamily::bert)
+        throw InputError(escape_control(m.checkpoint().config_path) + ": model_type " + c.model_type +
+                         ": an encoder (every token sees every other, a masked-LM head) does not generate text left " +
+                         "to right; generation needs gpt2, llama, mistral or qwen2");
+    if (length == 0 || length > c.positions) throw std::logic_error("Generator: length outside the model's positions");
+    const lm::Weights w(m.checkpoint(), m.max_bytes());
+    const Tensor<double, 2> zeros = xt::zeros<double>({length, c.hidden});  // (length, Dm)
+    for (std::size_t l = 0; l < c.layers; ++l) {
+        auto layer = std::make_unique<Layer>();
+        layer->block = lm::read_block(w, c, l);
+        layer->problem = lm::layer_problem(m.checkpoint(), c, l, zeros, m.max_bytes());
+        check_decodable(layer->problem, 0, DecodeBug::none);
+        layer->decoder = std::make_unique<Decoder<double>>(layer->problem);
+        layers_.push_back(std::move(layer));
+    }
+}
+
+Generator::~Generator() = default;
+
+const Dims& Generator::dims(std::size_t layer) const { return layers_.at(layer)->problem.dims; }
+
+std::array<std::size_t, 4> Generator::k_cache_shape(std::size_t layer) const {
+    return layers_.at(layer)->decoder->cache().k_shape();
+}
+
+namespace {
+
+// a (n, Dm) into rows start.. of x (1, length, Dm)
+void write_rows(Problem<double>& p, std::size_t start, const Tensor<double, 2>& a) {
+    if (start + a.shape(0) > p.x.shape(1) || a.shape(1) != p.x.shape(2))
+        throw std::logic_error("Generator: rows outside the layer's x");
+    std::copy(a.begin(), a.end(), &p.x(0, start, 0));
+}
+
+// The logits (V) of the last row of h (T, Dm).
+std::vector<double> last_logits(const LanguageModel& m, const Tensor<double, 2>& h) {
+    Tensor<double, 2> last = xt::view(h, xt::range(h.shape(0) - 1, h.shape(0)), xt::all());  // (1, Dm)
+    const Tensor<double, 2> logits = lm::head(lm::Weights(m.checkpoint(), m.max_bytes()), m.config(), last);
+    return std::vector<double>(logits.begin(), logits.end());
+}
+
+}  // namespace
+
+std::vector<double> Generator::prefill(const std::vector<std::uint32_t>& prompt, std::vector<Trace<double>>* traces) {
+    if (position_ != 0 || prompt.empty() || prompt.size() > length_)
+        throw std::logic_error("Generator::prefill: not at the start, or no room");
+    const LmConfig& c = m_.config();
+    Tensor<double, 2> h = lm::embed(lm::Weights(m_.checkpoint(), m_.max_bytes()), c, prompt);  // (P, Dm)
+    Compute how;
+    how.keep = StageSet().set(kWeights).set(kSinkWeight).set(kMask).set(kContext).set(kOutput);
+    how.threads = threads_;
+    for (auto& layer : layers_) {
+        write_rows(layer->problem, 0, lm::attention_input(layer->block, c, h));
+        Trace<double> tr = layer->decoder->prefill(prompt.size(), how);
+        lm::add_attention(layer->block, c, tr.output, h);
+        if (traces) traces->push_back(std::move(tr));
+    }
+    position_ = prompt.size();
+    return last_logits(m_, h);
+}
+
+std::vector<double> Generator::step(std::uint32_t id, std::vector<DecodeStep<double>>* steps) {
+    if (position_ == 0 || position_ >= length_) throw std::logic_error("Generator::step: no prefill, or no room");
+    const LmConfig& c = m_.config();
+    Tensor<double, 2> h = lm::embed(lm::Weights(m_.checkpoint(), m_.max_bytes()), c, {id}, position_);  // (1, Dm)
+    for (auto& layer : layers_) {
+        write_rows(layer->problem, position_, lm::attention_input(layer->block, c, h));
+        DecodeStep<double> s = layer->decoder->step();
+        lm::add_attention(layer->block, c, s.output, h);
+        if (steps) steps->push_back(std::move(s));
+    }
+    ++position_;
+    return last_logits(m_, h);
+}
+
+namespace {
+
+// Row P-1 of a layer's prefill as a step: weights (1, H, 1, P), mask (1, 1, P), context, output.
+DecodeStep<double> last_row(const Trace<double>& tr, const std::array<std::size_t, 4>& k_shape,
+                            const std::array<std::size_t, 4>& v_shape) {
+    const std::size_t P = tr.weights.shape(2);
+    DecodeStep<double> s;
+    s.t = P - 1;
+    s.query_position = (long long)(P - 1);
+    s.cache_length = P;
+    s.k_cache_shape = k_shape, s.v_cache_shape = v_shape;
+    s.mask = xt::view(tr.mask, xt::all(), xt::range(P - 1, P), xt::all());
+    s.weights = xt::view(tr.weights, xt::all(), xt::all(), xt::range(P - 1, P), xt::all());
+    if (tr.sink_weight.size()) s.sink_weight = xt::view(tr.sink_weight, xt::all(), xt::all(), xt::range(P - 1, P));
+    s.context = xt::view(tr.context, xt::all(), xt::all(), xt::range(P - 1, P), xt::all());
+    s.output = xt::view(tr.output, xt::all(), xt::range(P - 1, P), xt::all());
+    return s;
+}
+
+void check_request(const LanguageModel& m, const std::vector<std::uint32_t>& prompt, std::size_t n) {
+    const LmConfig& c = m.config();
+    if (n == 0) throw UsageError("{generate} 0: expected 1 or more tokens to generate");
+    if (prompt.empty()) throw InputError("no prompt tokens to generate from");
+    const std::size_t room = c.positions - c.position_offset;
+    if (prompt.size() >= room || n > room - prompt.size())
+        throw UsageError("{generate} " + std::to_string(n) + ": the " + std::to_string(prompt.size()) +
+                         "-token prompt and " + std::to_string(n) + " new tokens need more than the model's " +
+                         std::to_string(room) + " positions (" + escape_control(m.checkpoint().config_path) + " " +
+                         (c.family == LmFamily::gpt2 ? "n_positions" : "max_position_embeddings") + ")");
+    m.check_ids(prompt);
+}
+
+}  // namespace
+
+Generation generate(const LanguageModel& m, const std::vector<std::uint32_t>& prompt, std::size_t n,
+                    std::size_t threads) {
+    check_request(m, prompt, n);
+    const std::size_t P = prompt.size(), L = m.config().layers;
+    Generator gen(m, P + n, threads);
+    Generation g;
+    g.ids = prompt;
+    g.prompt = P;
+    for (std::size_t l = 0; l < L; ++l) g.dims.push_back(gen.dims(l));
+    GenerationStep first;
+    first.t = P - 1;
+    first.logits = gen.prefill(prompt, &g.prefill);
+    for (std::size_t l = 0; l < L; ++l) {
+        const auto k = gen.k_cache_shape(l);
+        first.layers.push_back(last_row(g.prefill[l], k, {k[0], k[1], k[2], g.dims[l].Dv}));
+    }
+    first.next = greedy_pick(first.logits);
+    g.ids.push_back(first.next.id);
+    g.steps.push_back(std::move(first));
+    while (g.steps.size() < n) {
+        GenerationStep s;
+        s.t = gen.position();
+        s.logits = gen.step(g.ids.back(), &s.layers);
+        s.next = greedy_pick(s.logits);
+        g.ids.push_back(s.next.id);
+        g.steps.push_back(std::move(s));
+    }
+    return g;
+}
+
+void check_generation(const LanguageModel& m, Generation& g, std::size_t threads) {
+    const std::size_t T = g.ids.size(), L = g.dims.size();
+    std::size_t bytes = 0;  // the full run's kept weights and context, every layer
+    for (const Dims& d : g.dims) bytes += d.H * T * (T + d.Dv) * sizeof(double);
+    if (bytes > m.max_bytes())
+        throw MemoryLimitError("checking " + std::to_string(T) + " tokens against one full forward keeps " +
+                               format_bytes(bytes) + " of attention weights, more than {max_memory} " +
+                               format_bytes(m.max_bytes()));
+    ForwardRequest r;
+    r.traces = true;
+    r.threads = threads;
+    for (const GenerationStep& s : g.steps) r.logit_rows.push_back(s.t);
+    const ForwardResult full = m.forward(g.ids, r);
+    g.prefill_diffs.clear();
+    g.max_diff = 0;
+    for (std::size_t l = 0; l < L; ++l) g.prefill_diffs.push_back(diff_prefill(g.prefill[l], full.traces[l]));
+    for (std::size_t k = 0; k < g.steps.size(); ++k) {
+        GenerationStep& s = g.steps[k];
+        for (std::size_t l = 0; l < L; ++l) {
+            s.layers[l].diff = k == 0 ? g.prefill_diffs[l] : diff_step(s.layers[l], full.traces[l]);
+            g.max_diff = std::max(g.max_diff, s.layers[l].diff.max());
+        }
+        s.logits_diff = 0;
+        for (std::size_t v = 0; v < s.logits.size(); ++v) {
+            const double e = std::fabs(s.logits[v] - full.logits(k, v));
+            s.logits_diff = std::isnan(e) ? HUGE_VAL : std::max(s.logits_diff, e);
+        }
+        g.max_diff = std::max(g.max_diff, s.logits_diff);
+    }
+}
+
+}  // namespace attnscope

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """docs/json.md against real output: real commands run (run --json with every optional
-member, --compare --json, --jsonl, check --json, decode --json, tokens --json, inspect
---json, the data of run --html and report), and
+member, --compare --json, --jsonl, check --json, decode --json, decode --generate --json,
+tokens --json, inspect --json, the data of run --html and report), and
 
 * every key they print is documented in docs/json.md, under its document's section;
 * every key documented is printed by some of them;
@@ -143,6 +143,7 @@ class JsonSchema(common.CliTestCase):
         for args in ([sinks, "--prefill", "2"], [gqa, "--heads", "4", "--kv-heads", "2", "--rope", "--window", "3",
                                                    "--prefill", "3"]):
             cls.add("attnscope.decode/1", json.loads(cls.out("decode", *args, "--json")))
+        cls.run_generate()
         cls.run_tokens()
         for ckpt in (FIXTURES / "checkpoints" / "torch_gpt2.pt", cls.llama()):
             cls.add("attnscope.inspect/1", json.loads(cls.out("inspect", ckpt, "--json")))
@@ -184,6 +185,22 @@ class JsonSchema(common.CliTestCase):
         np.savez(noisy, attn=attn)
         cls.add("attnscope.check/1", json.loads(cls.out("check", noisy, "--against", mistakes / "bundle.npz",
                                                         "--heads", "2", "--json", codes=(1,))))
+
+    @classmethod
+    def run_generate(cls):
+        """decode --model --generate on a small random GPT-2 (lm_reference.make_model)."""
+        import checkpoint_reference as cref  # scripts/: the safetensors writer
+        import lm_reference as lref
+        config, state = lref.make_model("gpt2")
+        d = cls.scratch / "gpt2"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        cref.write_safetensors(d / "model.safetensors", state, "F64")
+        for f in (FIXTURES / "tokenizers" / "bytelevel_bpe").iterdir():
+            shutil.copy(f, d / f.name)
+        for layer in ([], ["--layer", "1"]):
+            cls.add("attnscope.generate/1", json.loads(cls.out("decode", "--model", d, "--text", "Hi", "--generate",
+                                                               "2", *layer, "--json")))
 
     @classmethod
     def run_tokens(cls):

@@ -142,6 +142,14 @@ void check_request(const LanguageModel& m, const std::vector<std::uint32_t>& pro
                          std::to_string(room) + " positions (" + escape_control(m.checkpoint().config_path) + " " +
                          (c.family == LmFamily::gpt2 ? "n_positions" : "max_position_embeddings") + ")");
     m.check_ids(prompt);
+    // What the generator holds for every layer, about: its weights (attention 4 Dm², MLP
+    // up to 3 Dm·Dff) and its x (P + N, Dm), in float64.
+    const std::size_t D = c.hidden, per_layer = 4 * D * D + 3 * D * c.mlp + (prompt.size() + n) * D;
+    const double bytes = double(c.layers) * double(per_layer) * sizeof(double);
+    if (bytes > double(m.max_bytes()))
+        throw MemoryLimitError("generating holds every layer's weights and inputs, about " +
+                               format_bytes(std::size_t(bytes)) + ", more than {max_memory} " +
+                               format_bytes(m.max_bytes()));
 }
 
 }  // namespace

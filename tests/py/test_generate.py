@@ -23,6 +23,7 @@ import common  # noqa: E402
 from common import run_text  # noqa: E402
 import test_lm  # noqa: E402  (its LmCase writes the small models in Hugging Face layout)
 
+import checkpoint_reference as cref  # noqa: E402  (scripts/: the safetensors writer)
 import lm_reference as lref  # noqa: E402  (scripts/: the numpy forward pass and greedy generation)
 
 ROWS = 1e-12  # each step's weights vs the reference's rows, absolute
@@ -81,6 +82,21 @@ class Greedy(GenerateCase):
 
     def test_one_token_is_the_prefill_alone(self):
         self.check("gpt2", [7], 1)
+
+    def test_ties_go_to_the_lowest_id(self):
+        # An untied head of zeros but for two equal rows: every logit ties with another.
+        config, state = lref.make_model("gpt2", 1)
+        head = np.zeros_like(state["transformer.wte.weight"])
+        head[6] = head[9] = np.random.default_rng(3).standard_normal(head.shape[1])
+        config["tie_word_embeddings"] = False
+        state["lm_head.weight"] = head
+        d = self.path("tied-logits")
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        cref.write_safetensors(d / "model.safetensors", state, "F64")
+        want = lref.generate(config, state, [3, 4], 4)[0]
+        self.assertTrue(set(want) <= {0, 6}, want)
+        self.assertEqual(self.generate_json(d, ["--tokens", "3,4"], 4)["generated"]["ids"], want)
 
     def test_to_the_last_position(self):
         # 32 positions: a 28-token prompt and 4 new tokens fill them all
@@ -155,6 +171,11 @@ class Refusals(GenerateCase):
         self.refused(model, "--generate", "expected a number from 1 to",
                      args=("--tokens", "1", "--generate", "99999999999999999999"))
         self.refused(model, "--generate", "expected a number from 1 to", args=("--tokens", "1", "--generate", "0"))
+
+    def test_memory_limit(self):
+        model, _, _ = self.write_model("llama")  # 3 layers, about 25 KB each with x (60, 16)
+        self.refused(model, "generating holds every layer's weights and inputs", "--max-memory",
+                     args=("--tokens", "1", "--generate", "59", "--max-memory", "40K"))
 
     def test_layer_outside_the_model(self):
         model, _, _ = self.write_model("gpt2")

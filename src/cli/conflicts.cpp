@@ -6,6 +6,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/core/view.hpp"
+#include "attnscope/report/report.hpp"
 #include "options.hpp"
 
 namespace attnscope::cli {
@@ -32,6 +33,10 @@ std::string single_run(const char* flag) {
 const char* const kTextView =
     "a view of the printed report, which --json replaces; run it without --json (the JSON holds every number it "
     "shows)";
+
+// --layer all shows each layer through outputs that hold several; a page or a figure holds one.
+const char* const kOneLayer =
+    "draws one layer with --layer N; every layer's heads on one page: attnscope report --model DIR --html FILE";
 
 const char* const kNoRope = "has no effect without --rope";
 
@@ -83,7 +88,23 @@ const std::vector<Conflict>& conflicts() {
          },
          "run", "expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ..."},
 
+        {Scope::every, [](const O& o) { return o.every_layer && o.model_text.model.empty(); }, "--layer all",
+         "every layer of a --model DIR's forward pass; a checkpoint's run takes one layer (--layer N)"},
+
         {Scope::run, [](const O& o) { return o.json && o.explain; }, "--explain", kTextView},
+        {Scope::run,
+         [](const O& o) { return o.every_layer && !o.summary && !o.json && o.jsonl.empty() && o.dump.empty(); },
+         "--layer all",
+         "shows every layer through --summary, --json, --jsonl or --dump; give one of them (or --layer N)"},
+        {Scope::run, [](const O& o) { return o.every_layer && !o.html.empty(); }, "--html", kOneLayer},
+        {Scope::run, [](const O& o) { return o.every_layer && !o.svg.empty(); }, "--svg", kOneLayer},
+        {Scope::run, [](const O& o) { return o.every_layer && !o.model_text.save_forward.empty(); }, "--save-forward",
+         "writes one layer's x; give --layer N"},
+        {Scope::run, [](const O& o) { return o.every_layer && dump_is_npz(o.dump); }, "--dump",
+         "{}: with --layer all, a folder per layer (DIR/layer_00/NAME.npy, ...); give a directory",
+         [](const O& o) { return o.dump; }},
+        {Scope::run, [](const O& o) { return !o.compare.empty() && o.every_layer; }, "--compare",
+         single_run("--layer all")},
         {Scope::run, [](const O& o) { return o.json && !o.cell.empty(); }, "--cell", kTextView},
         {Scope::run, [](const O& o) { return o.json && o.heatmap; }, "--heatmap", kTextView},
         {Scope::run, [](const O& o) { return o.json && o.panels; }, "--panels", kTextView},

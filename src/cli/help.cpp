@@ -86,18 +86,20 @@ bool is_flag(const CLI::Option* o) { return o->get_expected_max() == 0; }
 // The placeholder after an option's name.
 std::string metavar(const CLI::Option* o) {
     static const std::map<std::string, std::string> kNamed = {
-        {"heads", "H"},         {"kv-heads", "G"},      {"scale", "S|none"},
-        {"temperature", "T"},   {"zero-key", "J"},      {"cell", "B,H,I,J"},
-        {"batch", "B[,B...]"},  {"head", "H[,H...]"},   {"stages", "LIST"},
-        {"decimals", "N"},      {"edgeitems", "N"},     {"dump", "PATH"},
-        {"html", "FILE"},       {"svg", "FILE"},        {"width", "COLUMNS"},
-        {"threads", "N"},       {"max-memory", "SIZE"}, {"compare", "'OPTIONS'"},
-        {"window", "W"},        {"softcap", "C"},       {"rope-base", "BASE"},
-        {"rope-dim", "R"},      {"layer", "N"},         {"prefix", "PREFIX"},
-        {"checkpoint", "PATH"}, {"prefill", "P"},       {"rtol", "R"},
-        {"atol", "A"},          {"axes", "NAME=ORDER"}, {"against", "BUNDLE"},
-        {"preset", "NAME"},     {"bug", "NAME"},        {"range", "auto|fixed|row|LO,HI"},
-        {"qkv", "FILE"}};
+        {"heads", "H"},          {"kv-heads", "G"},      {"scale", "S|none"},
+        {"temperature", "T"},    {"zero-key", "J"},      {"cell", "B,H,I,J"},
+        {"batch", "B[,B...]"},   {"head", "H[,H...]"},   {"stages", "LIST"},
+        {"decimals", "N"},       {"edgeitems", "N"},     {"dump", "PATH"},
+        {"html", "FILE"},        {"svg", "FILE"},        {"width", "COLUMNS"},
+        {"threads", "N"},        {"max-memory", "SIZE"}, {"compare", "'OPTIONS'"},
+        {"window", "W"},         {"softcap", "C"},       {"rope-base", "BASE"},
+        {"rope-dim", "R"},       {"layer", "N"},         {"prefix", "PREFIX"},
+        {"checkpoint", "PATH"},  {"prefill", "P"},       {"rtol", "R"},
+        {"atol", "A"},           {"axes", "NAME=ORDER"}, {"against", "BUNDLE"},
+        {"preset", "NAME"},      {"bug", "NAME"},        {"range", "auto|fixed|row|LO,HI"},
+        {"qkv", "FILE"},         {"model", "DIR"},       {"text", "TEXT"},
+        {"text-file", "FILE"},   {"tokens", "IDS"},      {"predict", "K"},
+        {"save-forward", "FILE"}};
     if (is_flag(o)) return "";
     if (o->get_positional()) {
         std::string n = o->get_name();

@@ -20,21 +20,33 @@ JsonlOutput::JsonlOutput(const std::string& path, bool force, std::string source
 void JsonlOutput::header(const Summary* s) {
     if (started_) return;
     started_ = true;
-    write_jsonl_header(*out_, source_, dims_, batched_, s);
+    write_jsonl_header(*out_, source_, dims_, batched_, s, layer_);
 }
 
 void JsonlOutput::rows(const Summary& s, std::size_t b, std::size_t h, std::size_t i0, std::size_t n) {
     std::lock_guard<std::mutex> g(lock_);
     header(&s);
-    write_jsonl_rows(*out_, s, batched_, b, h, i0, n);
+    write_jsonl_rows(*out_, s, batched_, b, h, i0, n, layer_);
     if (!file_) out_->flush();  // a pipe reader sees rows as they come
 }
 
-void JsonlOutput::finish(const TraceView& view, const std::vector<std::string>& stages, const Summary* s) {
+void JsonlOutput::start_layer(std::size_t layer, const Dims& dims) {
+    std::lock_guard<std::mutex> g(lock_);
+    layer_ = layer;
+    dims_ = dims;
+    started_ = false;
+}
+
+void JsonlOutput::add_stages(const TraceView& view, const std::vector<std::string>& stages, const Summary* s) {
     std::lock_guard<std::mutex> g(lock_);
     header(s);
-    for (const auto& name : stages) write_jsonl_stage(*out_, view.stage(name), batched_);
-    if (s) write_jsonl_heads(*out_, *s, batched_);
+    for (const auto& name : stages) write_jsonl_stage(*out_, view.stage(name), batched_, layer_);
+    if (s) write_jsonl_heads(*out_, *s, batched_, layer_);
+    out_->flush();
+}
+
+void JsonlOutput::complete() {
+    std::lock_guard<std::mutex> g(lock_);
     out_->flush();
     if (file_)
         file_->commit();

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -24,10 +25,19 @@ class JsonlOutput {
     void rows(const Summary& s, std::size_t b, std::size_t h, std::size_t i0, std::size_t n);
     // The dense stages (a line per stage, batch item and head) and the per-head summaries;
     // then the file is complete.
-    void finish(const TraceView& view, const std::vector<std::string>& stages, const Summary* s);
+    void finish(const TraceView& view, const std::vector<std::string>& stages, const Summary* s) {
+        add_stages(view, stages, s);
+        complete();
+    }
+    // run --layer all: the lines that follow are layer `layer`'s, each naming it (its own
+    // run line first); add_stages ends each layer, complete() the file.
+    void start_layer(std::size_t layer, const Dims& dims);
+    void add_stages(const TraceView& view, const std::vector<std::string>& stages, const Summary* s);
+    void complete();
 
    private:
     void header(const Summary* s);
+    std::optional<std::size_t> layer_;
     std::unique_ptr<AtomicTextFile> file_;
     std::ostream* out_;
     std::mutex lock_;

@@ -129,9 +129,9 @@ std::vector<std::uint32_t> parse_ids(const std::string& text, const std::string&
     return ids;
 }
 
-void add_model_text_options(CLI::App* run, RunOptions& o) {
+void add_model_source_options(CLI::App* cmd, RunOptions& o) {
     ModelTextOptions& m = o.model_text;
-    auto* g = run->add_option_group(kModelText);
+    auto* g = cmd->add_option_group(kModelText);
     g->add_option("--model", m.model,
                   "A Hugging Face model folder (config.json, model.safetensors or pytorch_model.bin, tokenizer.json): "
                   "x is its layer --layer's attention input (default layer 0) on --text");
@@ -139,6 +139,12 @@ void add_model_text_options(CLI::App* run, RunOptions& o) {
     g->add_option("--text-file", m.text_file, "With --model: the text, from this file");
     g->add_option("--tokens", m.tokens, "With --model: token ids (e.g. 464,3797), no tokenizer needed");
     g->add_flag("--no-special-tokens", m.no_special, "With --text: leave out the tokenizer's special tokens");
+}
+
+void add_model_text_options(CLI::App* run, RunOptions& o) {
+    ModelTextOptions& m = o.model_text;
+    add_model_source_options(run, o);
+    auto* g = run->get_option_group(kModelText);
     g->add_option_function<std::size_t>(
         "--predict", [&m](std::size_t k) { m.predict = k; },
         "With --model: the K most likely next tokens after the last (BERT: at each [MASK]) with their probabilities");
@@ -146,7 +152,10 @@ void add_model_text_options(CLI::App* run, RunOptions& o) {
                   "With --model: write the token ids, x and the logits of every position to this .npz");
 }
 
-void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec) {
+namespace {
+
+// The refusals of --model, before any work.
+void check_model_options(const RunOptions& o) {
     const ModelTextOptions& m = o.model_text;
     const std::pair<bool, const char*> others[] = {{!o.bundle.empty(), "a bundle"},
                                                    {!o.array_files.empty(), "--x and the weights' options"},
@@ -161,11 +170,23 @@ void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spe
     if (sources != 1) throw UsageError("--model: give one of --text, --text-file or --tokens");
     if (m.predict && (o.json || !o.jsonl.empty()))
         throw UsageError("--predict: a table of the printed report; run it without --json/--jsonl");
-    const LanguageModel model = LanguageModel::open(m.model, limit);
-    const Tokens t = tokens_of(m, limit);
-    const std::size_t layer = o.layer.value_or(0);
+}
+
+// {layer} N among the model's layers, which config.json counts.
+void check_layer(const LanguageModel& model, const std::string& dir, std::size_t layer) {
+    const std::size_t n = model.config().layers;
+    if (layer < n) return;
+    const char* key = model.config().family == LmFamily::gpt2 ? "n_layer" : "num_hidden_layers";
+    throw UsageError("{layer} " + std::to_string(layer) + ": the model has " + std::to_string(n) + " layers, 0–" +
+                     std::to_string(n - 1) + " (" + escape_control(dir) + "/config.json " + key + " " +
+                     std::to_string(n) + ")");
+}
+
+// What to compute: the logits when --predict or --save-forward asks for them (at --predict's
+// positions: after the last token, or BERT's [MASK]s).
+ForwardRequest request_of(const RunOptions& o, const LanguageModel& model, const Tokens& t) {
+    const ModelTextOptions& m = o.model_text;
     ForwardRequest r;
-    r.stop_after = layer;
     r.threads = o.threads;
     r.logits = m.predict.has_value() || !m.save_forward.empty();
     const bool bert = model.config().family == LmFamily::bert;
@@ -173,28 +194,94 @@ void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spe
         if (bert && t.masks.empty()) throw UsageError("--predict: BERT predicts at [MASK] tokens; the text has none");
         r.logit_rows = bert ? t.masks : std::vector<std::size_t>{t.ids.size() - 1};
     }
-    if (!m.save_forward.empty()) check_output_target(m.save_forward, o.force, "{save-forward} " + m.save_forward);
-    const ForwardResult f = model.forward(t.ids, r);
-    bundle.source = m.model;
-    bundle.arrays["x"] = x_array(f.attention_inputs[layer], m.model + ": layer " + std::to_string(layer) + "'s input");
+    return r;
+}
+
+void maybe_predict(const RunOptions& o, const LanguageModel& model, const ForwardResult& f, const Tokens& t) {
+    if (!o.model_text.predict) return;
+    const bool bert = model.config().family == LmFamily::bert;
+    print_predictions(f, t, *o.model_text.predict, bert ? "at the masked" : "next token after");
+}
+
+// Layer `layer`'s attention input (T, Dm) as x, the tokens as labels, and its weights and
+// options as --checkpoint gives them.
+void add_layer_of(const RunOptions& o, std::size_t limit, const Tensor<double, 2>& x, const Tokens& t,
+                  std::size_t layer, Bundle& bundle, Spec& spec) {
+    const std::string& dir = o.model_text.model;
+    bundle.source = dir;
+    bundle.arrays["x"] = x_array(x, dir + ": layer " + std::to_string(layer) + "'s input");
     bundle.arrays["query_tokens"] = text_array(t.labels);
     RunOptions c = o;
-    c.checkpoint = m.model;
+    c.checkpoint = dir;
     c.layer = layer;
+    c.every_layer = false;
     add_checkpoint_layer(c, limit, bundle, spec);
+}
+
+void save_forward(const RunOptions& o, const ForwardResult& f, const Tokens& t, std::size_t layer) {
+    const std::vector<std::int64_t> ids(t.ids.begin(), t.ids.end());
+    const Tensor<double, 2>& x = f.attention_inputs[layer];  // (T, Dm)
+    AtomicFile file(o.model_text.save_forward, o.force);
+    write_npz(file, {{"ids", {ids.size()}, DType::int64, ids.data()},
+                     {"x", {x.shape(0), x.shape(1)}, DType::float64, x.data()},
+                     {"logits", {f.logits.shape(0), f.logits.shape(1)}, DType::float64, f.logits.data()}});
+    file.commit();
+}
+
+}  // namespace
+
+void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec) {
+    const ModelTextOptions& m = o.model_text;
+    check_model_options(o);
+    const LanguageModel model = LanguageModel::open(m.model, limit);
+    const Tokens t = tokens_of(m, limit);
+    const std::size_t layer = o.layer.value_or(0);
+    check_layer(model, m.model, layer);
+    ForwardRequest r = request_of(o, model, t);
+    r.stop_after = layer;
+    if (!m.save_forward.empty()) check_output_target(m.save_forward, o.force, "{save-forward} " + m.save_forward);
+    const ForwardResult f = model.forward(t.ids, r);
+    add_layer_of(o, limit, f.attention_inputs[layer], t, layer, bundle, spec);
     if (o.explain) std::cout << describe_forward(model.config(), layer, t.ids.size()) << '\n';
-    if (m.predict) print_predictions(f, t, *m.predict, bert ? "at the masked" : "next token after");
-    if (!m.save_forward.empty()) {
-        const std::vector<std::int64_t> ids(t.ids.begin(), t.ids.end());
-        AtomicFile file(m.save_forward, o.force);
-        write_npz(file, {{"ids", {ids.size()}, DType::int64, ids.data()},
-                         {"x",
-                          {f.attention_inputs[layer].shape(0), f.attention_inputs[layer].shape(1)},
-                          DType::float64,
-                          f.attention_inputs[layer].data()},
-                         {"logits", {f.logits.shape(0), f.logits.shape(1)}, DType::float64, f.logits.data()}});
-        file.commit();
-    }
+    maybe_predict(o, model, f, t);
+    if (!m.save_forward.empty()) save_forward(o, f, t, layer);
+}
+
+struct ModelLayers::State {
+    RunOptions o;
+    std::size_t limit;
+    LanguageModel model;
+    Tokens t;
+    ForwardResult f;
+};
+
+ModelLayers::ModelLayers(const RunOptions& o, std::size_t limit) {
+    check_model_options(o);
+    s_ = std::make_unique<State>(
+        State{o, limit, LanguageModel::open(o.model_text.model, limit), tokens_of(o.model_text, limit), {}});
+    s_->model.check_ids(s_->t.ids);
+}
+
+ModelLayers::~ModelLayers() = default;
+
+std::size_t ModelLayers::count() const { return s_->model.config().layers; }
+
+void ModelLayers::check_layer(std::size_t layer) const { cli::check_layer(s_->model, s_->o.model_text.model, layer); }
+
+void ModelLayers::forward() {
+    ForwardRequest r = request_of(s_->o, s_->model, s_->t);
+    r.every_input = true;
+    r.stop_after = count() - 1;
+    s_->f = s_->model.forward(s_->t.ids, r);
+    maybe_predict(s_->o, s_->model, s_->f, s_->t);
+}
+
+void ModelLayers::add_layer(std::size_t layer, Bundle& bundle, Spec& spec) const {
+    add_layer_of(s_->o, s_->limit, s_->f.attention_inputs.at(layer), s_->t, layer, bundle, spec);
+}
+
+std::string ModelLayers::describe(std::size_t layer) const {
+    return describe_forward(s_->model.config(), layer, s_->t.ids.size());
 }
 
 }  // namespace attnscope::cli

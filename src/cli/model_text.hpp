@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,10 +29,35 @@ struct ModelTextOptions {
 // "464,3797, 50256" → ids (--tokens, tokens --decode); UsageError naming `flag` otherwise.
 std::vector<std::uint32_t> parse_ids(const std::string& text, const std::string& flag);
 
-// --model, --text, --text-file, --tokens, --no-special-tokens, --predict, --save-forward.
+// --model, --text, --text-file, --tokens, --no-special-tokens (report's), and run's
+// --predict, --save-forward.
+void add_model_source_options(CLI::App* cmd, RunOptions& o);
 void add_model_text_options(CLI::App* run, RunOptions& o);
 // With --model: x (the layer's attention input, (T, Dm)) and the token labels into `bundle`,
 // the layer's weights and options as --checkpoint gives them; prints --predict's table.
 void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec);
+
+// --model with every layer (`run --layer all`, `report --model`): ONE forward pass that
+// keeps every layer's attention input, then each layer's inputs as add_model_input gives them.
+class ModelLayers {
+   public:
+    // The options checked, the model opened, the text tokenized; nothing run yet.
+    ModelLayers(const RunOptions& o, std::size_t limit);
+    ~ModelLayers();
+    std::size_t count() const;  // the model's layers (config.json)
+    // UsageError for a layer beyond count(), naming config.json's key.
+    void check_layer(std::size_t layer) const;
+    // The forward pass, every layer's attention input kept; prints --predict's table.
+    void forward();
+    // Layer `layer`'s x and labels into `bundle` (which holds no weights), its weights and
+    // options as --checkpoint gives them into `bundle` and `spec`.
+    void add_layer(std::size_t layer, Bundle& bundle, Spec& spec) const;
+    // --explain: how layer `layer`'s x was made.
+    std::string describe(std::size_t layer) const;
+
+   private:
+    struct State;
+    std::unique_ptr<State> s_;
+};
 
 }  // namespace attnscope::cli

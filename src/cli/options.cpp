@@ -106,9 +106,17 @@ void CheckpointOptions::add(CLI::App& cmd) {
                    "Weights from a model checkpoint: .safetensors, model.safetensors.index.json, a torch.save "
                    "file (.pt, .pth, .bin) or a directory holding one (x comes from the bundle or --x)")
         ->group(kCheckpoint);
-    cmd.add_option_function<std::size_t>(
-           "--layer", [this](std::size_t n) { layer = n; }, "The checkpoint's layer N (default: its only layer)")
-        ->check(index_check())
+    // N, or all (every layer of a --model, for --summary, --json, --jsonl and --dump).
+    const CLI::Validator index = index_check();
+    cmd.add_option_function<std::string>(
+           "--layer",
+           [this](const std::string& n) {
+               every_layer = n == "all";
+               layer = every_layer ? std::nullopt : std::optional<std::size_t>(std::stoull(n));
+           },
+           "The checkpoint's layer N (default: its only layer); with --model, all: every layer (with --summary, "
+           "--json, --jsonl or --dump)")
+        ->check(CLI::Validator([index](std::string& s) { return s == "all" ? std::string() : index(s); }, "INDEX"))
         ->group(kCheckpoint);
     cmd.add_option("--preset", preset,
                    "How the checkpoint names its layers: auto (config.json's model_type), gpt2, bert, llama, "

@@ -55,6 +55,7 @@ struct InputOptions {
 struct CheckpointOptions {
     std::string checkpoint;
     std::optional<std::size_t> layer;
+    bool every_layer = false;  // --layer all: every layer of a --model (docs/models.md)
     std::string preset = "auto";
     std::string prefix;
     void add(CLI::App& cmd);

@@ -2,13 +2,15 @@
 // model view. Each bundle is one row, labelled by its name (a directory stands for the
 // bundles under it, searched recursively, in name order); each runs with its own config
 // record under the command line's options, and the page lays out bundles x heads as
-// thumbnails of the weights: options → io → model → core → report.
+// thumbnails of the weights: options → io → model → core → report. With --model DIR and a
+// text, the rows are every layer of one forward pass (docs/models.md).
 #include "attnscope/report/report.hpp"
 
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "attnscope/io/read.hpp"
 #include "attnscope/io/write.hpp"
 #include "attnscope/model/model.hpp"
+#include "counts.hpp"
 #include "help.hpp"
 #include "run.hpp"
 #include "subcommand.hpp"
@@ -134,7 +137,45 @@ std::vector<Named> expand(const std::vector<std::string>& paths) {
     return out;
 }
 
+Layer compute_layer(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit) {
+    return o.dtype == Precision::float32 ? compute<float>(bundle, spec, o.threads, limit)
+                                         : compute<double>(bundle, spec, o.threads, limit);
+}
+
+// The page's rows: one per bundle, each with its own config record under the command line's.
+void add_bundles(const ReportArgs& a, const Spec& spec, std::size_t limit, std::vector<Layer>& layers,
+                 std::vector<std::string>& names) {
+    for (const Named& b : expand(a.bundles)) {
+        RunOptions o = a.run;
+        o.bundle = b.path;
+        Spec layer_spec = spec;  // with the bundle's own config under the command line's (load_inputs)
+        layers.push_back(compute_layer(o, load_inputs(o, limit, layer_spec), layer_spec, limit));
+        names.push_back(b.name);
+    }
+}
+
+// --model DIR: a row per layer of ONE forward pass ("layer N"), each with the layer's own
+// options as run --model --layer N takes them.
+void add_model_layers(const ReportArgs& a, const Spec& spec, std::size_t limit, std::vector<Layer>& layers,
+                      std::vector<std::string>& names) {
+    ModelLayers model(a.run, limit);
+    model.check_layer(a.run.layer.value_or(0));
+    model.forward();
+    for (std::size_t l = 0; l < model.count(); ++l) {
+        Spec layer_spec = spec;
+        Bundle bundle;
+        model.add_layer(l, bundle, layer_spec);
+        layers.push_back(compute_layer(a.run, bundle, layer_spec, limit));
+        names.push_back("layer " + std::to_string(l));
+    }
+}
+
 int run_report(ReportArgs& a) {
+    const bool model = !a.run.model_text.model.empty();
+    if (model == !a.bundles.empty())
+        throw UsageError(model ? "--model: the page's rows are its layers; give it without bundles"
+                               : "report: expected bundles (.npz, .json or directories of them), or --model DIR");
+    if (a.run.layer && !model) throw UsageError("--layer: chooses the head view's layer of --model DIR");
     const Spec spec = spec_of([&] {
         RunOptions o = a.run;
         o.bundle = a.bundles.empty() ? "" : a.bundles[0];
@@ -147,19 +188,12 @@ int run_report(ReportArgs& a) {
     const std::size_t limit = memory_limit(a.run);
     std::vector<Layer> layers;
     std::vector<std::string> names;
-    for (const Named& b : expand(a.bundles)) {
-        RunOptions o = a.run;
-        o.bundle = b.path;
-        Spec layer_spec = spec;  // with the bundle's own config under the command line's (load_inputs)
-        const Bundle bundle = load_inputs(o, limit, layer_spec);
-        layers.push_back(o.dtype == Precision::float32 ? compute<float>(bundle, layer_spec, o.threads, limit)
-                                                       : compute<double>(bundle, layer_spec, o.threads, limit));
-        names.push_back(b.name);
-    }
+    (model ? add_model_layers : add_bundles)(a, spec, limit, layers, names);
     std::vector<const TraceView*> views;
     for (const Layer& l : layers) views.push_back(&l.view);
     AtomicTextFile f(a.run.html, a.run.force);
-    write_model_html(f, views, names, figure);
+    // --model: the head view and the coloured text of one layer, on the model's tokens
+    write_model_html(f, views, names, figure, model ? std::optional(a.run.layer.value_or(0)) : std::nullopt);
     f.commit();
     return 0;
 }
@@ -170,13 +204,18 @@ Subcommand setup_report_command(CLI::App& parent) {
     auto a = std::make_shared<ReportArgs>();
     CLI::App* cmd = parent.add_subcommand(
         "report",
-        "The model view: several bundles (layers) x heads as thumbnails of the weights on one HTML page; a click "
-        "opens one");
+        "The model view: several bundles (layers), or every layer of --model DIR on a text, x heads as thumbnails "
+        "of the weights on one HTML page; a click opens one");
     cmd->add_option("bundles", a->bundles,
                     "Bundles, one per row (.npz or .json), or directories searched for them (capture folders "
-                    "OUT/NAME/callN.npz)")
-        ->required();
+                    "OUT/NAME/callN.npz); or --model DIR");
     RunOptions& o = a->run;
+    add_model_source_options(cmd, o);
+    cmd->add_option_function<std::size_t>(
+           "--layer", [&o](std::size_t n) { o.layer = n; },
+           "With --model: the layer whose head view and coloured text the page shows (default 0)")
+        ->check(index_check())
+        ->group(kViews);
     cmd->add_option("--html", o.html, "The HTML page to write")->required()->group(kOutputs);
     o.ModelOptions::add(*cmd);
     o.MaskOptions::add(*cmd);

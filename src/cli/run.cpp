@@ -7,10 +7,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
+#include <string>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/attention.hpp"
 #include "attnscope/core/view.hpp"
@@ -80,23 +83,31 @@ std::vector<std::string> stages_of_run(const RunOptions& o, StageSet has) {
     return out;
 }
 
-// What the computation writes as it goes: --jsonl's rows, --dump's stages.
+// What the computation writes as it goes: --jsonl's rows (this run's file, or that of every
+// layer), --dump's stages.
 struct Sinks {
-    std::optional<JsonlOutput> jsonl;
+    std::optional<JsonlOutput> own_jsonl;
+    JsonlOutput* jsonl = nullptr;
     std::optional<Dump> dump;
 };
 
 // How to compute: the stages kept, the summaries, the sinks, the progress counters.
 template <typename T>
 Compute plan(const RunOptions& o, const Problem<T>& problem, const Bundle& bundle,
-             const std::vector<std::string>& stages, std::size_t limit, Sinks& sinks) {
+             const std::vector<std::string>& stages, std::size_t limit, Sinks& sinks, const LayerRun* layer) {
     Compute how;
     how.keep = kept_stages(o, stages);
     how.threads = o.threads;
     if (o.summary) how.summary = SummarySpec{o.topk, o.sink_keys, o.local};
     check_memory_limit(bundle, problem, how, limit);
-    if (!o.jsonl.empty()) {
-        auto& jsonl = sinks.jsonl.emplace(o.jsonl, o.force, bundle.source, problem.dims, problem.batched);
+    if (layer && layer->jsonl) {
+        sinks.jsonl = layer->jsonl;
+        sinks.jsonl->start_layer(layer->layer, problem.dims);
+    } else if (!o.jsonl.empty()) {
+        sinks.jsonl = &sinks.own_jsonl.emplace(o.jsonl, o.force, bundle.source, problem.dims, problem.batched);
+    }
+    if (sinks.jsonl) {
+        auto& jsonl = *sinks.jsonl;
         if (o.summary)
             how.on_summary = [&jsonl](const Summary& s, std::size_t b, std::size_t h, std::size_t i0, std::size_t n) {
                 jsonl.rows(s, b, h, i0, n);
@@ -112,7 +123,8 @@ Compute plan(const RunOptions& o, const Problem<T>& problem, const Bundle& bundl
 }
 
 template <typename T>
-int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit, Clock::time_point t0) {
+int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit, Clock::time_point t0,
+              const LayerRun* layer = nullptr) {
     Problem<T> problem = problem_of<T>(o, bundle, spec, limit);
     const auto stages = stages_of_run(o, stages_of(problem));
     if (!o.svg.empty() && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end())
@@ -126,7 +138,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
 
     Sinks sinks;
-    Compute how = plan(o, problem, bundle, stages, limit, sinks);
+    Compute how = plan(o, problem, bundle, stages, limit, sinks, layer);
     std::atomic<std::size_t> done{0}, total{0};
     how.progress_done = &done;
     how.progress_total = &total;
@@ -143,16 +155,80 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     const TraceView selected = select ? select_view(view, o.batches, o.heads_shown) : TraceView();
     const TraceView& whole = select ? selected : view;
     write_files(o, view, whole, stages, sinks.dump, trace.summary.get());
-    write_stdout(o, view, whole, stages, text, cell, trace.summary.get());
+    write_stdout(o, view, whole, stages, text, cell, trace.summary.get(), layer);
     // last: a run killed while writing its report (a closed pipe) leaves no .jsonl behind
-    if (sinks.jsonl) sinks.jsonl->finish(view, stages, trace.summary.get());
-    if (sinks.jsonl && o.jsonl != "-") say_written(o, o.jsonl, "line-delimited JSON");
+    if (sinks.own_jsonl) sinks.own_jsonl->finish(view, stages, trace.summary.get());
+    if (sinks.own_jsonl && o.jsonl != "-") say_written(o, o.jsonl, "line-delimited JSON");
+    if (layer && layer->jsonl) layer->jsonl->add_stages(view, stages, trace.summary.get());
     if (o.timings) {
         char line[128];
         std::snprintf(line, sizeof line, "attnscope: timings: load=%.6f compute=%.6f output=%.6f\n", load_s, compute_s,
                       seconds_since(t2));
         std::cerr << line;
     }
+    return 0;
+}
+
+// --layer all's options for layer `l` of `n`: its own folder of the dump (DIR/layer_00).
+RunOptions layer_options(const RunOptions& o, std::size_t l, std::size_t n) {
+    RunOptions c = o;
+    c.layer = l;
+    c.every_layer = false;
+    std::string name = std::to_string(l);
+    name.insert(0, std::max<std::size_t>(2, std::to_string(n - 1).size()) - name.size(), '0');
+    if (!o.dump.empty()) c.dump = o.dump + "/layer_" + name;
+    return c;
+}
+
+// --dump DIR with --layer all: DIR absent (made once the forward pass has run) or a
+// directory, each layer's folder in it checked as a dump of its own.
+void check_layer_outputs(const RunOptions& o, std::size_t n) {
+    const auto stages = parse_stage_list(o.stages);
+    if (o.dump.empty() || describe_path(o.dump) != "a directory") return check_outputs(o, stages);
+    for (std::size_t l = 0; l < n; ++l) check_outputs(layer_options(o, l, n), stages);
+}
+
+// --dump DIR of --layer all, made when absent (each layer's folder is a dump of its own).
+void make_dump_directory(const std::string& dir) {
+    std::error_code ec;
+    std::filesystem::create_directory(dir, ec);
+    if (ec) throw RuntimeFailure("--dump " + escape_control(dir) + ": cannot make the directory: " + ec.message());
+}
+
+// run --model DIR --layer all: ONE forward pass keeping every layer's attention input, then
+// each layer's run in turn (its stages freed before the next), into the outputs they share.
+int run_every_layer(const RunOptions& o, const Spec& spec, std::size_t limit, Clock::time_point t0) {
+    ModelLayers model(o, limit);
+    const std::size_t n = model.count();
+    check_layer_outputs(o, n);
+    std::optional<JsonlOutput> jsonl;
+    if (!o.jsonl.empty()) jsonl.emplace(o.jsonl, o.force, o.model_text.model, Dims{}, false);
+    model.forward();
+    if (!o.dump.empty()) make_dump_directory(o.dump);
+    std::optional<JsonWriter> json;
+    if (o.json) {
+        json.emplace(std::cout);
+        json->begin_object().key("schema").value("attnscope.layers/1").key("layers").begin_array();
+    }
+    for (std::size_t l = 0; l < n; ++l) {
+        Spec layer_spec = spec;
+        Bundle bundle;
+        model.add_layer(l, bundle, layer_spec);
+        const LayerRun layer{l, n, json ? &*json : nullptr, jsonl ? &*jsonl : nullptr,
+                             o.explain ? model.describe(l) : std::string()};
+        const RunOptions c = layer_options(o, l, n);
+        if (o.dtype == Precision::float32)
+            run_typed<float>(c, bundle, layer_spec, limit, t0, &layer);
+        else
+            run_typed<double>(c, bundle, layer_spec, limit, t0, &layer);
+    }
+    if (json) {
+        json->newline().end_array().end_object();
+        std::cout << '\n' << std::flush;
+        if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
+    }
+    if (jsonl) jsonl->complete();
+    if (jsonl && o.jsonl != "-") say_written(o, o.jsonl, "line-delimited JSON, every layer");
     return 0;
 }
 
@@ -195,6 +271,7 @@ int run_run(const RunOptions& o) {
     Spec spec = spec_of(o);
     check_conflicts(o, Scope::run);
     if (!o.compare.empty()) return run_compare(o);
+    if (o.every_layer) return run_every_layer(o, spec, memory_limit(o), t0);
     check_outputs(o, parse_stage_list(o.stages));
     const std::size_t limit = memory_limit(o);
     const Bundle bundle = load_inputs(o, limit, spec);

@@ -54,6 +54,12 @@ bool report_wanted(const RunOptions& o) {
                                  [&o](const char* option) { return o.given.count(option) > 0; });
 }
 
+// "== layer 2 of 12 ==" above a layer's report (run --layer all); with --explain, how its x was made.
+void write_layer_heading(std::ostream& out, const LayerRun& layer) {
+    out << (layer.layer ? "\n" : "") << "== layer " << layer.layer << " of " << layer.count << " ==\n";
+    if (!layer.explain.empty()) out << layer.explain << '\n';
+}
+
 }  // namespace
 
 void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) {
@@ -165,8 +171,8 @@ void write_files(const RunOptions& o, const TraceView& view, const TraceView& se
 }
 
 void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& selected,
-                  const std::vector<std::string>& stages, TextOptions text, const CellRef& cell,
-                  const Summary* summary) {
+                  const std::vector<std::string>& stages, TextOptions text, const CellRef& cell, const Summary* summary,
+                  const LayerRun* layer) {
     std::vector<RowDiagnostics> diagnostics;
     if (o.diagnose) diagnostics = diagnose(view);
     if (o.jsonl == "-") return;  // standard output holds the line-delimited JSON
@@ -185,12 +191,19 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
                 w.key("summary");
                 write_summary_json(w, *summary, view.batched);
             };
-        write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
+        if (layer && layer->json) {
+            layer->json->newline().begin_object().key("layer").value(layer->layer);
+            write_json_members(*layer->json, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
+            layer->json->end_object();
+        } else {
+            write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
+        }
     } else if (o.quiet || !report_wanted(o)) {
         return;
     } else {
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
+        if (layer) write_layer_heading(std::cout, *layer);
         if (summary && stages.empty()) {
             write_run_header(std::cout, view, text);
         } else if (o.panels) {

@@ -18,6 +18,16 @@
 
 namespace attnscope::cli {
 
+class JsonlOutput;
+
+// run --layer all (docs/models.md): the layer a run shows, and where its outputs join the others'.
+struct LayerRun {
+    std::size_t layer = 0, count = 0;
+    JsonWriter* json = nullptr;    // --json: the open "layers" list of attnscope.layers/1
+    JsonlOutput* jsonl = nullptr;  // --jsonl: one file for every layer
+    std::string explain;           // --explain: how the layer's x was made
+};
+
 // Existing outputs are kept unless --force: checked before any work is done.
 void check_outputs(const RunOptions& o, const std::vector<std::string>& stages);
 
@@ -32,10 +42,11 @@ void say_written(const RunOptions& o, const std::string& path, const char* what)
 void write_files(const RunOptions& o, const TraceView& view, const TraceView& selected,
                  const std::vector<std::string>& stages, std::optional<Dump>& dump, const Summary* summary);
 
-// Standard output: one JSON document, or the report a person reads.
+// Standard output: one JSON document, or the report a person reads. With `layer`: an
+// element of the layers' document, or the report under the layer's heading.
 void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& selected,
-                  const std::vector<std::string>& stages, TextOptions text, const CellRef& cell,
-                  const Summary* summary);
+                  const std::vector<std::string>& stages, TextOptions text, const CellRef& cell, const Summary* summary,
+                  const LayerRun* layer = nullptr);
 
 // "N query rows see no key" on stderr, naming them.
 void warn_fully_masked(const std::vector<MaskedRow>& rows, bool batched);

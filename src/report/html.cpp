@@ -752,8 +752,9 @@ void write_head_view_data(std::ostream& out, const TraceView& v, const std::vect
 // The head view and the coloured text, from the weights of the chosen batch items and
 // heads; a note instead when the run has no weights or is too long for them.
 void write_head_view(std::ostream& out, const TraceView& v, const std::vector<std::size_t>& batches,
-                     const std::vector<std::size_t>& heads) {
-    out << "<section class=\"views\" id=\"views\">\n<h2>Head view and coloured text</h2>\n";
+                     const std::vector<std::size_t>& heads, const std::string& of = "") {
+    out << "<section class=\"views\" id=\"views\">\n<h2>Head view and coloured text"
+        << (of.empty() ? "" : ": " + escape(of)) << "</h2>\n";
     const StageView* w = v.find(kWeights);
     if (!w) {
         out << "<p class=\"note\">They draw the weights: add weights to --stages to see them.</p>\n</section>\n";
@@ -1093,7 +1094,8 @@ void write_html(std::ostream& out, const TraceView& v, const std::vector<std::st
 }
 
 void write_model_html(std::ostream& out, const std::vector<const TraceView*>& layers,
-                      const std::vector<std::string>& names, const FigureOptions& figure) {
+                      const std::vector<std::string>& names, const FigureOptions& figure,
+                      std::optional<std::size_t> head_view) {
     write_page_head(out, "attnscope: model view of " + std::to_string(layers.size()) + " layers");
     out << "<header>\n<h1>attnscope: model view, " << layers.size() << (layers.size() == 1 ? " layer" : " layers")
         << "</h1>\n<p class=\"howto\">A row per bundle (layer), a column per head: the weights of batch item 0, "
@@ -1136,6 +1138,7 @@ void write_model_html(std::ostream& out, const std::vector<const TraceView*>& la
         << "<button data-zoom=\"0\">1:1</button> <span class=\"zoom-level\"></span></div>"
         << "<div class=\"heatwrap\"><div class=\"spacer\"></div><canvas></canvas></div></figure></template>\n"
         << "<section id=\"opened\"></section>\n";
+    if (head_view) write_head_view(out, *layers.at(*head_view), {0}, {}, names.at(*head_view));
     write_script(out);
     out << "</body>\n</html>\n";
 }

@@ -161,9 +161,16 @@ void put_stage(JsonWriter& w, const TraceView& v, const StageView& s) {
 
 void write_json(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
                 const std::vector<RowDiagnostics>* diagnostics, const std::function<void(JsonWriter&)>& extra) {
-    // 1) schema, config, dims, tokens; fully masked rows; warnings; diagnostics when asked for.
     JsonWriter w(out);
     w.begin_object().key("schema").value("attnscope.run/1");
+    write_json_members(w, v, stages, diagnostics, extra);
+    w.end_object();
+    out << '\n';
+}
+
+void write_json_members(JsonWriter& w, const TraceView& v, const std::vector<std::string>& stages,
+                        const std::vector<RowDiagnostics>* diagnostics, const std::function<void(JsonWriter&)>& extra) {
+    // 1) config, dims, tokens; fully masked rows; warnings; diagnostics when asked for.
     put_config(w, v);
     put_dims_tokens(w, v);
     w.newline().key("fully_masked_rows").begin_array();
@@ -179,8 +186,7 @@ void write_json(std::ostream& out, const TraceView& v, const std::vector<std::st
     // 2) The chosen stages, in the order asked.
     w.newline().key("stages").begin_object();
     for (const auto& name : stages) put_stage(w.newline(), v, v.stage(name));
-    w.newline().end_object().end_object();
-    out << '\n';
+    w.newline().end_object();
 }
 
 void write_compare_json(std::ostream& out, const std::vector<std::string>& b_adds, double scale_a, double scale_b,

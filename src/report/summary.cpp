@@ -230,16 +230,18 @@ namespace {
 
 constexpr const char* kJsonlSchema = "attnscope.jsonl/1";
 
-// The opening of a line of kind `kind`: {"schema":...,"kind":...
-JsonWriter& begin_line(JsonWriter& w, const char* kind) {
-    return w.begin_object().key("schema").value(kJsonlSchema).key("kind").value(kind);
+// The opening of a line of kind `kind`: {"schema":...,"kind":...[,"layer":L] (run --layer all).
+JsonWriter& begin_line(JsonWriter& w, const char* kind, std::optional<std::size_t> layer) {
+    w.begin_object().key("schema").value(kJsonlSchema).key("kind").value(kind);
+    return layer ? w.key("layer").value(*layer) : w;
 }
 
 }  // namespace
 
-void write_jsonl_header(std::ostream& out, const std::string& source, const Dims& d, bool batched, const Summary* s) {
+void write_jsonl_header(std::ostream& out, const std::string& source, const Dims& d, bool batched, const Summary* s,
+                        std::optional<std::size_t> layer) {
     JsonWriter w(out);
-    begin_line(w, "run").key("source").value(source).key("dims").begin_object();
+    begin_line(w, "run", layer).key("source").value(source).key("dims").begin_object();
     w.key("B").value(d.B).key("H").value(d.H).key("G").value(d.G).key("Tq").value(d.Tq).key("Tk").value(d.Tk);
     w.key("Dk").value(d.Dk).key("Dv").value(d.Dv).end_object().key("batched").value(batched);
     if (s) {
@@ -252,10 +254,10 @@ void write_jsonl_header(std::ostream& out, const std::string& source, const Dims
 }
 
 void write_jsonl_rows(std::ostream& out, const Summary& s, bool batched, std::size_t b, std::size_t h, std::size_t i0,
-                      std::size_t n) {
+                      std::size_t n, std::optional<std::size_t> layer) {
     for (std::size_t i = i0; i < i0 + n; ++i) {
         JsonWriter w(out);
-        put_at(begin_line(w, "row"), batched, b, h);
+        put_at(begin_line(w, "row", layer), batched, b, h);
         w.key("query").value(i);
         put_row_fields(w, s, s.row(b, h, i));
         w.end_object();
@@ -263,18 +265,18 @@ void write_jsonl_rows(std::ostream& out, const Summary& s, bool batched, std::si
     }
 }
 
-void write_jsonl_heads(std::ostream& out, const Summary& s, bool batched) {
+void write_jsonl_heads(std::ostream& out, const Summary& s, bool batched, std::optional<std::size_t> layer) {
     for (std::size_t b = 0; b < s.B; ++b)
         for (std::size_t h = 0; h < s.H; ++h) {
             JsonWriter w(out);
-            put_at(begin_line(w, "head"), batched, b, h);
+            put_at(begin_line(w, "head", layer), batched, b, h);
             put_head_fields(w, s, b, h);
             w.end_object();
             out << '\n';
         }
 }
 
-void write_jsonl_stage(std::ostream& out, const StageView& st, bool batched) {
+void write_jsonl_stage(std::ostream& out, const StageView& st, bool batched, std::optional<std::size_t> layer) {
     // Leading axes split into lines: the batch (when there is one), then a head axis.
     std::size_t lead = batched ? 1 : 0;
     if (st.axes.size() > lead + 1 && (st.axes[lead] == "H" || st.axes[lead] == "G")) ++lead;
@@ -284,7 +286,7 @@ void write_jsonl_stage(std::ostream& out, const StageView& st, bool batched) {
     const std::vector<std::size_t> shape(st.shape.begin() + std::ptrdiff_t(lead), st.shape.end());
     for (std::size_t l = 0; l < lines; ++l) {
         JsonWriter w(out);
-        begin_line(w, "stage").key("stage").value(st.name);
+        begin_line(w, "stage", layer).key("stage").value(st.name);
         std::size_t rest = l;
         std::vector<std::size_t> at(lead);
         for (std::size_t a = lead; a-- > 0;) at[a] = rest % st.shape[a], rest /= st.shape[a];

@@ -386,6 +386,31 @@ TESTS.model_view_thumbnails_open_on_click = async () => {
   assert.deepEqual(page.errors, []);
 };
 
+// report --model: a row per layer of a small random GPT-2 (scripts/lm_reference.py's, in
+// Hugging Face layout), and below the grid the head view and coloured text of --layer 1
+// on the model's tokens, drawn without a script error.
+TESTS.model_report_of_every_layer = async () => {
+  const dir = tmpdir(), model = path.join(dir, "gpt2");
+  const make = `import sys, json, pathlib; sys.path.insert(0, ${JSON.stringify(path.join(ROOT, "scripts"))})
+import lm_reference as lref, checkpoint_reference as cref
+config, state = lref.make_model("gpt2", 0); d = pathlib.Path(sys.argv[1]); d.mkdir()
+(d / "config.json").write_text(json.dumps(config)); cref.write_safetensors(d / "model.safetensors", state, "F64")`;
+  const p = spawnSync("/usr/bin/python3", ["-c", make, model], { encoding: "utf-8" });
+  assert.equal(p.status, 0, p.stderr);
+  const html = path.join(dir, "model.html");
+  attnscope("report", "--model", model, "--tokens", "3,17,5,0,39,12", "--layer", "1", "--html", html);
+  const page = await open(html);
+  const rows = await page.$$eval("tbody th", t => t.map(e => e.firstChild.textContent));
+  assert.deepEqual(rows, ["layer 0", "layer 1", "layer 2"]);
+  assert.equal(await page.$$eval("canvas.thumb", t => t.length), 6);
+  assert.match(await page.$eval("#views h2", e => e.textContent), /layer 1$/);
+  assert.ok(await page.$$eval("svg.hv line", ls => ls.length) > 0, "the head view has lines");
+  await (await page.$('svg.hv text.tok[data-side="q"][data-index="2"]')).hover();
+  await page.$eval("#views", e => e.scrollIntoView());
+  await shot(page, "model-report-head-view.png");
+  assert.deepEqual(page.errors, []);
+};
+
 // Every example of data/ (self-, causal, padded batch, cross-attention) makes a page that
 // runs without a script error; in cross-attention the coloured text has a line of
 // queries to choose from and shades the keys.

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """docs/json.md against real output: real commands run (run --json with every optional
 member, --compare --json, --jsonl, check --json, decode --json, decode --generate --json,
-tokens --json, inspect --json, the data of run --html and report), and
+tokens --json, inspect --json, the data of run --html and report, run --model --layer all's
+--json and --jsonl), and
 
 * every key they print is documented in docs/json.md, under its document's section;
 * every key documented is printed by some of them;
@@ -148,6 +149,29 @@ class JsonSchema(common.CliTestCase):
         for ckpt in (FIXTURES / "checkpoints" / "torch_gpt2.pt", cls.llama()):
             cls.add("attnscope.inspect/1", json.loads(cls.out("inspect", ckpt, "--json")))
         cls.run_html(sinks)
+        cls.run_layers()
+
+    @classmethod
+    def run_layers(cls):
+        """run --model DIR --layer all: --json (each layer's members are attnscope.run/1's, but
+        `layer`) and --jsonl (a `layer` on every line), on a small random GPT-2."""
+        import checkpoint_reference as cref
+        import lm_reference as lref
+        config, state = lref.make_model("gpt2", 0)
+        d = cls.scratch / "gpt2"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        cref.write_safetensors(d / "model.safetensors", state, "F64")
+        source = ("--model", d, "--tokens", "3,17,5", "--layer", "all", "--summary")
+        doc = json.loads(cls.out("run", *source, "--diagnose", "--json"))
+        cls.documents.append(("attnscope.layers/1", doc))
+        members = {**doc, "layers": [{k: None for k in e} for e in doc["layers"]]}
+        cls.produced.setdefault("attnscope.layers/1", set()).update(keys_of(members))
+        for e in doc["layers"]:
+            cls.produced["attnscope.run/1"].update(keys_of({k: v for k, v in e.items() if k != "layer"}))
+        for line in cls.out("run", *source, "--stages", "weights", "--jsonl", "-").splitlines():
+            doc = json.loads(line)
+            cls.add(f"attnscope.jsonl/1 {doc.get('kind')}", doc)
 
     @classmethod
     def llama(cls):

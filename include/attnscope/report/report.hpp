@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,11 @@ void write_text(std::ostream& out, const TraceView& view, const TextOptions& opt
 void write_json(std::ostream& out, const TraceView& view, const std::vector<std::string>& stages,
                 const std::vector<RowDiagnostics>* diagnostics = nullptr,
                 const std::function<void(JsonWriter&)>& extra = {});
+// That document's members after "schema", into the object `w` has open (an element of
+// attnscope.layers/1's "layers").
+void write_json_members(JsonWriter& w, const TraceView& view, const std::vector<std::string>& stages,
+                        const std::vector<RowDiagnostics>* diagnostics = nullptr,
+                        const std::function<void(JsonWriter&)>& extra = {});
 
 // A self-contained HTML page (no network access, no external files; its script is
 // inline): every chosen stage and head as a heatmap with token labels (a table with the
@@ -142,9 +148,11 @@ void write_html(std::ostream& out, const TraceView& view, const std::vector<std:
                 const FigureOptions& figure = {});
 
 // The model view: several runs (layers, one per bundle, labelled `names`) x their heads
-// as thumbnails of weights; a click opens one large, with its tooltips and zoom.
+// as thumbnails of weights; a click opens one large, with its tooltips and zoom. With
+// `head_view`: below them, that layer's head view and coloured text (batch item 0).
 void write_model_html(std::ostream& out, const std::vector<const TraceView*>& layers,
-                      const std::vector<std::string>& names, const FigureOptions& figure = {});
+                      const std::vector<std::string>& names, const FigureOptions& figure = {},
+                      std::optional<std::size_t> head_view = std::nullopt);
 
 // One stage of one batch item and head as a self-contained SVG heatmap (for slides),
 // with token labels, a colour legend, and masked cells marked.

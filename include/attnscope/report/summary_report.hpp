@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,14 @@ void write_summary_json(JsonWriter& out, const Summary& s, bool batched);
 
 // --jsonl: one object a line (schema attnscope.jsonl/1 on each). The run's header line; rows [i0, i0 + n) of (b, h),
 // one line each; one line per head (its profile and class); one line per (stage, batch, head) of a dense stage (a stage
-// without a head axis: per batch item).
-void write_jsonl_header(std::ostream& out, const std::string& source, const Dims& d, bool batched, const Summary* s);
+// without a head axis: per batch item). `layer`: each line names it (run --layer all).
+void write_jsonl_header(std::ostream& out, const std::string& source, const Dims& d, bool batched, const Summary* s,
+                        std::optional<std::size_t> layer = std::nullopt);
 void write_jsonl_rows(std::ostream& out, const Summary& s, bool batched, std::size_t b, std::size_t h, std::size_t i0,
-                      std::size_t n);
-void write_jsonl_heads(std::ostream& out, const Summary& s, bool batched);
-void write_jsonl_stage(std::ostream& out, const StageView& stage, bool batched);
+                      std::size_t n, std::optional<std::size_t> layer = std::nullopt);
+void write_jsonl_heads(std::ostream& out, const Summary& s, bool batched,
+                       std::optional<std::size_t> layer = std::nullopt);
+void write_jsonl_stage(std::ostream& out, const StageView& stage, bool batched,
+                       std::optional<std::size_t> layer = std::nullopt);
 
 }  // namespace attnscope

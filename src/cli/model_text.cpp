@@ -167,6 +167,7 @@ void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spe
     ForwardRequest r;
     r.stop_after = layer;
     r.threads = o.threads;
+    r.float32 = o.dtype == Precision::float32;  // the forward in the run's precision
     r.logits = m.predict.has_value() || !m.save_forward.empty();
     const bool bert = model.config().family == LmFamily::bert;
     if (m.predict && m.save_forward.empty()) {

@@ -2,8 +2,8 @@
 """`attnscope run --model DIR --dtype float32`: the forward pass in float32 (src/lm/), at
 PyTorch's own float32 error.
 
-The small random models of test_lm.py, stored as F32 (so that every run starts from the
-same float32 weights). Expected: scripts/lm_reference.py, the float64 numpy reference, on
+The small random models of test_lm.py, stored as F32 (and gpt2 as F16, llama as BF16), so
+that every run starts from the same weights, each exact in float32. Expected: scripts/lm_reference.py, the float64 numpy reference, on
 those weights. Measured against it: attnscope's float32 run (every layer's attention input
 from --save-forward, its attention weights from --dump, the logits) and PyTorch 1.13's own
 float32 forward of the same model (torch_forward below, written from the same definitions
@@ -27,8 +27,8 @@ from common import CliTestCase, run_text  # noqa: E402
 import checkpoint_reference as cref  # noqa: E402  (scripts/: the safetensors writer)
 import lm_reference as lref  # noqa: E402  (scripts/: the numpy forward pass)
 
-MULTIPLE = 4.0                         # ours <= MULTIPLE × torch's float32 error
-FLOOR = MULTIPLE * np.finfo(np.float32).eps  # ... or this, when torch's is smaller still
+MULTIPLE = 4.0  # ours <= MULTIPLE × torch's float32 error
+FLOOR = MULTIPLE * float(np.finfo(np.float32).eps)  # ... or this, when torch's is smaller still
 IDS = {"gpt2": [3, 17, 5, 0, 39, 12, 12, 8], "bert": [2, 5, 4, 6, 7, 30, 3], "roberta": [0, 5, 1, 33, 7, 2],
        "llama": [1, 10, 19, 3, 39, 0, 22], "mistral": [1, 10, 19, 3, 39, 0, 22, 5],
        "qwen2": [1, 10, 19, 3, 39, 0, 22, 5]}
@@ -149,14 +149,14 @@ def error(actual, expected):
 
 class Float32(CliTestCase):
 
-    def write_model(self, arch):
-        """A small random model stored as F32; its config and its weights (float32)."""
+    def write_model(self, arch, dtype="F32"):
+        """A small random model stored as `dtype`; its config and its weights as stored (float64)."""
         config, state = lref.make_model(arch, 0)
-        state = {k: v.astype(np.float32) for k, v in state.items()}
+        state = cref.widened(state, dtype)
         d = self.path(f"{arch}-model")
         d.mkdir()
         (d / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
-        cref.write_safetensors(d / "model.safetensors", state, "F32")
+        cref.write_safetensors(d / "model.safetensors", state, dtype)
         return d, config, state
 
     def run_layer(self, model, layer, ids, *extra):
@@ -169,11 +169,11 @@ class Float32(CliTestCase):
         with np.load(fwd) as f, np.load(dump) as d:
             return f["x"], f["logits"], d["weights"]
 
-    def check(self, arch):
+    def check(self, arch, dtype="F32"):
         import torch
-        model, config, state = self.write_model(arch)
+        model, config, state = self.write_model(arch, dtype)
         ids = IDS[arch]
-        want = lref.forward(config, {k: v.astype(np.float64) for k, v in state.items()}, ids)
+        want = lref.forward(config, state, ids)
         # the torch reference itself, in float64, against the numpy one
         t64 = torch_forward(config, state, ids, torch.float64)
         common.assert_close(t64["logits"], want["logits"], 1e-10, f"{arch}: torch float64 logits", rtol=1)
@@ -189,7 +189,7 @@ class Float32(CliTestCase):
             pairs = [(ours[what], t32[what], want[what])] if what == "logits" else \
                 zip(ours[what], t32[what], want[what])
             for k, (o, t, e) in enumerate(pairs):
-                name = f"{arch} {what}" + ("" if what == "logits" else f" of layer {k}")
+                name = f"{arch} ({dtype}) {what}" + ("" if what == "logits" else f" of layer {k}")
                 mine, theirs = error(o, e), error(t, e)
                 common.note_maxdiff("lm float32 (ours)", mine)
                 common.note_maxdiff("torch float32", theirs)
@@ -214,6 +214,12 @@ class Float32(CliTestCase):
 
     def test_qwen2_biases_window_and_tied_head(self):
         self.check("qwen2")
+
+    def test_gpt2_stored_as_float16(self):
+        self.check("gpt2", "F16")
+
+    def test_llama_stored_as_bfloat16(self):
+        self.check("llama", "BF16")
 
     def test_float32_is_not_float64(self):
         """The run really is float32: its logits differ from the float64 run's by float32's

@@ -183,7 +183,7 @@ void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spe
     c.checkpoint = m.model;
     c.layer = layer;
     add_checkpoint_layer(c, limit, bundle, spec);
-    if (o.explain) std::cout << describe_forward(model.config(), layer, t.ids.size()) << '\n';
+    if (o.explain) std::cout << describe_forward(model.config(), layer, t.ids.size(), r.float32) << '\n';
     if (m.predict) print_predictions(f, t, *m.predict, bert ? "at the masked" : "next token after");
     if (!m.save_forward.empty()) {
         const std::vector<std::int64_t> ids(t.ids.begin(), t.ids.end());

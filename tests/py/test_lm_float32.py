@@ -238,6 +238,20 @@ class Float32(CliTestCase):
         np.testing.assert_array_equal(l32, l32.astype(np.float32).astype(np.float64))
 
 
+class Explain(CliTestCase):
+
+    def test_explain_names_the_precision(self):
+        config, state = lref.make_model("gpt2", 0)
+        d = self.path("m")
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        cref.write_safetensors(d / "model.safetensors", state, "F32")
+        for dtype in ("float32", "float64"):
+            r = run_text("run", "--model", d, "--tokens", "1,2,3", "--layer", "1", "--dtype", dtype, "--explain")
+            self.assert_ok(r)
+            self.assertIn(f"width 8, {dtype}):", r.out, r)
+
+
 class Refusals(CliTestCase):
 
     def test_generation_is_float64_only(self):

@@ -85,7 +85,8 @@ struct ForwardResult {
 };
 
 // How layer `layer`'s attention input was made from `tokens` tokens, step by step, for --explain.
-std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens);
+// `float32`: the run's precision (ForwardRequest::float32).
+std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens, bool float32 = false);
 
 class LanguageModel {
    public:

@@ -188,6 +188,7 @@ ForwardRequest request_of(const RunOptions& o, const LanguageModel& model, const
     const ModelTextOptions& m = o.model_text;
     ForwardRequest r;
     r.threads = o.threads;
+    r.float32 = o.dtype == Precision::float32;  // the forward in the run's precision
     r.logits = m.predict.has_value() || !m.save_forward.empty();
     const bool bert = model.config().family == LmFamily::bert;
     if (m.predict && m.save_forward.empty()) {
@@ -242,7 +243,7 @@ void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spe
     if (!m.save_forward.empty()) check_output_target(m.save_forward, o.force, "{save-forward} " + m.save_forward);
     const ForwardResult f = model.forward(t.ids, r);
     add_layer_of(o, limit, f.attention_inputs[layer], t, layer, bundle, spec);
-    if (o.explain) std::cout << describe_forward(model.config(), layer, t.ids.size()) << '\n';
+    if (o.explain) std::cout << describe_forward(model.config(), layer, t.ids.size(), r.float32) << '\n';
     maybe_predict(o, model, f, t);
     if (!m.save_forward.empty()) save_forward(o, f, t, layer);
 }
@@ -281,7 +282,7 @@ void ModelLayers::add_layer(std::size_t layer, Bundle& bundle, Spec& spec) const
 }
 
 std::string ModelLayers::describe(std::size_t layer) const {
-    return describe_forward(s_->model.config(), layer, s_->t.ids.size());
+    return describe_forward(s_->model.config(), layer, s_->t.ids.size(), s_->o.dtype == Precision::float32);
 }
 
 }  // namespace attnscope::cli

@@ -21,11 +21,11 @@ std::string layers_before(std::size_t layer) {
 
 }  // namespace
 
-std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens) {
+std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens, bool float32) {
     const std::string T = std::to_string(tokens), L = std::to_string(layer), eps = number(m.eps);
     const std::string act = m.act_name;
     std::string s = "How x was made (" + m.model_type + ", " + std::to_string(m.layers) + " layers, width " +
-                    std::to_string(m.hidden) + ", float64):\n";
+                    std::to_string(m.hidden) + (float32 ? ", float32):\n" : ", float64):\n");
     if (m.family == LmFamily::gpt2) {
         s += "  1. h = wte[id] + wpe[position] for each of the " + T + " tokens          (T, Dm)\n";
         s += "  2. " + layers_before(layer) + ", each: h += attn(LN_1(h)); h += c_proj(" + act + "(c_fc(LN_2(h))))\n";

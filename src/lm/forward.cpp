@@ -6,6 +6,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <xtensor/xview.hpp>
 
 #include "../core/blas.hpp"
@@ -32,26 +33,31 @@ Array Weights::read(const std::string& name, const std::vector<std::size_t>& sha
     return a;
 }
 
-std::vector<double> Weights::vec(const std::string& name, std::size_t n, const std::string& why) const {
-    return read(name, {n}, why).doubles();
+template <class T>
+std::vector<T> Weights::vec(const std::string& name, std::size_t n, const std::string& why) const {
+    std::vector<T> v(n);
+    copy_numbers(read(name, {n}, why), v.data());
+    return v;
 }
 
-Linear Weights::linear(const std::string& name, std::size_t in, std::size_t out, bool torch, bool bias,
-                       const std::string& why_in, const std::string& why_out) const {
-    Linear l;
+template <class T>
+Linear<T> Weights::linear(const std::string& name, std::size_t in, std::size_t out, bool torch, bool bias,
+                          const std::string& why_in, const std::string& why_out) const {
+    Linear<T> l;
     l.in = in, l.out = out, l.torch = torch;
     const Array w = read(name + ".weight", torch ? std::vector{out, in} : std::vector{in, out},
                          torch ? why_out + ", " + why_in : why_in + ", " + why_out);
     l.w.resize(in * out);
     copy_numbers(w, l.w.data());
-    if (bias) l.b = vec(name + ".bias", out, why_out);
+    if (bias) l.b = vec<T>(name + ".bias", out, why_out);
     return l;
 }
 
-Norm Weights::norm(const std::string& name, std::size_t d, double eps, bool rms, const std::string& why) const {
-    Norm n;
-    n.w = vec(name + ".weight", d, why);
-    if (!rms) n.b = vec(name + ".bias", d, why);
+template <class T>
+Norm<T> Weights::norm(const std::string& name, std::size_t d, double eps, bool rms, const std::string& why) const {
+    Norm<T> n;
+    n.w = vec<T>(name + ".weight", d, why);
+    if (!rms) n.b = vec<T>(name + ".bias", d, why);
     n.eps = eps, n.rms = rms;
     return n;
 }
@@ -63,38 +69,40 @@ const char* mlp_key(const LmConfig& m) { return m.family == LmFamily::gpt2 ? "n_
 
 }  // namespace
 
-Block read_block(const Weights& w, const LmConfig& m, std::size_t l) {
+template <class T>
+Block<T> read_block(const Weights& w, const LmConfig& m, std::size_t l) {
     const std::size_t D = m.hidden, F = m.mlp;
     const std::string wd = std::string("config.json ") + width_key(m), fd = std::string("config.json ") + mlp_key(m);
-    Block b;
+    Block<T> b;
     if (m.family == LmFamily::gpt2) {
         const std::string p = m.prefix + "h." + std::to_string(l) + ".";
-        b.norm1 = w.norm(p + "ln_1", D, m.eps, false, wd);
-        b.norm2 = w.norm(p + "ln_2", D, m.eps, false, wd);
-        b.up = w.linear(p + "mlp.c_fc", D, F, false, true, wd, fd);
-        b.down = w.linear(p + "mlp.c_proj", F, D, false, true, fd, wd);
+        b.norm1 = w.norm<T>(p + "ln_1", D, m.eps, false, wd);
+        b.norm2 = w.norm<T>(p + "ln_2", D, m.eps, false, wd);
+        b.up = w.linear<T>(p + "mlp.c_fc", D, F, false, true, wd, fd);
+        b.down = w.linear<T>(p + "mlp.c_proj", F, D, false, true, fd, wd);
     } else if (m.family == LmFamily::bert) {
         const std::string p = m.prefix + "encoder.layer." + std::to_string(l) + ".";
-        b.norm1 = w.norm(p + "attention.output.LayerNorm", D, m.eps, false, wd);
-        b.norm2 = w.norm(p + "output.LayerNorm", D, m.eps, false, wd);
-        b.up = w.linear(p + "intermediate.dense", D, F, true, true, wd, fd);
-        b.down = w.linear(p + "output.dense", F, D, true, true, fd, wd);
+        b.norm1 = w.norm<T>(p + "attention.output.LayerNorm", D, m.eps, false, wd);
+        b.norm2 = w.norm<T>(p + "output.LayerNorm", D, m.eps, false, wd);
+        b.up = w.linear<T>(p + "intermediate.dense", D, F, true, true, wd, fd);
+        b.down = w.linear<T>(p + "output.dense", F, D, true, true, fd, wd);
     } else {
         const std::string p = m.prefix + "layers." + std::to_string(l) + ".";
-        b.norm1 = w.norm(p + "input_layernorm", D, m.eps, true, wd);
-        b.norm2 = w.norm(p + "post_attention_layernorm", D, m.eps, true, wd);
-        b.gate = w.linear(p + "mlp.gate_proj", D, F, true, m.mlp_bias, wd, fd);
-        b.up = w.linear(p + "mlp.up_proj", D, F, true, m.mlp_bias, wd, fd);
-        b.down = w.linear(p + "mlp.down_proj", F, D, true, m.mlp_bias, fd, wd);
+        b.norm1 = w.norm<T>(p + "input_layernorm", D, m.eps, true, wd);
+        b.norm2 = w.norm<T>(p + "post_attention_layernorm", D, m.eps, true, wd);
+        b.gate = w.linear<T>(p + "mlp.gate_proj", D, F, true, m.mlp_bias, wd, fd);
+        b.up = w.linear<T>(p + "mlp.up_proj", D, F, true, m.mlp_bias, wd, fd);
+        b.down = w.linear<T>(p + "mlp.down_proj", F, D, true, m.mlp_bias, fd, wd);
     }
     return b;
 }
 
 // The MLP of block b on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)).
-Tensor<double, 2> mlp(const Block& b, Activation act, const Tensor<double, 2>& x) {
-    Tensor<double, 2> u = apply(b.up, x);  // (T, Dff)
+template <class T>
+Tensor<T, 2> mlp(const Block<T>& b, Activation act, const Tensor<T, 2>& x) {
+    Tensor<T, 2> u = apply(b.up, x);  // (T, Dff)
     if (b.gate) {
-        Tensor<double, 2> g = apply(*b.gate, x);  // (T, Dff)
+        Tensor<T, 2> g = apply(*b.gate, x);  // (T, Dff)
         activate(act, g);
         u *= g;
     } else {
@@ -122,8 +130,9 @@ Spec spec_of_layer(const CheckpointLayer& cl, const std::string& path) {
 
 }  // namespace
 
-Problem<double> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, const Tensor<double, 2>& a,
-                              std::size_t max_bytes) {
+template <class T>
+Problem<T> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, const Tensor<T, 2>& a,
+                         std::size_t max_bytes) {
     LayerRequest req;
     req.layer = l;
     CheckpointLayer cl = choose_layer(c, req, max_bytes);
@@ -134,13 +143,13 @@ Problem<double> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_
     Bundle bundle;
     bundle.source = c.path;
     bundle.arrays = std::move(cl.arrays);
-    Array x;  // (T, Dm)
+    Array x;  // (T, Dm), held as double (exact for float)
     x.shape = {a.shape(0), a.shape(1)};
     x.dtype = "float64";
     x.origin = c.path + ": layer " + std::to_string(l) + "'s attention input";
     x.values.assign(a.begin(), a.end());
     bundle.arrays["x"] = std::move(x);
-    Problem<double> p = make_problem<double>(bundle, spec);
+    Problem<T> p = make_problem<T>(bundle, spec);
     if (p.dims.Dout != m.hidden)
         throw InputError(escape_control(c.path) + ": " + escape_control(cl.prefix) + "'s output has " +
                          std::to_string(p.dims.Dout) + " features, expected config.json " + width_key(m) + " " +
@@ -148,13 +157,15 @@ Problem<double> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_
     return p;
 }
 
-Tensor<double, 2> attention_input(const Block& b, const LmConfig& m, const Tensor<double, 2>& h) {
-    Tensor<double, 2> a = h;
+template <class T>
+Tensor<T, 2> attention_input(const Block<T>& b, const LmConfig& m, const Tensor<T, 2>& h) {
+    Tensor<T, 2> a = h;
     if (m.family != LmFamily::bert) apply(b.norm1, a);
     return a;
 }
 
-void add_attention(const Block& b, const LmConfig& m, const Tensor<double, 3>& out, Tensor<double, 2>& h) {
+template <class T>
+void add_attention(const Block<T>& b, const LmConfig& m, const Tensor<T, 3>& out, Tensor<T, 2>& h) {
     // out (1, T, Dm) -> h (T, Dm)
     if (out.shape(1) != h.shape(0) || out.shape(2) != h.shape(1))
         throw RuntimeFailure("the attention's output does not match the hidden states");
@@ -164,7 +175,7 @@ void add_attention(const Block& b, const LmConfig& m, const Tensor<double, 3>& o
         h += mlp(b, m.act, h);
         apply(b.norm2, h);
     } else {  // pre-norm: h += mlp(norm2(h))
-        Tensor<double, 2> n = h;
+        Tensor<T, 2> n = h;
         apply(b.norm2, n);
         h += mlp(b, m.act, n);
     }
@@ -172,8 +183,9 @@ void add_attention(const Block& b, const LmConfig& m, const Tensor<double, 3>& o
 
 // h (T, Dm): the token embeddings, plus position (and token-type) embeddings and the
 // embeddings' LayerNorm where the family has them.
-Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids, std::size_t start) {
-    const std::size_t T = ids.size(), D = m.hidden;
+template <class T>
+Tensor<T, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids, std::size_t start) {
+    const std::size_t n = ids.size(), D = m.hidden;
     if (start && m.family == LmFamily::bert) throw std::logic_error("lm::embed: BERT's positions start at 0");
     const std::string wd = std::string("config.json vocab_size, ") + width_key(m);
     // The token embedding first: its shape, checked, vouches for D before h is allocated.
@@ -181,10 +193,10 @@ Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<s
                                                : m.family == LmFamily::bert ? "embeddings.word_embeddings.weight"
                                                                             : "embed_tokens.weight");
     const Array tokens = w.read(token_name, {m.vocab, D}, wd);
-    Tensor<double, 2> h = xt::zeros<double>({T, D});
-    auto add_rows = [&](const Array& e, auto row_of) {  // h[t] += e[row_of(t)]
-        for (std::size_t t = 0; t < T; ++t)
-            for (std::size_t d = 0; d < D; ++d) h(t, d) += e.value(row_of(t) * D + d);
+    Tensor<T, 2> h = xt::zeros<T>({n, D});
+    auto add_rows = [&](const Array& e, auto row_of) {  // h[t] += e[row_of(t)], as T
+        for (std::size_t t = 0; t < n; ++t)
+            for (std::size_t d = 0; d < D; ++d) h(t, d) += T(e.value(row_of(t) * D + d));
     };
     auto token = [&](std::size_t t) { return std::size_t(ids[t]); };
     auto position = [&](std::size_t t) { return start + t; };
@@ -194,32 +206,33 @@ Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<s
     } else if (m.family == LmFamily::bert) {
         const std::string p = m.prefix + "embeddings.";
         // RoBERTa: padding_idx + 1 + the count of non-padding tokens so far; padding keeps padding_idx.
-        std::vector<std::size_t> pos(T);
+        std::vector<std::size_t> pos(n);
         std::size_t seen = 0;
-        for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t t = 0; t < n; ++t)
             pos[t] = !m.pad_id ? t : ids[t] == *m.pad_id ? *m.pad_id : *m.pad_id + ++seen;
         add_rows(w.read(p + "position_embeddings.weight", {m.positions, D},
                         "config.json max_position_embeddings, " + std::string(width_key(m))),
                  [&](std::size_t t) { return pos[t]; });
         add_rows(w.read(p + "token_type_embeddings.weight", {m.type_vocab, D}, "config.json type_vocab_size"),
                  [](std::size_t) { return std::size_t(0); });
-        apply(w.norm(p + "LayerNorm", D, m.eps, false, wd), h);
+        apply(w.norm<T>(p + "LayerNorm", D, m.eps, false, wd), h);
     }
     return h;
 }
 
 namespace {
 
-// logits (R, V) = h (R, Dm) · Eᵀ (Dm, V) (+ bias), E (V, Dm) widened to double a block of
+// logits (R, V) = h (R, Dm) · Eᵀ (Dm, V) (+ bias), E (V, Dm) converted to T a block of
 // rows at a time.
-Tensor<double, 2> project(const Array& e, const Tensor<double, 2>& h, const std::vector<double>& bias) {
+template <class T>
+Tensor<T, 2> project(const Array& e, const Tensor<T, 2>& h, const std::vector<T>& bias) {
     const std::size_t R = h.shape(0), D = h.shape(1), V = e.shape[0], block = 4096;
-    Tensor<double, 2> out = Tensor<double, 2>::from_shape({R, V});
-    Buffer<double> rows(std::min(V, block) * D);
+    Tensor<T, 2> out = Tensor<T, 2>::from_shape({R, V});
+    Buffer<T> rows(std::min(V, block) * D);
     for (std::size_t v0 = 0; v0 < V; v0 += block) {
         const std::size_t n = std::min(block, V - v0);
-        for (std::size_t k = 0; k < n * D; ++k) rows[k] = e.value(v0 * D + k);
-        gemm<double>(false, true, R, n, D, 1.0, h.data(), D, rows.data(), D, 0.0, &out(0, v0), V);
+        for (std::size_t k = 0; k < n * D; ++k) rows[k] = T(e.value(v0 * D + k));
+        gemm<T>(false, true, R, n, D, T(1), h.data(), D, rows.data(), D, T(0), &out(0, v0), V);
     }
     if (!bias.empty())
         for (std::size_t r = 0; r < R; ++r)
@@ -230,16 +243,17 @@ Tensor<double, 2> project(const Array& e, const Tensor<double, 2>& h, const std:
 }  // namespace
 
 // The LM head on the final hidden states h (R, Dm) -> logits (R, V).
-Tensor<double, 2> head(const Weights& w, const LmConfig& m, Tensor<double, 2> h) {
+template <class T>
+Tensor<T, 2> head(const Weights& w, const LmConfig& m, Tensor<T, 2> h) {
     const std::size_t D = m.hidden;
     const std::string wd = std::string("config.json ") + width_key(m), vd = "config.json vocab_size, " + wd;
     std::string embedding = m.prefix + (m.family == LmFamily::gpt2 ? "wte.weight" : "embed_tokens.weight");
     std::string unembedding = "lm_head.weight";
-    std::vector<double> bias;
+    std::vector<T> bias;
     if (m.family == LmFamily::gpt2) {
-        apply(w.norm(m.prefix + "ln_f", D, m.eps, false, wd), h);
+        apply(w.norm<T>(m.prefix + "ln_f", D, m.eps, false, wd), h);
     } else if (m.family == LmFamily::llama) {
-        apply(w.norm(m.prefix + "norm", D, m.eps, true, wd), h);
+        apply(w.norm<T>(m.prefix + "norm", D, m.eps, true, wd), h);
     } else {  // the masked-LM head: LN(act(dense(h))) · Eᵀ + bias
         const bool roberta = m.model_type == "roberta";
         const std::string p = roberta ? "lm_head." : "cls.predictions.";
@@ -247,17 +261,35 @@ Tensor<double, 2> head(const Weights& w, const LmConfig& m, Tensor<double, 2> h)
         if (!w.has(dense + ".weight"))
             throw InputError(escape_control(w.path()) + ": no masked-LM head (no tensor '" + dense +
                              ".weight'): the checkpoint holds the encoder alone, and the logits need the head");
-        h = apply(w.linear(dense, D, D, true, true, wd, wd), h);
+        h = apply(w.linear<T>(dense, D, D, true, true, wd, wd), h);
         activate(roberta ? Activation::gelu_erf : m.act, h);
-        apply(roberta ? w.norm(p + "layer_norm", D, m.eps, false, wd)
-                      : w.norm(p + "transform.LayerNorm", D, m.eps, false, wd),
+        apply(roberta ? w.norm<T>(p + "layer_norm", D, m.eps, false, wd)
+                      : w.norm<T>(p + "transform.LayerNorm", D, m.eps, false, wd),
               h);
-        bias = w.vec(p + "bias", m.vocab, "config.json vocab_size");
+        bias = w.vec<T>(p + "bias", m.vocab, "config.json vocab_size");
         embedding = m.prefix + "embeddings.word_embeddings.weight";
         unembedding = p + "decoder.weight";
     }
     return project(w.read(m.tied ? embedding : unembedding, {m.vocab, D}, vd), h, bias);
 }
+
+// Every step in float and double.
+#define ATTNSCOPE_LM_STEPS(T)                                                                                        \
+    template std::vector<T> Weights::vec<T>(const std::string&, std::size_t, const std::string&) const;              \
+    template Linear<T> Weights::linear<T>(const std::string&, std::size_t, std::size_t, bool, bool,                  \
+                                          const std::string&, const std::string&) const;                             \
+    template Norm<T> Weights::norm<T>(const std::string&, std::size_t, double, bool, const std::string&) const;      \
+    template Block<T> read_block<T>(const Weights&, const LmConfig&, std::size_t);                                   \
+    template Tensor<T, 2> mlp<T>(const Block<T>&, Activation, const Tensor<T, 2>&);                                  \
+    template Problem<T> layer_problem<T>(const Checkpoint&, const LmConfig&, std::size_t, const Tensor<T, 2>&,       \
+                                         std::size_t);                                                               \
+    template Tensor<T, 2> attention_input<T>(const Block<T>&, const LmConfig&, const Tensor<T, 2>&);                 \
+    template void add_attention<T>(const Block<T>&, const LmConfig&, const Tensor<T, 3>&, Tensor<T, 2>&);            \
+    template Tensor<T, 2> embed<T>(const Weights&, const LmConfig&, const std::vector<std::uint32_t>&, std::size_t); \
+    template Tensor<T, 2> head<T>(const Weights&, const LmConfig&, Tensor<T, 2>);
+ATTNSCOPE_LM_STEPS(float)
+ATTNSCOPE_LM_STEPS(double)
+#undef ATTNSCOPE_LM_STEPS
 
 }  // namespace lm
 
@@ -296,47 +328,70 @@ void LanguageModel::check_ids(const std::vector<std::uint32_t>& ids) const {
 }  // namespace attnscope
 
 namespace attnscope {
+namespace {
 
-ForwardResult LanguageModel::forward(const std::vector<std::uint32_t>& ids, const ForwardRequest& r) const {
+// A (T, Dm) or (R, V) result in double: as is for a float64 run, widened (exactly) for float32.
+template <class T>
+Tensor<double, 2> widened(Tensor<T, 2>&& a) {
+    if constexpr (std::is_same_v<T, double>)
+        return std::move(a);
+    else
+        return xt::cast<double>(a);
+}
+
+// The forward pass in T: every step (weights, hidden states, attention, logits) in T, the
+// results widened to double.
+template <class T>
+ForwardResult forward_in(const LmConfig& m, const Checkpoint& c, std::size_t max_bytes,
+                         const std::vector<std::uint32_t>& ids, const ForwardRequest& r) {
     using namespace lm;
-    const LmConfig& m = config_;
-    check_ids(ids);
-    if (r.stop_after && *r.stop_after >= m.layers)
-        throw UsageError("{layer} " + std::to_string(*r.stop_after) + ": the model has " + std::to_string(m.layers) +
-                         " layers (0–" + std::to_string(m.layers - 1) + ")");
-    const Weights w(*checkpoint_, max_bytes_);
+    if (r.traces && !std::is_same_v<T, double>) throw std::logic_error("forward: traces are kept in float64 only");
+    const Weights w(c, max_bytes);
     ForwardResult out;
     out.attention_inputs.resize(m.layers);
-    Tensor<double, 2> h = embed(w, m, ids);  // (T, Dm)
+    Tensor<T, 2> h = embed<T>(w, m, ids);  // (T, Dm)
     const std::size_t end = r.logits ? m.layers : r.stop_after ? *r.stop_after + 1 : 0;
     if (r.traces) out.traces.resize(m.layers);
     for (std::size_t l = 0; l < end; ++l) {
-        const Block b = read_block(w, m, l);
-        const Tensor<double, 2> a = attention_input(b, m, h);  // (T, Dm)
-        if (r.every_input || r.stop_after == l) out.attention_inputs[l] = a;
+        const Block<T> b = read_block<T>(w, m, l);
+        Tensor<T, 2> a = attention_input(b, m, h);  // (T, Dm)
+        if (r.every_input || r.stop_after == l) out.attention_inputs[l] = widened(Tensor<T, 2>(a));
         if (!r.logits && r.stop_after == l) break;
         Compute how;
         how.keep = StageSet().set(kOutput);
         if (r.traces) how.keep.set(kWeights).set(kContext).set(kSinkWeight);
         how.threads = r.threads;
-        Trace<double> tr = attend(layer_problem(*checkpoint_, m, l, a, max_bytes_), how);
+        Trace<T> tr = attend(layer_problem(c, m, l, a, max_bytes), how);
         add_attention(b, m, tr.output, h);
-        if (r.traces) out.traces[l] = std::move(tr);
+        if constexpr (std::is_same_v<T, double>)
+            if (r.traces) out.traces[l] = std::move(tr);
     }
     if (!r.logits) return out;
     out.logit_rows = r.logit_rows;
     if (out.logit_rows.empty())
         for (std::size_t t = 0; t < ids.size(); ++t) out.logit_rows.push_back(t);
-    if (out.logit_rows.size() * m.vocab > max_bytes_ / sizeof(double))
+    if (out.logit_rows.size() * m.vocab > max_bytes / sizeof(double))
         throw MemoryLimitError("the logits of " + std::to_string(out.logit_rows.size()) + " positions over " +
                                std::to_string(m.vocab) + " tokens need " +
                                format_bytes(out.logit_rows.size() * m.vocab * sizeof(double)) +
-                               ", more than {max_memory} " + format_bytes(max_bytes_));
-    Tensor<double, 2> rows = Tensor<double, 2>::from_shape({out.logit_rows.size(), m.hidden});  // (R, Dm)
+                               ", more than {max_memory} " + format_bytes(max_bytes));
+    Tensor<T, 2> rows = Tensor<T, 2>::from_shape({out.logit_rows.size(), m.hidden});  // (R, Dm)
     for (std::size_t k = 0; k < out.logit_rows.size(); ++k)
         xt::view(rows, k, xt::all()) = xt::view(h, out.logit_rows.at(k), xt::all());
-    out.logits = head(w, m, std::move(rows));
+    out.logits = widened(head(w, m, std::move(rows)));
     return out;
+}
+
+}  // namespace
+
+ForwardResult LanguageModel::forward(const std::vector<std::uint32_t>& ids, const ForwardRequest& r) const {
+    const LmConfig& m = config_;
+    check_ids(ids);
+    if (r.stop_after && *r.stop_after >= m.layers)
+        throw UsageError("{layer} " + std::to_string(*r.stop_after) + ": the model has " + std::to_string(m.layers) +
+                         " layers (0–" + std::to_string(m.layers - 1) + ")");
+    return r.float32 ? forward_in<float>(m, *checkpoint_, max_bytes_, ids, r)
+                     : forward_in<double>(m, *checkpoint_, max_bytes_, ids, r);
 }
 
 }  // namespace attnscope

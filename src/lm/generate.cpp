@@ -29,7 +29,7 @@ Pick greedy_pick(const std::vector<double>& logits) {
 // and that problem's decoder, which holds the layer's KV cache. Never moved: the decoder
 // keeps a reference to the problem.
 struct Generator::Layer {
-    lm::Block block;
+    lm::Block<double> block;
     Problem<double> problem;  // x (1, length, Dm)
     std::unique_ptr<Decoder<double>> decoder;
 };
@@ -46,7 +46,7 @@ Generator::Generator(const LanguageModel& m, std::size_t length, std::size_t thr
     const Tensor<double, 2> zeros = xt::zeros<double>({length, c.hidden});  // (length, Dm)
     for (std::size_t l = 0; l < c.layers; ++l) {
         auto layer = std::make_unique<Layer>();
-        layer->block = lm::read_block(w, c, l);
+        layer->block = lm::read_block<double>(w, c, l);
         layer->problem = lm::layer_problem(m.checkpoint(), c, l, zeros, m.max_bytes());
         check_decodable(layer->problem, 0, DecodeBug::none);
         layer->decoder = std::make_unique<Decoder<double>>(layer->problem);
@@ -84,7 +84,7 @@ std::vector<double> Generator::prefill(const std::vector<std::uint32_t>& prompt,
     if (position_ != 0 || prompt.empty() || prompt.size() > length_)
         throw std::logic_error("Generator::prefill: not at the start, or no room");
     const LmConfig& c = m_.config();
-    Tensor<double, 2> h = lm::embed(lm::Weights(m_.checkpoint(), m_.max_bytes()), c, prompt);  // (P, Dm)
+    Tensor<double, 2> h = lm::embed<double>(lm::Weights(m_.checkpoint(), m_.max_bytes()), c, prompt);  // (P, Dm)
     Compute how;
     how.keep = StageSet().set(kWeights).set(kSinkWeight).set(kMask).set(kContext).set(kOutput);
     how.threads = threads_;
@@ -101,7 +101,8 @@ std::vector<double> Generator::prefill(const std::vector<std::uint32_t>& prompt,
 std::vector<double> Generator::step(std::uint32_t id, std::vector<DecodeStep<double>>* steps) {
     if (position_ == 0 || position_ >= length_) throw std::logic_error("Generator::step: no prefill, or no room");
     const LmConfig& c = m_.config();
-    Tensor<double, 2> h = lm::embed(lm::Weights(m_.checkpoint(), m_.max_bytes()), c, {id}, position_);  // (1, Dm)
+    Tensor<double, 2> h =
+        lm::embed<double>(lm::Weights(m_.checkpoint(), m_.max_bytes()), c, {id}, position_);  // (1, Dm)
     for (auto& layer : layers_) {
         write_rows(layer->problem, position_, lm::attention_input(layer->block, c, h));
         DecodeStep<double> s = layer->decoder->step();

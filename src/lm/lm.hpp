@@ -33,29 +33,37 @@ class ConfigFile {
 
 LmConfig read_config(const Checkpoint& c);
 
-// A matrix of weights as double, row-major, with the layout it is stored in: `torch`
-// (out, in) as nn.Linear, else (in, out) as GPT-2's Conv1D.
+// A matrix of weights as T (float or double, the run's precision), row-major, with the
+// layout it is stored in: `torch` (out, in) as nn.Linear, else (in, out) as GPT-2's Conv1D.
+template <class T>
 struct Linear {
-    Buffer<double> w;
+    Buffer<T> w;
     std::size_t in = 0, out = 0;
     bool torch = true;
-    std::vector<double> b;  // (out) or empty
+    std::vector<T> b;  // (out) or empty
 };
 
 // A LayerNorm (w and b) or an RMSNorm (w only) over the last axis.
+template <class T>
 struct Norm {
-    std::vector<double> w, b;
+    std::vector<T> w, b;
     double eps = 0;
     bool rms = false;
 };
 
+// Every step below is a template over T, instantiated for float and double (forward.cpp,
+// ops.cpp): the run's precision end to end, weights converted from their stored dtype to T.
+
 // y (T, out) = x (T, in) · W (+ b); W as stored (transposed for torch's (out, in)).
-Tensor<double, 2> apply(const Linear& l, const Tensor<double, 2>& x);
+template <class T>
+Tensor<T, 2> apply(const Linear<T>& l, const Tensor<T, 2>& x);
 // In place, row by row: LayerNorm (x - mean) / sqrt(var + eps) · w + b, var the biased
 // variance; RMSNorm x / sqrt(mean(x²) + eps) · w.
-void apply(const Norm& n, Tensor<double, 2>& x);
+template <class T>
+void apply(const Norm<T>& n, Tensor<T, 2>& x);
 // In place: the activation, elementwise.
-void activate(Activation a, Tensor<double, 2>& x);
+template <class T>
+void activate(Activation a, Tensor<T, 2>& x);
 
 // The checkpoint's tensors by name, each checked against the shape config.json gives it.
 class Weights {
@@ -65,12 +73,15 @@ class Weights {
     bool has(const std::string& name) const;
     // The tensor `name` of shape `shape`; `why` says where the shape comes from.
     Array read(const std::string& name, const std::vector<std::size_t>& shape, const std::string& why) const;
-    std::vector<double> vec(const std::string& name, std::size_t n, const std::string& why) const;
+    template <class T>
+    std::vector<T> vec(const std::string& name, std::size_t n, const std::string& why) const;
     // A linear map stored (out, in) (`torch`) or (in, out); its bias when `bias`.
-    Linear linear(const std::string& name, std::size_t in, std::size_t out, bool torch, bool bias,
-                  const std::string& why_in, const std::string& why_out) const;
+    template <class T>
+    Linear<T> linear(const std::string& name, std::size_t in, std::size_t out, bool torch, bool bias,
+                     const std::string& why_in, const std::string& why_out) const;
     // NAME.weight (and NAME.bias, not for RMSNorm)
-    Norm norm(const std::string& name, std::size_t d, double eps, bool rms, const std::string& why) const;
+    template <class T>
+    Norm<T> norm(const std::string& name, std::size_t d, double eps, bool rms, const std::string& why) const;
 
    private:
     const Checkpoint& c_;
@@ -78,29 +89,36 @@ class Weights {
 };
 
 // One block's weights other than the attention's.
+template <class T>
 struct Block {
-    Norm norm1, norm2;           // pre-norms (gpt2, llama), or the post-norms after attention and MLP (bert)
-    Linear up, down;             // gpt2 c_fc / c_proj; bert intermediate / output; llama up_proj / down_proj
-    std::optional<Linear> gate;  // llama's gate_proj
+    Norm<T> norm1, norm2;           // pre-norms (gpt2, llama), or the post-norms after attention and MLP (bert)
+    Linear<T> up, down;             // gpt2 c_fc / c_proj; bert intermediate / output; llama up_proj / down_proj
+    std::optional<Linear<T>> gate;  // llama's gate_proj
 };
-Block read_block(const Weights& w, const LmConfig& m, std::size_t l);
+template <class T>
+Block<T> read_block(const Weights& w, const LmConfig& m, std::size_t l);
 // The MLP of block b on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)).
-Tensor<double, 2> mlp(const Block& b, Activation act, const Tensor<double, 2>& x);
+template <class T>
+Tensor<T, 2> mlp(const Block<T>& b, Activation act, const Tensor<T, 2>& x);
 
 // h (T, Dm): the embeddings of `ids` at positions start, start + 1, ... (token, plus position
 // and token-type embeddings and BERT's LayerNorm where the family has them; BERT: start 0).
-Tensor<double, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids,
-                        std::size_t start = 0);
+template <class T>
+Tensor<T, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids, std::size_t start = 0);
 // The attention's input a (T, Dm) of block b on h: the pre-norm (gpt2, llama) or h itself (bert).
-Tensor<double, 2> attention_input(const Block& b, const LmConfig& m, const Tensor<double, 2>& h);
+template <class T>
+Tensor<T, 2> attention_input(const Block<T>& b, const LmConfig& m, const Tensor<T, 2>& h);
 // The rest of block b, in place on h (T, Dm): the attention's output (1, T, Dm) added, then
 // the MLP (pre-norm), or BERT's post-norms around it.
-void add_attention(const Block& b, const LmConfig& m, const Tensor<double, 3>& out, Tensor<double, 2>& h);
+template <class T>
+void add_attention(const Block<T>& b, const LmConfig& m, const Tensor<T, 3>& out, Tensor<T, 2>& h);
 // Layer l's attention (its preset's heads, K/V heads, RoPE, window, biases, scale, W_O) as a
 // problem on the input a (T, Dm); refused when it has no W_O or its output is not Dm wide.
-Problem<double> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, const Tensor<double, 2>& a,
-                              std::size_t max_bytes);
+template <class T>
+Problem<T> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, const Tensor<T, 2>& a,
+                         std::size_t max_bytes);
 // The LM head on the final hidden states h (R, Dm) -> logits (R, V).
-Tensor<double, 2> head(const Weights& w, const LmConfig& m, Tensor<double, 2> h);
+template <class T>
+Tensor<T, 2> head(const Weights& w, const LmConfig& m, Tensor<T, 2> h);
 
 }  // namespace attnscope::lm

@@ -19,7 +19,10 @@
 // LN(x) = (x - mean) / sqrt(var + eps) · w + b, RMS(x) = x / sqrt(mean(x²) + eps) · w, with
 // the config's eps. The attention is core's attend() on the layer the model layer's preset
 // reads (model/checkpoint.hpp): its heads, K/V heads, RoPE, window, biases and scale.
-// Everything is float64. Weights are read one layer at a time from the mapped checkpoint.
+// Everything runs in the request's precision: float64, or float32 (ForwardRequest::float32:
+// weights converted from their stored dtype straight to float, hidden states, attention and
+// logits in float); the results are handed back as double either way (widening float is
+// exact). Weights are read one layer at a time from the mapped checkpoint.
 #pragma once
 
 #include <cstddef>
@@ -67,6 +70,7 @@ struct ForwardRequest {
     std::vector<std::size_t> logit_rows;    // positions whose logits are wanted (empty: all)
     bool traces = false;                    // keep each layer's attention weights, context and output
     std::size_t threads = 0;
+    bool float32 = false;  // run every step in float32 (else float64); not with traces
 };
 
 struct ForwardResult {
@@ -81,7 +85,8 @@ struct ForwardResult {
 };
 
 // How layer `layer`'s attention input was made from `tokens` tokens, step by step, for --explain.
-std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens);
+// `float32`: the run's precision (ForwardRequest::float32).
+std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens, bool float32 = false);
 
 class LanguageModel {
    public:

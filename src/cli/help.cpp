@@ -97,7 +97,8 @@ std::string metavar(const CLI::Option* o) {
         {"checkpoint", "PATH"}, {"prefill", "P"},       {"rtol", "R"},
         {"atol", "A"},          {"axes", "NAME=ORDER"}, {"against", "BUNDLE"},
         {"preset", "NAME"},     {"bug", "NAME"},        {"range", "auto|fixed|row|LO,HI"},
-        {"qkv", "FILE"}};
+        {"qkv", "FILE"},        {"tokens", "TOKENS"},   {"memory-tokens", "TOKENS"},
+        {"length", "T"},        {"pad", "N"},           {"seed", "N"}};
     if (is_flag(o)) return "";
     if (o->get_positional()) {
         std::string n = o->get_name();
@@ -406,6 +407,13 @@ std::vector<Example> examples_of(const std::string& command) {
                  "a classic KV-cache bug, and where its steps part from the full run"}};
     if (command == "inspect")
         return {{"inspect model.safetensors", "the layers and attention tensors a checkpoint holds"}};
+    if (command == "make")
+        return {{"make -o prev.npz --pattern previous-token", "a bundle whose weights look one token back"},
+                {"make -o cross.json --tokens \"le chat\" --memory-tokens \"the cat\" --pad 2",
+                 "cross-attention with two padded keys, as JSON"}};
+    if (command == "lesson")
+        return {{"lesson keys", "a paced lesson on keys, with questions"},
+                {"lesson keys --quiz", "only the questions, and a score"}};
     if (command == "tokens")
         return {{"tokens --model gpt2/ --text \"The cat sat on the mat\"",
                  "ids, pieces and byte offsets, as the model's own tokenizer.json gives them"},

@@ -31,8 +31,8 @@ const Choices<Pattern> kPatterns = {{"random", Pattern::random},
                                     {"induction", Pattern::induction},
                                     {"identity", Pattern::identity}};
 
-constexpr double kMargin = 10;       // a pattern's key beats every other by this much, scaled
-constexpr double kSinkMargin = 2;    // induction: key 0's lead when no earlier copy matches
+constexpr double kMargin = 10;                             // a pattern's key beats every other by this much, scaled
+constexpr double kSinkMargin = 2;                          // induction: key 0's lead when no earlier copy matches
 constexpr std::size_t kMaxNumbers = std::size_t(1) << 27;  // 1 GiB of float64 in all
 constexpr std::size_t kMaxTokens = 65536;                  // --length, --pad
 
@@ -133,8 +133,10 @@ void choose_sizes(const MakeOptions& o, Plan& p) {
                          std::to_string(p.fixed) + " columns (its fixed ones and at least one of content)");
     if (p.dk < need)
         throw UsageError("--dk " + std::to_string(p.dk) + ": --pattern " + pat + " needs at least " +
-                         std::to_string(need) + (p.pattern == Pattern::induction ? " (one per distinct token and one for key 0)" : ""));
-    const double numbers = double(std::max(p.Tq, p.Tk)) * double(p.dm) + 4.0 * double(p.dm) * double(p.H) * double(std::max(p.dk, p.dv));
+                         std::to_string(need) +
+                         (p.pattern == Pattern::induction ? " (one per distinct token and one for key 0)" : ""));
+    const double numbers =
+        double(std::max(p.Tq, p.Tk)) * double(p.dm) + 4.0 * double(p.dm) * double(p.H) * double(std::max(p.dk, p.dv));
     if (numbers > double(kMaxNumbers))
         throw UsageError("--dm/--heads/--dk/--dv: the bundle would hold about " + std::to_string(std::size_t(numbers)) +
                          " numbers; make writes at most " + std::to_string(kMaxNumbers));
@@ -279,7 +281,8 @@ void write_npz_bundle(AtomicFile& file, const Plan& p, const Made& m, bool f32) 
     std::vector<OutArray> arrays;
     std::vector<std::vector<char32_t>> texts;
     std::vector<std::vector<float>> floats;
-    const auto add_text = [&](const std::string& name, const std::vector<std::string>& t, std::vector<std::size_t> shape) {
+    const auto add_text = [&](const std::string& name, const std::vector<std::string>& t,
+                              std::vector<std::size_t> shape) {
         std::size_t width = 0;
         texts.push_back(utf32(t, width));
         arrays.push_back({name, std::move(shape), DType::float64, nullptr, width});
@@ -291,7 +294,9 @@ void write_npz_bundle(AtomicFile& file, const Plan& p, const Made& m, bool f32) 
     for (std::size_t k = 0; k < texts.size(); ++k) arrays[k].data = texts[k].data();
     for (const auto& [name, a] : m.arrays) {
         if (f32) floats.emplace_back(a.v.begin(), a.v.end());
-        arrays.push_back({name, {a.rows, a.cols}, f32 ? DType::float32 : DType::float64,
+        arrays.push_back({name,
+                          {a.rows, a.cols},
+                          f32 ? DType::float32 : DType::float64,
                           f32 ? static_cast<const void*>(floats.back().data()) : a.v.data()});
     }
     std::vector<unsigned char> mask(p.Tk, 0);
@@ -336,8 +341,8 @@ int run_make(const MakeOptions& o) {
     (json ? write_json_bundle : write_npz_bundle)(file, p, m, o.dtype == "float32");
     file.commit();
     std::cout << "attnscope make: wrote " << escape_control(o.out) << " (" << o.pattern << ", seed " << o.seed
-              << "; Tq " << p.Tq << ", Tk " << p.Tk << ", Dm " << p.dm << ", H " << p.H << ", Dk " << p.dk
-              << ", Dv " << p.dv << ")\n  attnscope run " << escape_control(o.out) << '\n';
+              << "; Tq " << p.Tq << ", Tk " << p.Tk << ", Dm " << p.dm << ", H " << p.H << ", Dk " << p.dk << ", Dv "
+              << p.dv << ")\n  attnscope run " << escape_control(o.out) << '\n';
     return 0;
 }
 
@@ -352,13 +357,15 @@ Subcommand setup_make_command(CLI::App& parent) {
     cmd->add_option("--length", o->length, "Tokens t0 t1 ... of this many instead of --tokens")
         ->check(count_in(1, kMaxTokens));
     cmd->add_option("--memory-tokens", o->memory_tokens, "Cross-attention: the encoder memory's tokens (the keys)");
-    cmd->add_option("--pad", o->pad, "Append N <pad> keys, hidden by a key_padding_mask")->check(count_in(0, kMaxTokens));
+    cmd->add_option("--pad", o->pad, "Append N <pad> keys, hidden by a key_padding_mask")
+        ->check(count_in(0, kMaxTokens));
     cmd->add_option("--pattern", o->pattern, "What the weights show")->check(CLI::IsMember([] {
         std::vector<std::string> names;
         for (const auto& [name, value] : kPatterns) names.push_back(name);
         return names;
     }()));
-    cmd->add_option("--dm", o->dm, "Width of x, Dm (default 8, or what the pattern needs)")->check(count_in(1, kMaxHeads));
+    cmd->add_option("--dm", o->dm, "Width of x, Dm (default 8, or what the pattern needs)")
+        ->check(count_in(1, kMaxHeads));
     cmd->add_option("--heads", o->heads, "Heads, H (default 1)")->check(count_in(1, kMaxHeads));
     cmd->add_option("--dk", o->dk, "Width of a query and key head, Dk (default Dm / H)")->check(count_in(1, kMaxHeads));
     cmd->add_option("--dv", o->dv, "Width of a value head, Dv (default Dk)")->check(count_in(1, kMaxHeads));

@@ -9,14 +9,19 @@ documented generator (splitmix64) reimplemented here, and `run --json`'s weights
 
 import json
 import math
+import os
+import re
+import shutil
+import subprocess
 import sys
+import time
 import unittest
 
 import numpy as np
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 import common  # noqa: E402
-from common import run_text  # noqa: E402
+from common import BIN, DATA, ROOT, run_text  # noqa: E402
 
 MASK64 = (1 << 64) - 1
 
@@ -177,6 +182,89 @@ class Make(common.CliTestCase):
         self.make("x.npz")
         self.assert_error(run_text("make", "-o", out), "x.npz")
         self.make("x.npz", "--force")
+
+
+
+def bundle_of(name):
+    """A data/ bundle as numpy arrays; config (heads) as its README says."""
+    doc = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+    b = {k: (np.array(v) if k not in ("query_tokens", "key_tokens") else v) for k, v in doc.items()}
+    b["config"] = {"heads": 2}
+    return b
+
+
+def batched_weights(b, zero_key=None, mask=None):
+    """weights (B, H, Tq, Tk) from the formula, key `zero_key` set to 0 after W_K, `mask` (B, Tk) True = PAD."""
+    x = b["x"] if b["x"].ndim == 3 else b["x"][None]
+    src = b["memory"] if "memory" in b else x
+    src = src if src.ndim == 3 else src[None]
+    H = b["config"]["heads"]
+    Q, K = x @ b["W_Q"], src @ b["W_K"]
+    if zero_key is not None:
+        K[:, zero_key] = 0
+    B, Tq, Tk, dk = Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2] // H
+    Q = Q.reshape(B, Tq, H, dk).transpose(0, 2, 1, 3)
+    K = K.reshape(B, Tk, H, dk).transpose(0, 2, 1, 3)
+    s = Q @ K.transpose(0, 1, 3, 2) / math.sqrt(dk)
+    if mask is None and "key_padding_mask" in b:
+        mask = np.array(b["key_padding_mask"], bool).reshape(B, Tk)
+    if mask is not None:
+        s = np.where(np.array(mask, bool).reshape(B, 1, 1, Tk), -np.inf, s)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    return s, e / e.sum(axis=-1, keepdims=True)
+
+
+class ZeroKey(common.CliTestCase):
+    """--zero-key J's story in the report and in --explain, its numbers against numpy."""
+
+    STORY = re.compile(r"E\.g\. (?:batch 0, )?head 0, query (\d+) '[^']*': m_iJ = (\S+), the row's max (\S+) "
+                       r"\(key (\d+) '[^']*'\), sum_j exp\(m_ij - max\) = (\S+): w_iJ = exp\(\S+ - \S+\) / \S+ = "
+                       r"(\S+) \(stored (\S+)\), not 0\.")
+    MASK = re.compile(r"To try it: echo '(.+?)' > (mask\d+\.json), then the same command with --key_padding_mask "
+                      r"mask\d+\.json in place of --zero-key (\d+)\.")
+
+    def story(self, name, j, *args):
+        r = run_text("run", DATA / f"{name}.json", "--heads", "2", "--zero-key", str(j), "--width", "1000", *args)
+        self.assert_ok(r)
+        return r.out
+
+    def test_the_row_worked_out_is_numpy_s(self):
+        for name, j in (("sentence", 1), ("sentence", 4), ("padded", 2), ("cross", 0)):
+            with self.subTest(name=name, key=j):
+                b = bundle_of(name)
+                s, w = batched_weights(b, zero_key=j)
+                for args in ((), ("--explain", "--stages", "weights")):
+                    out = self.story(name, j, *args)
+                    self.assertIn(f"its score column is q_i · 0 = 0 for every query and head", out)
+                    m = self.STORY.search(out)
+                    self.assertIsNotNone(m, out)
+                    i, row_max, key, row_sum = int(m[1]), float(m[3]), int(m[4]), float(m[5])
+                    self.assertEqual(float(m[2]), 0.0)
+                    self.assertAlmostEqual(row_max, s[0, 0, i].max(), places=3)
+                    self.assertEqual(key, int(s[0, 0, i].argmax()))
+                    self.assertAlmostEqual(row_sum, np.exp(s[0, 0, i] - s[0, 0, i].max()).sum(), places=3)
+                    self.assertAlmostEqual(float(m[6]), w[0, 0, i, j], places=4)
+                    self.assertAlmostEqual(float(m[7]), w[0, 0, i, j], places=4)
+                    self.assertGreater(w[0, 0, i, j], 0.01)
+
+    def test_the_masking_command_masks_the_key(self):
+        for name, j in (("sentence", 1), ("padded", 2)):
+            with self.subTest(name=name):
+                m = self.MASK.search(self.story(name, j))
+                self.assertIsNotNone(m)
+                self.assertEqual(int(m[3]), j)
+                mask = np.array(json.loads(m[1]), bool)
+                path = self.path(m[2])
+                path.write_text(m[1], encoding="utf-8")
+                r = run_text("run", DATA / f"{name}.json", "--heads", "2", "--key_padding_mask", path, "--json",
+                             "--stages", "weights")
+                self.assert_ok(r)
+                got = np.array(json.loads(r.out)["stages"]["weights"]["data"], dtype=np.float64)
+                b = bundle_of(name)
+                _, want = batched_weights(b, mask=mask.reshape(-1, mask.shape[-1]))
+                common.assert_close(got.reshape(want.shape), want, 1e-12, f"{name}: key {j} masked")
+                self.assertTrue((got.reshape(want.shape)[..., j] == 0).all())
 
 
 if __name__ == "__main__":

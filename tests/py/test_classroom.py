@@ -267,5 +267,164 @@ class ZeroKey(common.CliTestCase):
                 self.assertTrue((got.reshape(want.shape)[..., j] == 0).all())
 
 
+
+def lesson(*args, stdin="", columns=80):
+    """`attnscope lesson ARGS` in a pipe, from the source tree (data/ found there)."""
+    env = dict(os.environ, COLUMNS=str(columns), NO_COLOR="1")
+    return subprocess.run([str(BIN), "lesson", *args], input=stdin, capture_output=True, text=True, cwd=ROOT,
+                          env=env)
+
+
+def columns(line):
+    """Terminal columns of a line (wide East Asian characters count 2)."""
+    import unicodedata
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def expected_answers():
+    """Each question of `lesson keys`, answered by numpy from data/'s bundles."""
+    sentence, padded, cross = bundle_of("sentence"), bundle_of("padded"), bundle_of("cross")
+    _, w = batched_weights(sentence)
+    keys = sentence["key_tokens"]
+    _, wp = batched_weights(padded)
+    pads = [j for j, t in enumerate(padded["key_tokens"][1]) if t == "<pad>"]
+    assert pads and (wp[1, 0, 0, pads] == 0).all()
+    _, wz = batched_weights(sentence, zero_key=1)
+    assert (wz[0, 0, :, 1] > 0).all()
+    return {
+        "strongest-key": keys[int(w[0, 0, 2].argmax())],
+        "scale": f"{1 / math.sqrt(sentence['W_Q'].shape[1] // 2):.4f}",
+        "softmax-axis": "keys",
+        "pad-weight": "0",
+        "scores-shape": f"{cross['x'].shape[0]} x {cross['memory'].shape[0]}",
+        "cross-keys": "memory",
+        "zeroed-key": "no",
+        "keys-vs-values": "values",
+    }, wz[0, 0, :, 1]
+
+
+class Lesson(common.CliTestCase):
+    """`attnscope lesson keys` in a pipe: its answers against numpy, its widths, --quiz."""
+
+    def questions(self):
+        r = lesson("keys", "--json")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["schema"], "attnscope.lesson/1")
+        return doc["questions"]
+
+    def test_every_answer_is_numpy_s(self):
+        want, zeroed = expected_answers()
+        got = {q["id"]: q for q in self.questions()}
+        self.assertEqual(set(got), set(want))
+        for qid, answer in want.items():
+            self.assertEqual(got[qid]["answer"], answer, qid)
+        lo, hi = re.search(r"from (\S+) to (\S+) in head 0", got["zeroed-key"]["why"]).groups()
+        self.assertAlmostEqual(float(lo), zeroed.min(), places=4)
+        self.assertAlmostEqual(float(hi), zeroed.max(), places=4)
+
+    def test_every_line_fits(self):
+        for width in (80, 60):
+            with self.subTest(width=width):
+                r = lesson("keys", "--no-pause", columns=width)
+                self.assertEqual((r.returncode, r.stderr), (0, ""))
+                self.assertIn("Step 7 of 7", r.stdout)
+                for line in r.stdout.splitlines():
+                    self.assertLessEqual(columns(line), width, line)
+
+    def test_quiz_scores_the_answers(self):
+        qs = self.questions()
+        right = "\n".join(q["answer"] for q in qs) + "\n"
+        r = lesson("keys", "--quiz", stdin=right)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"Score: {len(qs)} of {len(qs)} right", r.stdout)
+        self.assertNotIn("$ attnscope", r.stdout)
+        one_wrong = "\n".join(["wrong"] + [q["answer"] for q in qs[1:]]) + "\n"
+        r = lesson("keys", "--quiz", stdin=one_wrong)
+        self.assertIn(f"Not quite: the answer is {qs[0]['answer']}.", r.stdout)
+        self.assertIn(f"Score: {len(qs) - 1} of {len(qs)} right", r.stdout)
+
+    def test_a_pipe_never_waits(self):
+        r = subprocess.run([str(BIN), "lesson", "keys"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           cwd=ROOT, timeout=120)
+        self.assertEqual(r.returncode, 0)
+        self.assertNotIn("[Enter", r.stdout)
+        self.assertIn("Answer: no.", r.stdout)
+
+
+@unittest.skipUnless(shutil.which("tmux"), "tmux is not installed")
+class LessonTmux(common.CliTestCase):
+    """The lesson as a person uses it: tmux sends the keys and reads the screen. Every wait
+    polls the screen with a generous timeout, so a loaded machine is only slower."""
+
+    TIMEOUT = 120
+
+    def setUp(self):
+        super().setUp()
+        self.server = f"attnscope-test-{os.getpid()}-{id(self)}"
+        self.addCleanup(subprocess.run, ["tmux", "-L", self.server, "kill-server"], capture_output=True)
+
+    def tmux(self, *args):
+        return subprocess.run(["tmux", "-L", self.server, *args], capture_output=True, text=True, check=True).stdout
+
+    def start(self, cols, rows):
+        self.tmux("-f", "/dev/null", "new-session", "-d", "-x", str(cols), "-y", str(rows), "-s", "t",
+                  "env -i PATH=/usr/bin:/bin TERM=xterm HOME=/tmp PS1='READY$ ' bash --norc --noprofile")
+        self.wait_for("READY$")
+        self.keys(f"cd '{ROOT}' && '{BIN}' lesson keys; echo LESSON-END", "Enter")
+
+    def keys(self, *keys):
+        self.tmux("send-keys", "-t", "t", *keys)
+
+    def screen(self, joined=False):
+        return self.tmux("capture-pane", "-p", "-t", "t", "-S", "-2000", *(["-J"] if joined else []))
+
+    def wait_for(self, text, after=0):
+        """The screen (from `after` occurrences of `text` on) once `text` shows one more time."""
+        deadline = time.monotonic() + self.TIMEOUT
+        while time.monotonic() < deadline:
+            screen = self.screen(joined=True)
+            if screen.count(text) > after:
+                return screen
+            time.sleep(0.2)
+        self.fail(f"{text!r} never appeared; the screen:\n{self.screen()}")
+
+    def test_answers_a_wrong_one_then_ctrl_c(self):
+        want, _ = expected_answers()
+        self.start(80, 24)
+        self.wait_for("Predict:")
+        self.keys("no such key", "Enter")  # wrong on purpose
+        self.wait_for("[Enter: run it]")
+        self.keys("Enter")
+        screen = self.wait_for("[Enter: next step]")
+        self.assertIn(f"Not quite: the answer is {want['strongest-key']}.", screen)
+        self.keys("Enter")
+        self.wait_for("Step 2 of 7")
+        self.wait_for("Predict:", after=1)
+        self.keys("0.5", "Enter")
+        self.wait_for("[Enter: run it]", after=1)
+        self.keys("Enter")
+        screen = self.wait_for("[Enter: next step]", after=1)
+        self.assertIn(f"Right: {want['scale']}.", screen)
+        self.keys("C-c")
+        self.wait_for("READY$", after=1)
+        self.keys("clear; stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo; echo DONE-$((40+2))", "Enter")
+        screen = self.wait_for("DONE-42")
+        self.assertIn("icanon", screen)
+        self.assertIn("\necho\n", screen)
+
+    def test_a_60_by_20_terminal(self):
+        self.start(60, 20)
+        self.wait_for("Predict:")
+        self.keys("the", "Enter")
+        self.wait_for("[Enter: run it]")
+        self.keys("Enter")
+        screen = self.wait_for("[Enter: next step]")
+        for line in screen.split("LESSON-END", 1)[1].splitlines():  # after the command typed
+            self.assertLessEqual(columns(line), 60, line)
+        self.keys("C-c")
+        self.wait_for("READY$", after=1)
+
+
 if __name__ == "__main__":
     common.main("test_classroom")

@@ -141,16 +141,18 @@ struct Data {
 std::string find_data(const std::string& given) {
     namespace fs = std::filesystem;
     std::vector<fs::path> tries;
-    if (!given.empty()) tries.emplace_back(given);
-    tries.emplace_back("data");
     const fs::path exe = fs::path(self_path()).parent_path();
-    tries.push_back(exe / ".." / "data");
-    tries.push_back(exe / ".." / "share" / "attnscope" / "data");
+    if (!given.empty())
+        tries.emplace_back(given);  // only there
+    else
+        tries = {"data", exe / ".." / "data", exe / ".." / "share" / "attnscope" / "data"};
     for (const auto& t : tries)
         if (fs::exists(t / "sentence.json") && fs::exists(t / "padded.json") && fs::exists(t / "cross.json"))
             return t.lexically_normal().string();
-    throw UsageError("lesson: data/ not found (sentence.json, padded.json, cross.json): run from the source tree "
-                     "or give --data DIR");
+    throw UsageError(given.empty() ? "lesson: data/ not found (sentence.json, padded.json, cross.json): run from "
+                                     "the source tree or give --data DIR"
+                                   : "--data " + escape_control(given) +
+                                         ": expected a folder holding sentence.json, padded.json and cross.json");
 }
 
 // Which key query `q` of head 0 weights most: the label (keys sharing it tie) or its index.
@@ -194,8 +196,8 @@ Question softmax_axis(const std::vector<std::string>& args) {
     Q.text = "Is the softmax taken over the keys or over the values?";
     Q.answer = "keys";
     Q.accepted = {"keys", "key", "over the keys", "over keys"};
-    Q.why = "Each row (one query) is a softmax over the " + std::to_string(Tk) + " keys: row 0 of head 0 is " +
-            terms + " = " + num(sum) + ". Values are not in the softmax; they are mixed by its weights.";
+    Q.why = "Each row (one query) is a softmax over the " + std::to_string(Tk) + " keys: row 0 of head 0 is " + terms +
+            " = " + num(sum) + ". Values are not in the softmax; they are mixed by its weights.";
     return Q;
 }
 
@@ -225,8 +227,8 @@ std::vector<Question> cross_questions(const std::vector<std::string>& args) {
     shape.answer = std::to_string(Tq) + " x " + std::to_string(Tk);
     shape.accepted = {std::to_string(Tq) + "x" + std::to_string(Tk)};
     shape.shape = true;
-    shape.why = "One row per query, one column per key: (Tq, Tk) = (" + std::to_string(Tq) + ", " +
-                std::to_string(Tk) + "); with the batch and the heads, (B, H, Tq, Tk).";
+    shape.why = "One row per query, one column per key: (Tq, Tk) = (" + std::to_string(Tq) + ", " + std::to_string(Tk) +
+                "); with the batch and the heads, (B, H, Tq, Tk).";
     Question from;
     from.id = "cross-keys";
     from.text = "In cross-attention, where do the keys come from: x (the decoder) or memory (the encoder)?";
@@ -254,8 +256,8 @@ Question pad_weight(const std::vector<std::string>& args) {
     Q.answer = "0";
     Q.number = 0;
     Q.tolerance = 0;
-    Q.why = "Their scores become -inf and exp(-inf) = 0: row '" + label(doc, "query", 1, 0) + "' of head 0 is [" +
-            row + "], " + num(pads) + " on the <pad> keys.";
+    Q.why = "Their scores become -inf and exp(-inf) = 0: row '" + label(doc, "query", 1, 0) + "' of head 0 is [" + row +
+            "], " + num(pads) + " on the <pad> keys.";
     return Q;
 }
 
@@ -283,8 +285,9 @@ Question keys_or_values() {
     Q.text = "The output row of a query is a weighted sum of which vectors: the keys or the values?";
     Q.answer = "values";
     Q.accepted = {"values", "value", "the values", "v"};
-    Q.why = "context = weights · V. A key only decides how much weight its position gets; the value, from its own "
-            "W_V (learned apart from W_K), is what is added.";
+    Q.why =
+        "context = weights · V. A key only decides how much weight its position gets; the value, from its own "
+        "W_V (learned apart from W_K), is what is added.";
     return Q;
 }
 
@@ -469,8 +472,10 @@ std::optional<std::string> ask(Terminal& t, const Question& q) {
 
 bool reveal(Terminal& t, const Question& q, const std::optional<std::string>& given) {
     const bool right = given && is_right(q, *given);
-    if (given) t.say(right ? "Right: " + q.answer + "." : "Not quite: the answer is " + q.answer + ".");
-    else t.say("Answer: " + q.answer + ".");
+    if (given)
+        t.say(right ? "Right: " + q.answer + "." : "Not quite: the answer is " + q.answer + ".");
+    else
+        t.say("Answer: " + q.answer + ".");
     t.say(q.why, "  ");
     return right;
 }

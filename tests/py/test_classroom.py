@@ -344,6 +344,14 @@ class Lesson(common.CliTestCase):
         self.assertIn(f"Not quite: the answer is {qs[0]['answer']}.", r.stdout)
         self.assertIn(f"Score: {len(qs) - 1} of {len(qs)} right", r.stdout)
 
+    def test_refusals(self):
+        r = lesson("nope")
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertIn("unknown topic 'nope'", r.stderr)
+        r = lesson("keys", "--data", self.tmp)
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertIn("--data", r.stderr)
+
     def test_a_pipe_never_waits(self):
         r = subprocess.run([str(BIN), "lesson", "keys"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                            cwd=ROOT, timeout=120)

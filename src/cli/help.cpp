@@ -86,26 +86,30 @@ bool is_flag(const CLI::Option* o) { return o->get_expected_max() == 0; }
 // The placeholder after an option's name.
 std::string metavar(const CLI::Option* o) {
     static const std::map<std::string, std::string> kNamed = {
-        {"heads", "H"},          {"kv-heads", "G"},      {"scale", "S|none"},
-        {"temperature", "T"},    {"zero-key", "J"},      {"cell", "B,H,I,J"},
-        {"batch", "B[,B...]"},   {"head", "H[,H...]"},   {"stages", "LIST"},
-        {"decimals", "N"},       {"edgeitems", "N"},     {"dump", "PATH"},
-        {"html", "FILE"},        {"svg", "FILE"},        {"width", "COLUMNS"},
-        {"threads", "N"},        {"max-memory", "SIZE"}, {"compare", "'OPTIONS'"},
-        {"window", "W"},         {"softcap", "C"},       {"rope-base", "BASE"},
-        {"rope-dim", "R"},       {"layer", "N"},         {"prefix", "PREFIX"},
-        {"checkpoint", "PATH"},  {"prefill", "P"},       {"rtol", "R"},
-        {"atol", "A"},           {"axes", "NAME=ORDER"}, {"against", "BUNDLE"},
-        {"preset", "NAME"},      {"bug", "NAME"},        {"range", "auto|fixed|row|LO,HI"},
-        {"qkv", "FILE"},         {"model", "DIR"},       {"text", "TEXT"},
-        {"text-file", "FILE"},   {"tokens", "IDS"},      {"predict", "K"},
-        {"save-forward", "FILE"}};
+        {"heads", "H"},          {"kv-heads", "G"},       {"scale", "S|none"},
+        {"temperature", "T"},    {"zero-key", "J"},       {"cell", "B,H,I,J"},
+        {"batch", "B[,B...]"},   {"head", "H[,H...]"},    {"stages", "LIST"},
+        {"decimals", "N"},       {"edgeitems", "N"},      {"dump", "PATH"},
+        {"html", "FILE"},        {"svg", "FILE"},         {"width", "COLUMNS"},
+        {"threads", "N"},        {"max-memory", "SIZE"},  {"compare", "'OPTIONS'"},
+        {"window", "W"},         {"softcap", "C"},        {"rope-base", "BASE"},
+        {"rope-dim", "R"},       {"layer", "N"},          {"prefix", "PREFIX"},
+        {"checkpoint", "PATH"},  {"prefill", "P"},        {"rtol", "R"},
+        {"atol", "A"},           {"axes", "NAME=ORDER"},  {"against", "BUNDLE"},
+        {"preset", "NAME"},      {"bug", "NAME"},         {"range", "auto|fixed|row|LO,HI"},
+        {"qkv", "FILE"},         {"model", "DIR"},        {"text", "TEXT"},
+        {"text-file", "FILE"},   {"tokens", "IDS"},       {"predict", "K"},
+        {"save-forward", "FILE"}, {"memory-tokens", "TOKENS"}, {"length", "T"},
+        {"pad", "N"},            {"seed", "N"}};
     if (is_flag(o)) return "";
     if (o->get_positional()) {
         std::string n = o->get_name();
         std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return char(std::toupper(c)); });
         return n;
     }
+    // An option names its own placeholder with type_name("=NAME") where its name means
+    // something else elsewhere (make's --tokens are words, run's are ids).
+    if (o->get_type_name().rfind('=', 0) == 0) return o->get_type_name().substr(1);
     const std::string name = o->get_lnames().empty() ? "" : o->get_lnames()[0];
     if (auto it = kNamed.find(name); it != kNamed.end()) return it->second;
     const auto choices = choices_of(o);
@@ -408,6 +412,13 @@ std::vector<Example> examples_of(const std::string& command) {
                  "a classic KV-cache bug, and where its steps part from the full run"}};
     if (command == "inspect")
         return {{"inspect model.safetensors", "the layers and attention tensors a checkpoint holds"}};
+    if (command == "make")
+        return {{"make -o prev.npz --pattern previous-token", "a bundle whose weights look one token back"},
+                {"make -o cross.json --tokens \"le chat\" --memory-tokens \"the cat\" --pad 2",
+                 "cross-attention with two padded keys, as JSON"}};
+    if (command == "lesson")
+        return {{"lesson keys", "a paced lesson on keys, with questions"},
+                {"lesson keys --quiz", "only the questions, and a score"}};
     if (command == "tokens")
         return {{"tokens --model gpt2/ --text \"The cat sat on the mat\"",
                  "ids, pieces and byte offsets, as the model's own tokenizer.json gives them"},

@@ -50,6 +50,7 @@ StageSet kept_stages(const RunOptions& o, const std::vector<std::string>& stages
     if (o.panels) keep |= kPanelsNeeds;
     if (o.diagnose) keep |= kDiagnoseNeeds;
     if (!o.cell.empty()) keep |= kCellNeeds;
+    if (o.zero_key && !o.summary) keep |= stage_set({"masked_scores", "weights"});  // the zeroed key's row, worked out
     return keep;
 }
 

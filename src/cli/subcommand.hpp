@@ -23,10 +23,13 @@ Subcommand setup_decode_command(CLI::App& parent);   // decode.cpp
 Subcommand setup_inspect_command(CLI::App& parent);  // checkpoint.cpp
 Subcommand setup_report_command(CLI::App& parent);   // report.cpp
 Subcommand setup_tokens_command(CLI::App& parent);   // tokens.cpp
+Subcommand setup_make_command(CLI::App& parent);     // make.cpp
+Subcommand setup_lesson_command(CLI::App& parent);   // lesson.cpp
 
 // Every subcommand, in the order --help lists them.
 inline constexpr SetupFn kSubcommands[] = {setup_run_command,     setup_check_command,  setup_decode_command,
-                                           setup_inspect_command, setup_report_command, setup_tokens_command};
+                                           setup_inspect_command, setup_report_command, setup_tokens_command,
+                                           setup_make_command,    setup_lesson_command};
 
 // The command-line spelling of a field named in a library message, as the option tree
 // under `root` spells it ("zero_key" -> "--zero-key"); an unknown field keeps its braces

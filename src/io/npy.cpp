@@ -36,6 +36,10 @@ std::size_t dtype_size(DType dtype) {
     return 0;
 }
 
+std::size_t data_bytes(const OutArray& a) {
+    return element_count(a.shape) * (a.text_width ? 4 * a.text_width : dtype_size(a.dtype));
+}
+
 // ---- .npy header ----------------------------------------------------------------------
 namespace {
 
@@ -438,10 +442,11 @@ Array parse_npy(std::string_view bytes, const std::string& given_origin, std::si
 }
 
 std::string npy_header(const OutArray& a, std::size_t align) {
-    const char* descr = a.dtype == DType::float32   ? "<f4"
-                        : a.dtype == DType::float64 ? "<f8"
-                        : a.dtype == DType::int64   ? "<i8"
-                                                    : "|b1";
+    const std::string descr = a.text_width                ? "<U" + std::to_string(a.text_width)
+                              : a.dtype == DType::float32 ? "<f4"
+                              : a.dtype == DType::float64 ? "<f8"
+                              : a.dtype == DType::int64   ? "<i8"
+                                                          : "|b1";
     std::string dict =
         std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape_str(a.shape) + ", }";
     // Pad with spaces and a final newline so the data starts on an `align`-byte boundary.
@@ -462,7 +467,7 @@ std::string npy_header(const OutArray& a, std::size_t align) {
 
 void write_npy(AtomicFile& file, const OutArray& a) {
     file.write(npy_header(a));
-    file.write(a.data, element_count(a.shape) * dtype_size(a.dtype));
+    file.write(a.data, data_bytes(a));
 }
 
 }  // namespace attnscope

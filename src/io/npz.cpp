@@ -321,7 +321,7 @@ void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays) {
     std::string central;
     for (const OutArray& a : arrays) {
         const std::string head = npy_header(a);
-        const std::size_t nbytes = element_count(a.shape) * dtype_size(a.dtype);
+        const std::size_t nbytes = data_bytes(a);
         const MemberRecord m{a.name + ".npy", crc_of(head, a.data, nbytes), head.size() + nbytes, file.written()};
         file.write(local_header(m));
         file.write(head);

@@ -109,6 +109,65 @@ std::vector<std::string> explain_rope(const TraceView& v, const StageView& s) {
     return L;
 }
 
+// The key_padding_mask that hides key J besides the run's own padding, as JSON ((Tk,), or
+// (B, Tk) for a batched x); empty when too long to type.
+std::string mask_hiding(const TraceView& v, std::size_t J) {
+    const std::size_t Tk = v.dims.source_keys();
+    if (Tk > 24 || v.dims.B > 4) return {};
+    const auto& pad = v.mask_rule.key_padding();
+    std::string rows;
+    for (std::size_t b = 0; b < (v.batched ? v.dims.B : 1); ++b) {
+        std::string row = "[";
+        for (std::size_t j = 0; j < Tk; ++j)
+            row += std::string(j ? ", " : "") + (j == J || (pad && (*pad)(b, j)) ? "1" : "0");
+        rows += (b ? ", " : "") + row + "]";
+    }
+    return v.batched ? "[" + rows + "]" : rows;
+}
+
+// One row of the run with key J visible worked out: its logit, the row's max and sum, its weight.
+std::string zeroed_row(const TraceView& v, std::size_t J) {
+    const StageView *m = v.find(kMaskedScores), *w = v.find(kWeights);
+    if (!m || !w || J >= v.dims.Tk) return {};
+    for (std::size_t i = 0; i < v.dims.Tq; ++i) {
+        if (!sees(v, 0, 0, i, J)) continue;
+        const RowMax r = row_max(*m, 0, 0, i);
+        const double mJ = at_bhij(*m, 0, 0, i, J), e = std::exp(mJ - r.max);
+        return std::string("E.g. ") + (v.batched ? "batch 0, " : "") + "head 0, query " + std::to_string(i) + " '" +
+               clip_label(axis_label(v, "Tq", 0, i)) + "': m_iJ = " + num(mJ) + ", the row's max " + num(r.max) +
+               " (key " + std::to_string(r.arg) + " '" + clip_label(axis_label(v, "Tk", 0, r.arg)) +
+               "'), sum_j exp(m_ij - max) = " + num(r.sum) + ": w_iJ = exp(" + num(mJ) + " - " + num(r.max) + ") / " +
+               num(r.sum) + " = " + num(e / r.sum) + " (stored " + num(at_bhij(*w, 0, 0, i, J)) + "), not 0.";
+    }
+    return "Every query has key " + std::to_string(J) + " masked already: its weights are 0 by the mask.";
+}
+
+}  // namespace
+
+std::vector<std::string> zero_key_story(const TraceView& v) {
+    if (!v.spec.zero_key) return {};
+    const std::size_t J = *v.spec.zero_key;
+    const std::string key = "key " + std::to_string(J) + " '" + clip_label(axis_label(v, "Tk", 0, J)) + "'";
+    std::vector<std::string> L;
+    L.push_back(key + " is the zero vector, so its score column is q_i · 0 = 0 for every query and head" +
+                (variants_of(v).bias ? " (plus the bias)" : "") +
+                "; its weights are exp(0 - max_j m_ij) / sum_j exp(m_ij - max_j m_ij), not 0: a score of 0 still "
+                "competes with the others.");
+    if (std::string row = zeroed_row(v, J); !row.empty()) L.push_back(row);
+    L.push_back("Masking " + key +
+                " instead makes its scores -inf: exp(-inf) = 0, its weights are exactly 0 and the other keys share "
+                "the whole row.");
+    const std::string mask = mask_hiding(v, J), file = "mask" + std::to_string(J) + ".json";
+    L.push_back(mask.empty()
+                    ? "To try it: a key_padding_mask file with 1 at key " + std::to_string(J) +
+                          " (--key_padding_mask FILE) in place of --zero-key " + std::to_string(J) + "."
+                    : "To try it: echo '" + mask + "' > " + file + ", then the same command with --key_padding_mask " +
+                          file + " in place of --zero-key " + std::to_string(J) + ".");
+    return L;
+}
+
+namespace {
+
 // scores: the product per head and for all heads, the shared width, the scale and the range.
 std::vector<std::string> explain_scores(const TraceView& v, const StageView& s) {
     const Dims& d = v.dims;
@@ -296,8 +355,17 @@ std::pair<double, double> row_sums(const TraceView& v, const StageView& w) {
     return {lo, hi};
 }
 
-// weights: softmax along each row, and why the row maximum is subtracted; the sink.
+std::vector<std::string> explain_softmax(const TraceView& v, const StageView& s);
+
+// weights: the softmax, then what --zero-key did.
 std::vector<std::string> explain_weights(const TraceView& v, const StageView& s) {
+    std::vector<std::string> L = explain_softmax(v, s);
+    for (auto& line : zero_key_story(v)) L.push_back(std::move(line));
+    return L;
+}
+
+// weights: softmax along each row, and why the row maximum is subtracted; the sink.
+std::vector<std::string> explain_softmax(const TraceView& v, const StageView& s) {
     if (!variants_of(v).sinks)
         return {"weights = softmax over the key axis (along each row of " + std::to_string(v.dims.Tk) +
                     " keys, not over values): w_ij = exp(m_ij - max_j m_ij) / sum_j exp(m_ij - max_j m_ij).",

@@ -101,6 +101,7 @@ void write_run_header(std::ostream& out, const TraceView& v, const TextOptions& 
     if (v.spec.zero_key)
         field("  zeroed  ", "key " + std::to_string(*v.spec.zero_key) +
                                 "'s vector set to 0 in every head and batch item (--zero-key)");
+    for (const auto& line : zero_key_story(v)) field("          ", line);
     if (!o.batches.empty() || !o.heads.empty()) {
         const auto list = [](const std::vector<std::size_t>& chosen, std::size_t n) {
             std::string s;

@@ -149,6 +149,7 @@ class JsonSchema(common.CliTestCase):
         for ckpt in (FIXTURES / "checkpoints" / "torch_gpt2.pt", cls.llama()):
             cls.add("attnscope.inspect/1", json.loads(cls.out("inspect", ckpt, "--json")))
         cls.run_html(sinks)
+        cls.add("attnscope.lesson/1", json.loads(cls.out("lesson", "keys", "--json", "--data", DATA)))
         cls.run_layers()
 
     @classmethod

@@ -69,7 +69,9 @@ def make_long(path):
              W_V=rng.standard_normal((D, D)).astype(np.float32))
 
 
-MAKERS = {"long.npz": make_long}
+MAKERS = {"long.npz": make_long,
+          # docs/classroom.md: the mask its text writes with echo
+          "mask1.json": lambda path: path.write_text("[0, 1, 0, 0, 0, 0]\n", encoding="utf-8")}
 
 # Folders a shown example names that the repository does not hold but the test set-up
 # (scripts/setup --test) installs: linked into the scratch directory when present.

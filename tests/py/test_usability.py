@@ -232,7 +232,7 @@ class DidYouMean(CliTestCase):
             (["run", "data/sentence.json", "--heads", "0"], "--heads: expected a number from 1 to 1048576, found '0'"),
             (["run", "data/sentence.json", "--cell", "1,2"], "--cell: expected at least 3 values, found 2"),
             (["run", "data/sentence.json", "--heads"], "--heads: expected a value (--heads H)"),
-            ([], "expected a command (run, check, decode, inspect, report, tokens)"),
+            ([], "expected a command (run, check, decode, inspect, report, tokens, make, lesson)"),
         ]
         for args, want in cases:
             with self.subTest(args=args):
@@ -475,7 +475,7 @@ class CommandWords(CliTestCase):
         for args in (["rnu", "data/sentence.json"], ["help", "rnu"]):
             with self.subTest(args=args):
                 self.assert_refused(args, "unknown command 'rnu'; did you mean run? (expected: run, check, decode, "
-                                          "inspect, report, tokens; see attnscope --help)")
+                                          "inspect, report, tokens, make, lesson; see attnscope --help)")
 
     def test_help_command_prints_the_commands_help(self):
         for command in COMMANDS:

@@ -19,9 +19,13 @@ struct OutArray {
     std::vector<std::size_t> shape;
     DType dtype;
     const void* data;  // shape-product elements of dtype (bool as one byte each)
+    // > 0: an array of text instead, numpy's '<U{text_width}': each element text_width
+    // UTF-32LE code points (NUL-padded); dtype is then not read.
+    std::size_t text_width = 0;
 };
 
 std::size_t dtype_size(DType dtype);
+std::size_t data_bytes(const OutArray& a);  // the bytes of a.data
 std::size_t element_count(const std::vector<std::size_t>& shape);
 
 // The complete .npy encoding (header + data) as numpy's np.save writes it.

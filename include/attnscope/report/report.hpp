@@ -109,6 +109,10 @@ void check_cell(const CellRef& cell, const Dims& dims);  // UsageError for a cel
 
 // Lines narrating how a stage was computed, with the actual shapes and numbers.
 std::vector<std::string> explain_stage(const TraceView& view, const StageView& stage);
+// --zero-key J's story: key J's score column is 0, its weights exp(0 - max)/Σ (not 0), one
+// row's numbers when the view has them, and the masking command to compare (explain.cpp).
+// Empty without --zero-key.
+std::vector<std::string> zero_key_story(const TraceView& view);
 
 // UsageError when a chosen batch item or head does not exist. Called by write_text, and
 // by a front end before it writes anything, so a bad choice leaves no output behind.

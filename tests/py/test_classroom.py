@@ -1,0 +1,438 @@
+#!/usr/bin/python3
+"""The classroom commands (docs/classroom.md) against numpy: `attnscope make`'s bundles
+read by numpy, attention computed from the published formula (Vaswani et al. 2017:
+softmax(Q Kᵀ / sqrt(d_k)) V per head), the patterns checked on numpy's weights, the
+documented generator (splitmix64) reimplemented here, and `run --json`'s weights compared.
+
+    /usr/bin/python3 tests/py/test_classroom.py     (env ATTNSCOPE_BIN, ATTNSCOPE_ROOT)
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+
+import numpy as np
+
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+import common  # noqa: E402
+from common import BIN, DATA, ROOT, run_text  # noqa: E402
+
+MASK64 = (1 << 64) - 1
+
+
+class SplitMix64:
+    """docs/classroom.md, "The numbers": splitmix64, uniform u = (z >> 11)·2^-53, 2u - 1."""
+
+    def __init__(self, seed):
+        self.state = seed & MASK64
+
+    def next(self):
+        self.state = (self.state + 0x9E3779B97F4A7C15) & MASK64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        return z ^ (z >> 31)
+
+    def symmetric(self):
+        return 2.0 * ((self.next() >> 11) * 2.0 ** -53) - 1.0
+
+    def matrix(self, rows, cols, scale=1.0):
+        return np.array([[self.symmetric() / scale for _ in range(cols)] for _ in range(rows)]).reshape(rows, cols)
+
+
+def load(path):
+    """A bundle made by attnscope make, as numpy arrays (and its config, parsed)."""
+    if str(path).endswith(".json"):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        out = {k: (np.array(v) if k != "config" else v) for k, v in doc.items()}
+    else:
+        z = np.load(path)
+        out = {k: z[k] for k in z.files}
+        out["config"] = json.loads(str(out["config"]))
+    return out
+
+
+def attention(b):
+    """softmax(Q Kᵀ / sqrt(d_k) + mask) per head: weights (H, Tq, Tk), from the formula."""
+    x = b["x"].astype(np.float64)
+    src = b["memory"].astype(np.float64) if "memory" in b else x
+    H = b["config"]["heads"]
+    Q, K = x @ b["W_Q"].astype(np.float64), src @ b["W_K"].astype(np.float64)
+    dk = Q.shape[1] // H
+    Tq, Tk = Q.shape[0], K.shape[0]
+    Q = Q.reshape(Tq, H, dk).transpose(1, 0, 2)
+    K = K.reshape(Tk, H, dk).transpose(1, 0, 2)
+    s = Q @ K.transpose(0, 2, 1) / math.sqrt(dk)
+    visible = np.ones((Tq, Tk), bool)
+    if b["config"].get("causal"):
+        visible &= np.tril(np.ones((Tq, Tk), bool))
+    if "key_padding_mask" in b:
+        visible &= ~b["key_padding_mask"].astype(bool)[None, :]
+    s = np.where(visible, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class Make(common.CliTestCase):
+    """`attnscope make` read by numpy; its patterns, its generator, its bytes."""
+
+    def make(self, name, *args):
+        out = self.path(name)
+        r = run_text("make", "-o", out, *args)
+        self.assert_ok(r)
+        return out
+
+    def run_weights(self, path, *args):
+        r = run_text("run", path, "--json", "--stages", "weights", *args)
+        self.assert_ok(r)
+        return np.array(json.loads(r.out)["stages"]["weights"]["data"], dtype=np.float64)
+
+    def check_run(self, path, b):
+        got = self.run_weights(path)
+        common.assert_close(got, attention(b), 1e-12, f"{path.name}: run's weights vs numpy", "make weights")
+
+    def test_previous_token(self):
+        for ext in ("npz", "json"):
+            p = self.make(f"prev.{ext}", "--pattern", "previous-token", "--heads", "2", "--dm", "8")
+            b = load(p)
+            w = attention(b)
+            for h in range(2):
+                self.assertEqual(list(w[h, 1:].argmax(axis=1)), list(range(5)), f"{ext} head {h}")
+                self.assertTrue((w[h, 1:].max(axis=1) > 0.99).all())
+            self.check_run(p, b)
+
+    def test_first_token_identity_induction(self):
+        cases = {
+            "first-token": lambda toks, i: {0},
+            "identity": lambda toks, i: {i},
+            "induction": lambda toks, i: {j for j in range(1, i + 1) if toks[j - 1] == toks[i]} or {0},
+        }
+        for pattern, expected in cases.items():
+            p = self.make(f"{pattern}.npz", "--pattern", pattern, "--tokens", "a b c d")
+            b = load(p)
+            toks = [str(t) for t in b["query_tokens"]]
+            if pattern == "induction":
+                self.assertEqual(toks, "a b c d a b c d".split())
+            w = attention(b)[0]
+            for i in range(len(toks)):
+                self.assertIn(int(w[i].argmax()), expected(toks, i), f"{pattern}: query {i}")
+            self.check_run(p, b)
+
+    def test_cross_and_padding(self):
+        p = self.make("cross.json", "--tokens", "le chat noir", "--memory-tokens", "the black cat", "--pad", "2",
+                      "--heads", "2", "--dk", "3", "--dv", "5", "--seed", "7")
+        b = load(p)
+        self.assertEqual(b["memory"].shape, (5, 8))
+        self.assertEqual(b["x"].shape, (3, 8))
+        self.assertEqual(list(b["key_padding_mask"]), [0, 0, 0, 1, 1])
+        self.assertEqual(list(b["key_tokens"]), ["the", "black", "cat", "<pad>", "<pad>"])
+        w = attention(b)
+        self.assertTrue((w[:, :, 3:] == 0).all())
+        self.check_run(p, b)
+
+    def test_generator_reimplemented(self):
+        """The random pattern: E, then W_Q, W_K, W_V, W_O, each (2u - 1)/sqrt(rows)."""
+        for seed in (0, 12345, 2**64 - 1):
+            p = self.make(f"r{seed}.npz", "--seed", str(seed), "--heads", "2", "--dm", "6", "--dk", "2",
+                          "--dv", "3")
+            b = load(p)
+            rng = SplitMix64(seed)
+            vocab = ["the", "cat", "sat", "on", "mat"]
+            E = rng.matrix(len(vocab), 6)
+            np.testing.assert_array_equal(b["x"], E[[vocab.index(t) for t in "the cat sat on the mat".split()]])
+            for name, rows, cols in (("W_Q", 6, 4), ("W_K", 6, 4), ("W_V", 6, 6), ("W_O", 6, 6)):
+                np.testing.assert_array_equal(b[name], rng.matrix(rows, cols, math.sqrt(rows)), f"{name} seed {seed}")
+            self.assertEqual(b["config"], {"heads": 2, "causal": False})
+            self.check_run(p, b)
+
+    def test_float32(self):
+        p = self.make("f.npz", "--dtype", "float32", "--seed", "3")
+        b = load(p)
+        self.assertEqual(b["W_Q"].dtype, np.float32)
+        rng = SplitMix64(3)
+        rng.matrix(5, 8)
+        np.testing.assert_array_equal(b["W_Q"], rng.matrix(8, 8, math.sqrt(8)).astype(np.float32))
+
+    def test_same_seed_same_bytes(self):
+        for ext in ("npz", "json"):
+            a = self.make(f"a.{ext}", "--seed", "5", "--pattern", "induction")
+            c = self.make(f"c.{ext}", "--seed", "5", "--pattern", "induction")
+            d = self.make(f"d.{ext}", "--seed", "6", "--pattern", "induction")
+            self.assertEqual(a.read_bytes(), c.read_bytes())
+            self.assertNotEqual(a.read_bytes(), d.read_bytes())
+
+    def test_refusals(self):
+        out = self.path("x.npz")
+        self.assert_error(run_text("make", "-o", self.path("x.txt")), "--out", ".npz or .json")
+        self.assert_error(run_text("make", "-o", out, "--pattern", "induction", "--dk", "2"), "--dk 2",
+                          "induction", "at least 6")
+        self.assert_error(run_text("make", "-o", out, "--tokens", "a", "--length", "3"), "--length")
+        self.assert_error(run_text("make", "-o", out, "--tokens", "   "), "--tokens", "found none")
+        self.assert_error(run_text("make", "-o", out, "--dm", "100000", "--dk", "100000"), "at most")
+        self.assert_error(run_text("make", "-o", out, "--heads", "-1"), "--heads: expected a number from 1")
+        self.assert_error(run_text("make", "-o", out, "--pattern", "copy"), "--pattern")
+        self.assertFalse(out.exists())
+        self.make("x.npz")
+        self.assert_error(run_text("make", "-o", out), "x.npz")
+        self.make("x.npz", "--force")
+
+
+
+def bundle_of(name):
+    """A data/ bundle as numpy arrays; config (heads) as its README says."""
+    doc = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+    b = {k: (np.array(v) if k not in ("query_tokens", "key_tokens") else v) for k, v in doc.items()}
+    b["config"] = {"heads": 2}
+    return b
+
+
+def batched_weights(b, zero_key=None, mask=None):
+    """weights (B, H, Tq, Tk) from the formula, key `zero_key` set to 0 after W_K, `mask` (B, Tk) True = PAD."""
+    x = b["x"] if b["x"].ndim == 3 else b["x"][None]
+    src = b["memory"] if "memory" in b else x
+    src = src if src.ndim == 3 else src[None]
+    H = b["config"]["heads"]
+    Q, K = x @ b["W_Q"], src @ b["W_K"]
+    if zero_key is not None:
+        K[:, zero_key] = 0
+    B, Tq, Tk, dk = Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2] // H
+    Q = Q.reshape(B, Tq, H, dk).transpose(0, 2, 1, 3)
+    K = K.reshape(B, Tk, H, dk).transpose(0, 2, 1, 3)
+    s = Q @ K.transpose(0, 1, 3, 2) / math.sqrt(dk)
+    if mask is None and "key_padding_mask" in b:
+        mask = np.array(b["key_padding_mask"], bool).reshape(B, Tk)
+    if mask is not None:
+        s = np.where(np.array(mask, bool).reshape(B, 1, 1, Tk), -np.inf, s)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    return s, e / e.sum(axis=-1, keepdims=True)
+
+
+class ZeroKey(common.CliTestCase):
+    """--zero-key J's story in the report and in --explain, its numbers against numpy."""
+
+    STORY = re.compile(r"E\.g\. (?:batch 0, )?head 0, query (\d+) '[^']*': m_iJ = (\S+), the row's max (\S+) "
+                       r"\(key (\d+) '[^']*'\), sum_j exp\(m_ij - max\) = (\S+): w_iJ = exp\(\S+ - \S+\) / \S+ = "
+                       r"(\S+) \(stored (\S+)\), not 0\.")
+    MASK = re.compile(r"To try it: echo '(.+?)' > (mask\d+\.json), then the same command with --key_padding_mask "
+                      r"mask\d+\.json in place of --zero-key (\d+)\.")
+
+    def story(self, name, j, *args):
+        r = run_text("run", DATA / f"{name}.json", "--heads", "2", "--zero-key", str(j), "--width", "1000", *args)
+        self.assert_ok(r)
+        return r.out
+
+    def test_the_row_worked_out_is_numpy_s(self):
+        for name, j in (("sentence", 1), ("sentence", 4), ("padded", 2), ("cross", 0)):
+            with self.subTest(name=name, key=j):
+                b = bundle_of(name)
+                s, w = batched_weights(b, zero_key=j)
+                for args in ((), ("--explain", "--stages", "weights")):
+                    out = self.story(name, j, *args)
+                    self.assertIn(f"its score column is q_i · 0 = 0 for every query and head", out)
+                    m = self.STORY.search(out)
+                    self.assertIsNotNone(m, out)
+                    i, row_max, key, row_sum = int(m[1]), float(m[3]), int(m[4]), float(m[5])
+                    self.assertEqual(float(m[2]), 0.0)
+                    self.assertAlmostEqual(row_max, s[0, 0, i].max(), places=3)
+                    self.assertEqual(key, int(s[0, 0, i].argmax()))
+                    self.assertAlmostEqual(row_sum, np.exp(s[0, 0, i] - s[0, 0, i].max()).sum(), places=3)
+                    self.assertAlmostEqual(float(m[6]), w[0, 0, i, j], places=4)
+                    self.assertAlmostEqual(float(m[7]), w[0, 0, i, j], places=4)
+                    self.assertGreater(w[0, 0, i, j], 0.01)
+
+    def test_the_masking_command_masks_the_key(self):
+        for name, j in (("sentence", 1), ("padded", 2)):
+            with self.subTest(name=name):
+                m = self.MASK.search(self.story(name, j))
+                self.assertIsNotNone(m)
+                self.assertEqual(int(m[3]), j)
+                mask = np.array(json.loads(m[1]), bool)
+                path = self.path(m[2])
+                path.write_text(m[1], encoding="utf-8")
+                r = run_text("run", DATA / f"{name}.json", "--heads", "2", "--key_padding_mask", path, "--json",
+                             "--stages", "weights")
+                self.assert_ok(r)
+                got = np.array(json.loads(r.out)["stages"]["weights"]["data"], dtype=np.float64)
+                b = bundle_of(name)
+                _, want = batched_weights(b, mask=mask.reshape(-1, mask.shape[-1]))
+                common.assert_close(got.reshape(want.shape), want, 1e-12, f"{name}: key {j} masked")
+                self.assertTrue((got.reshape(want.shape)[..., j] == 0).all())
+
+
+
+def lesson(*args, stdin="", columns=80):
+    """`attnscope lesson ARGS` in a pipe, from the source tree (data/ found there)."""
+    env = dict(os.environ, COLUMNS=str(columns), NO_COLOR="1")
+    return subprocess.run([str(BIN), "lesson", *args], input=stdin, capture_output=True, text=True, cwd=ROOT,
+                          env=env)
+
+
+def columns(line):
+    """Terminal columns of a line (wide East Asian characters count 2)."""
+    import unicodedata
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def expected_answers():
+    """Each question of `lesson keys`, answered by numpy from data/'s bundles."""
+    sentence, padded, cross = bundle_of("sentence"), bundle_of("padded"), bundle_of("cross")
+    _, w = batched_weights(sentence)
+    keys = sentence["key_tokens"]
+    _, wp = batched_weights(padded)
+    pads = [j for j, t in enumerate(padded["key_tokens"][1]) if t == "<pad>"]
+    assert pads and (wp[1, 0, 0, pads] == 0).all()
+    _, wz = batched_weights(sentence, zero_key=1)
+    assert (wz[0, 0, :, 1] > 0).all()
+    return {
+        "strongest-key": keys[int(w[0, 0, 2].argmax())],
+        "scale": f"{1 / math.sqrt(sentence['W_Q'].shape[1] // 2):.4f}",
+        "softmax-axis": "keys",
+        "pad-weight": "0",
+        "scores-shape": f"{cross['x'].shape[0]} x {cross['memory'].shape[0]}",
+        "cross-keys": "memory",
+        "zeroed-key": "no",
+        "keys-vs-values": "values",
+    }, wz[0, 0, :, 1]
+
+
+class Lesson(common.CliTestCase):
+    """`attnscope lesson keys` in a pipe: its answers against numpy, its widths, --quiz."""
+
+    def questions(self):
+        r = lesson("keys", "--json")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["schema"], "attnscope.lesson/1")
+        return doc["questions"]
+
+    def test_every_answer_is_numpy_s(self):
+        want, zeroed = expected_answers()
+        got = {q["id"]: q for q in self.questions()}
+        self.assertEqual(set(got), set(want))
+        for qid, answer in want.items():
+            self.assertEqual(got[qid]["answer"], answer, qid)
+        lo, hi = re.search(r"from (\S+) to (\S+) in head 0", got["zeroed-key"]["why"]).groups()
+        self.assertAlmostEqual(float(lo), zeroed.min(), places=4)
+        self.assertAlmostEqual(float(hi), zeroed.max(), places=4)
+
+    def test_every_line_fits(self):
+        for width in (80, 60):
+            with self.subTest(width=width):
+                r = lesson("keys", "--no-pause", columns=width)
+                self.assertEqual((r.returncode, r.stderr), (0, ""))
+                self.assertIn("Step 7 of 7", r.stdout)
+                for line in r.stdout.splitlines():
+                    self.assertLessEqual(columns(line), width, line)
+
+    def test_quiz_scores_the_answers(self):
+        qs = self.questions()
+        right = "\n".join(q["answer"] for q in qs) + "\n"
+        r = lesson("keys", "--quiz", stdin=right)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"Score: {len(qs)} of {len(qs)} right", r.stdout)
+        self.assertNotIn("$ attnscope", r.stdout)
+        one_wrong = "\n".join(["wrong"] + [q["answer"] for q in qs[1:]]) + "\n"
+        r = lesson("keys", "--quiz", stdin=one_wrong)
+        self.assertIn(f"Not quite: the answer is {qs[0]['answer']}.", r.stdout)
+        self.assertIn(f"Score: {len(qs) - 1} of {len(qs)} right", r.stdout)
+
+    def test_refusals(self):
+        r = lesson("nope")
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertIn("unknown topic 'nope'", r.stderr)
+        r = lesson("keys", "--data", self.tmp)
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertIn("--data", r.stderr)
+
+    def test_a_pipe_never_waits(self):
+        r = subprocess.run([str(BIN), "lesson", "keys"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           cwd=ROOT, timeout=120)
+        self.assertEqual(r.returncode, 0)
+        self.assertNotIn("[Enter", r.stdout)
+        self.assertIn("Answer: no.", r.stdout)
+
+
+@unittest.skipUnless(shutil.which("tmux"), "tmux is not installed")
+class LessonTmux(common.CliTestCase):
+    """The lesson as a person uses it: tmux sends the keys and reads the screen. Every wait
+    polls the screen with a generous timeout, so a loaded machine is only slower."""
+
+    TIMEOUT = 120
+
+    def setUp(self):
+        super().setUp()
+        self.server = f"attnscope-test-{os.getpid()}-{id(self)}"
+        self.addCleanup(subprocess.run, ["tmux", "-L", self.server, "kill-server"], capture_output=True)
+
+    def tmux(self, *args):
+        return subprocess.run(["tmux", "-L", self.server, *args], capture_output=True, text=True, check=True).stdout
+
+    def start(self, cols, rows):
+        self.tmux("-f", "/dev/null", "new-session", "-d", "-x", str(cols), "-y", str(rows), "-s", "t",
+                  "env -i PATH=/usr/bin:/bin TERM=xterm HOME=/tmp PS1='READY$ ' bash --norc --noprofile")
+        self.wait_for("READY$")
+        self.keys(f"cd '{ROOT}' && '{BIN}' lesson keys; echo LESSON-END", "Enter")
+
+    def keys(self, *keys):
+        self.tmux("send-keys", "-t", "t", *keys)
+
+    def screen(self, joined=False):
+        return self.tmux("capture-pane", "-p", "-t", "t", "-S", "-2000", *(["-J"] if joined else []))
+
+    def wait_for(self, text, after=0):
+        """The screen (from `after` occurrences of `text` on) once `text` shows one more time."""
+        deadline = time.monotonic() + self.TIMEOUT
+        while time.monotonic() < deadline:
+            screen = self.screen(joined=True)
+            if screen.count(text) > after:
+                return screen
+            time.sleep(0.2)
+        self.fail(f"{text!r} never appeared; the screen:\n{self.screen()}")
+
+    def test_answers_a_wrong_one_then_ctrl_c(self):
+        want, _ = expected_answers()
+        self.start(80, 24)
+        self.wait_for("Predict:")
+        self.keys("no such key", "Enter")  # wrong on purpose
+        self.wait_for("[Enter: run it]")
+        self.keys("Enter")
+        screen = self.wait_for("[Enter: next step]")
+        self.assertIn(f"Not quite: the answer is {want['strongest-key']}.", screen)
+        self.keys("Enter")
+        self.wait_for("Step 2 of 7")
+        self.wait_for("Predict:", after=1)
+        self.keys("0.5", "Enter")
+        self.wait_for("[Enter: run it]", after=1)
+        self.keys("Enter")
+        screen = self.wait_for("[Enter: next step]", after=1)
+        self.assertIn(f"Right: {want['scale']}.", screen)
+        self.keys("C-c")
+        self.wait_for("READY$", after=1)
+        self.keys("clear; stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo; echo DONE-$((40+2))", "Enter")
+        screen = self.wait_for("DONE-42")
+        self.assertIn("icanon", screen)
+        self.assertIn("\necho\n", screen)
+
+    def test_a_60_by_20_terminal(self):
+        self.start(60, 20)
+        self.wait_for("Predict:")
+        self.keys("the", "Enter")
+        self.wait_for("[Enter: run it]")
+        self.keys("Enter")
+        screen = self.wait_for("[Enter: next step]")
+        for line in screen.split("LESSON-END", 1)[1].splitlines():  # after the command typed
+            self.assertLessEqual(columns(line), 60, line)
+        self.keys("C-c")
+        self.wait_for("READY$", after=1)
+
+
+if __name__ == "__main__":
+    common.main("test_classroom")

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-namespace attnscope {
+#include "attnscope/base/dtype.hpp"
 
-enum class DType { float32, float64, boolean, int64 };
+namespace attnscope {
 
 // A borrowed view of a contiguous C-order array to be written.
 struct OutArray {
@@ -20,9 +20,6 @@ struct OutArray {
     DType dtype;
     const void* data;  // shape-product elements of dtype (bool as one byte each)
 };
-
-std::size_t dtype_size(DType dtype);
-std::size_t element_count(const std::vector<std::size_t>& shape);
 
 // The complete .npy encoding (header + data) as numpy's np.save writes it.
 // `align` (a multiple of 64) is where the data starts: 64 as np.save does, or the page

@@ -18,7 +18,7 @@
 //                         logits = RMS_f(h) · lm_headᵀ (embed when tie_word_embeddings)
 // LN(x) = (x - mean) / sqrt(var + eps) · w + b, RMS(x) = x / sqrt(mean(x²) + eps) · w, with
 // the config's eps. The attention is core's attend() on the layer the model layer's preset
-// reads (model/checkpoint.hpp): its heads, K/V heads, RoPE, window, biases and scale.
+// reads (model/checkpoint_layer.hpp): its heads, K/V heads, RoPE, window, biases and scale.
 // Everything is float64. Weights are read one layer at a time from the mapped checkpoint.
 #pragma once
 

@@ -404,7 +404,7 @@ def main():
     if not os.path.exists(legacy):
         torch.save(sd, legacy, _use_new_zipfile_serialization=False)
     assert torch.equal(torch.load(legacy)["w"], sd["w"])
-    bad("torch_bad_legacy.pt", copy_to_regressions=False)  # not a zip: checkpoint.cpp refuses it
+    bad("torch_bad_legacy.pt", copy_to_regressions=False)  # not a zip: open_checkpoint.cpp refuses it
     assert not os.path.exists(MARKER)
 
     def one_tensor(offset, size, stride, numel=12, storage="FloatStorage"):

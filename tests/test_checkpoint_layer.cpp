@@ -11,7 +11,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/checkpoint.hpp"
-#include "attnscope/model/checkpoint.hpp"
+#include "attnscope/model/checkpoint_layer.hpp"
 
 using namespace attnscope;
 

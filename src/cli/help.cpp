@@ -15,6 +15,7 @@
 #include "attnscope/base/suggest.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/stages.hpp"
+#include "version.hpp"
 
 namespace attnscope::cli {
 namespace {

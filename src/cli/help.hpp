@@ -9,8 +9,6 @@
 
 namespace attnscope::cli {
 
-inline constexpr const char* kVersion = "0.1.0";
-
 // Help headings, in the order --help lists them. An option joins one with
 // `->group(kOutputs)` (or sits in an option group of that name); an option under a heading
 // not listed here is shown after these, under its own heading.

@@ -1,12 +1,15 @@
 // The steps of `run` that check, decode and report share (run.hpp): the Spec the options
 // give, the inputs as loaded (a bundle, files, a checkpoint's layer), the problem.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "attnscope/io/checkpoint.hpp"
 #include "attnscope/io/read.hpp"
-#include "attnscope/model/checkpoint.hpp"
+#include "attnscope/model/checkpoint_layer.hpp"
 #include "attnscope/model/qkv.hpp"
 #include "run.hpp"
 
@@ -91,6 +94,99 @@ Bundle load_inputs(const RunOptions& command_line, std::size_t limit, Spec& spec
         spec.heads = h;
     }
     return bundle;
+}
+
+// ---- run --checkpoint PATH [--layer N] [--preset P] [--prefix P]: one layer's weights from a model file
+
+namespace {
+
+// The number of output features of the query projection, as the layer holds it.
+std::optional<std::size_t> query_width(const CheckpointLayer& l) {
+    const auto it = l.arrays.find("W_Q");
+    if (it == l.arrays.end() || it->second.ndim() != 2) return std::nullopt;
+    return l.layout == Layout::torch ? it->second.shape[0] : it->second.shape[1];
+}
+
+}  // namespace
+
+void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec) {
+    // The weights come from one place (sinks too: a checkpoint may hold them).
+    std::vector<std::string> given_weights = weight_array_names();
+    given_weights.push_back("sinks");
+    for (const std::string& name : given_weights)
+        if (bundle.arrays.count(name))
+            throw UsageError("--checkpoint: " + escape_control(bundle.source) + " already holds " + name +
+                             "; the weights come from the bundle or from the checkpoint, not both");
+    const Checkpoint c = open_checkpoint(o.checkpoint, limit);
+    LayerRequest request;
+    request.layer = o.layer;
+    request.preset = o.preset;
+    request.prefix = o.prefix;
+    CheckpointLayer layer = choose_layer(c, request, limit);
+    const LayerConfig& cfg = layer.config;
+    const auto given = [&o](const char* flag) { return o.given.count(flag) > 0; };
+
+    // The layout: the preset's, or --layout's for names chosen by --prefix alone.
+    if (layer.layout_fixed) {
+        const std::string fixed = layout_name(layer);
+        if (given("--layout") && name_of(kLayouts, o.layout) != fixed)
+            throw UsageError("--layout " + name_of(kLayouts, o.layout) + ": the " + layer.preset +
+                             " preset's weights are in the " + fixed + " layout");
+        spec.layout = layer.layout;
+    } else if (o.layout == WeightLayout::tl) {
+        Bundle weights;
+        weights.source = o.checkpoint;
+        weights.arrays = std::move(layer.arrays);
+        layer.config.heads = convert_tl_layout(weights);
+        layer.arrays = std::move(weights.arrays);
+    }
+    const std::optional<std::size_t> width = query_width(layer);
+    for (auto& [name, array] : layer.arrays) bundle.arrays[name] = std::move(array);
+
+    // Heads: the config's (or the weights'), or --heads; never a silent single head.
+    if (cfg.heads) {
+        if (given("--heads") && o.heads != *cfg.heads)
+            throw UsageError("--heads " + std::to_string(o.heads) + ": the checkpoint says " +
+                             std::to_string(*cfg.heads) + " (" + facts_text(cfg) + ")");
+        spec.heads = *cfg.heads;
+    } else if (!given("--heads")) {
+        throw UsageError("--heads: " + escape_control(o.checkpoint) +
+                         (c.config_path.empty() ? " has no config.json" : "'s config.json does not say") +
+                         ", and a state dict does not record the number of heads; give --heads");
+    }
+    if (cfg.kv_heads) {
+        if (given("--kv-heads") && o.kv_heads != cfg.kv_heads)
+            throw UsageError("--kv-heads " + std::to_string(*o.kv_heads) + ": the checkpoint says " +
+                             std::to_string(*cfg.kv_heads));
+        spec.kv_heads = cfg.kv_heads;
+    }
+    if (cfg.head_dim && width && *width != spec.heads * *cfg.head_dim)
+        throw InputError(escape_control(o.checkpoint) + ": " + layer.prefix + " query projection has " +
+                         std::to_string(*width) + " outputs, expected heads " + std::to_string(spec.heads) +
+                         " × head width " + std::to_string(*cfg.head_dim));
+    // What the model does and no option said otherwise: masks, positions, scale.
+    if (cfg.causal && !given("--causal")) spec.causal = *cfg.causal;
+    if (cfg.rope) {
+        Rope rope = *cfg.rope;
+        if (o.rope_base) rope.base = *o.rope_base;
+        if (o.rope_dim) rope.dim = o.rope_dim;
+        if (o.rope_style) rope.style = *o.rope_style;
+        spec.rope = rope;
+    }
+    if (cfg.window && !given("--window")) spec.window = cfg.window;
+    // The config's scale; --temperature divides it, as it divides the default 1/sqrt(Dk).
+    if (cfg.scale && !given("--scale")) {
+        spec.scale = *cfg.scale / o.temperature;
+        spec.temperature = 1;
+        spec.scale_source = cfg.scale_why;
+        if (o.temperature != 1) {
+            char t[32];
+            std::snprintf(t, sizeof t, "%g", o.temperature);
+            spec.scale_source += " / temperature " + std::string(t);
+        }
+    }
+    std::string where = escape_control(o.checkpoint) + " " + layer.prefix + " (" + layer.preset + ")";
+    bundle.source = (o.bundle.empty() ? std::string() : bundle.source + " with ") + where;
 }
 
 template <typename T>

@@ -14,6 +14,7 @@
 #include "attnscope/io/write.hpp"
 #include "help.hpp"
 #include "subcommand.hpp"
+#include "version.hpp"
 
 namespace {
 

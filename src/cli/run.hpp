@@ -29,7 +29,7 @@ RunOptions with_bundle_config(const RunOptions& given, const Bundle& bundle, Spe
 // Someone's own arrays (check's THEIRS, run's {qkv}): an .npz, a JSON object, or a directory
 // of NAME.npy files.
 Bundle load_named_arrays(const std::string& path, std::size_t limit);
-// {checkpoint}'s layer into `bundle` (which must hold no weights), `spec` completed (checkpoint.cpp).
+// {checkpoint}'s layer into `bundle` (which must hold no weights), `spec` completed (inputs.cpp).
 void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec);
 
 // `run --compare OPTIONS` (compare.cpp): prints, stage by stage, how run B differs from run A.

@@ -20,7 +20,7 @@ using SetupFn = Subcommand (*)(CLI::App& parent);
 Subcommand setup_run_command(CLI::App& parent);
 Subcommand setup_check_command(CLI::App& parent);    // check.cpp
 Subcommand setup_decode_command(CLI::App& parent);   // decode.cpp
-Subcommand setup_inspect_command(CLI::App& parent);  // checkpoint.cpp
+Subcommand setup_inspect_command(CLI::App& parent);  // inspect.cpp
 Subcommand setup_report_command(CLI::App& parent);   // report.cpp
 Subcommand setup_tokens_command(CLI::App& parent);   // tokens.cpp
 Subcommand setup_make_command(CLI::App& parent);     // make.cpp

@@ -13,7 +13,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/attention.hpp"
-#include "attnscope/model/checkpoint.hpp"
+#include "attnscope/model/checkpoint_layer.hpp"
 #include "lm.hpp"
 
 namespace attnscope {

@@ -446,9 +446,12 @@ class Help(CliTestCase):
                     self.assertEqual(proc.stderr, "")
 
     def test_version(self):
+        # One version number: the project's VERSION in CMakeLists.txt, printed by -V and the man page.
+        version = re.search(r"^project\(attnscope VERSION (\S+)", (ROOT / "CMakeLists.txt").read_text(), re.M)[1]
         for flag in ("-V", "--version"):
             r = run_root(flag)
-            self.assertEqual((r.code, r.out), (0, "attnscope 0.1.0\n"))
+            self.assertEqual((r.code, r.out), (0, f"attnscope {version}\n"))
+        self.assertTrue(run_root("--man").out.startswith(f'.TH ATTNSCOPE 1 "" "attnscope {version}" '))
 
 
 class CommandWords(CliTestCase):

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/dtype.hpp"
 #include "attnscope/core/attention.hpp"
-#include "attnscope/io/write.hpp"
 #include "attnscope/model/model.hpp"
 
 namespace attnscope {

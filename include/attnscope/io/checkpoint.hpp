@@ -6,7 +6,7 @@
 // one reads and validates only its directory (the safetensors header, the pickle); a
 // tensor's bytes are touched only when that tensor is read, so choosing one layer of a
 // multi-gigabyte file costs that layer's bytes. Knows nothing of attention: which names
-// make a layer is the model layer's business (model/checkpoint.hpp).
+// make a layer is the model layer's business (model/checkpoint_layer.hpp).
 #pragma once
 
 #include <cstddef>

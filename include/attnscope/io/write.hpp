@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-namespace attnscope {
+#include "attnscope/base/dtype.hpp"
 
-enum class DType { float32, float64, boolean, int64 };
+namespace attnscope {
 
 // A borrowed view of a contiguous C-order array to be written.
 struct OutArray {
@@ -24,9 +24,7 @@ struct OutArray {
     std::size_t text_width = 0;
 };
 
-std::size_t dtype_size(DType dtype);
 std::size_t data_bytes(const OutArray& a);  // the bytes of a.data
-std::size_t element_count(const std::vector<std::size_t>& shape);
 
 // The complete .npy encoding (header + data) as numpy's np.save writes it.
 // `align` (a multiple of 64) is where the data starts: 64 as np.save does, or the page

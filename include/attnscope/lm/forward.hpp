@@ -18,7 +18,7 @@
 //                         logits = RMS_f(h) · lm_headᵀ (embed when tie_word_embeddings)
 // LN(x) = (x - mean) / sqrt(var + eps) · w + b, RMS(x) = x / sqrt(mean(x²) + eps) · w, with
 // the config's eps. The attention is core's attend() on the layer the model layer's preset
-// reads (model/checkpoint.hpp): its heads, K/V heads, RoPE, window, biases and scale.
+// reads (model/checkpoint_layer.hpp): its heads, K/V heads, RoPE, window, biases and scale.
 // Everything runs in the request's precision: float64, or float32 (ForwardRequest::float32:
 // weights converted from their stored dtype straight to float, hidden states, attention and
 // logits in float); the results are handed back as double either way (widening float is

@@ -58,6 +58,12 @@ struct CheckpointLayer {
     LayerConfig config;
 };
 
+// The layer's layout as {layout} names it: "tl" for the tl preset's weights (converted to
+// the math layout), else "math" or "torch".
+std::string layout_name(const CheckpointLayer& l);
+// Where the config's facts came from, in one line: "heads 12 (config.json n_head); ...".
+std::string facts_text(const LayerConfig& c);
+
 // The presets' names, for messages and help: gpt2, bert, llama, mistral, qwen2, mha, tl.
 const std::vector<std::string>& checkpoint_presets();
 

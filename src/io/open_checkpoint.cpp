@@ -1,6 +1,4 @@
 // Opening a checkpoint by path: which container it is, and the config.json beside it.
-#include "attnscope/io/checkpoint.hpp"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,6 +11,7 @@
 #include <string>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/io/checkpoint.hpp"
 #include "attnscope/io/read.hpp"
 #include "bytes.hpp"
 #include "json_doc.hpp"

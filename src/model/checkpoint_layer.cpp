@@ -1,6 +1,6 @@
 // One attention layer out of a checkpoint: the presets' names, config.json's fields, and
 // TransformerLens's layout.
-#include "attnscope/model/checkpoint.hpp"
+#include "attnscope/model/checkpoint_layer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -464,6 +464,17 @@ void locate_layer(const Preset& p, const std::vector<TensorInfo>& tensors, std::
 }
 
 }  // namespace
+
+std::string layout_name(const CheckpointLayer& l) {
+    if (l.preset == "tl") return "tl";
+    return l.layout == Layout::torch ? "torch" : "math";
+}
+
+std::string facts_text(const LayerConfig& c) {
+    std::string s;
+    for (const auto& f : c.facts) s += (s.empty() ? "" : "; ") + f;
+    return s;
+}
 
 const std::vector<std::string>& checkpoint_presets() {
     static const std::vector<std::string> names = [] {

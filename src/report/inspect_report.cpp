@@ -1,0 +1,135 @@
+// `attnscope inspect`'s listing of a checkpoint (report/inspect_report.hpp).
+#include "attnscope/report/inspect_report.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "attnscope/base/json_writer.hpp"
+#include "attnscope/base/text.hpp"
+
+namespace attnscope {
+namespace {
+
+// The command that runs a layer, its options spelled as flags and other words quoted for a shell.
+std::string command_text(const std::vector<std::string>& words, const FlagSpelling& flag) {
+    std::string s;
+    for (const auto& w : words) {
+        std::string word = w.size() > 2 && w.front() == '{' && w.back() == '}' ? flag(w.substr(1, w.size() - 2)) : w;
+        if (word.empty() || word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                   "_-./:=+,@%") != std::string::npos) {
+            std::string q = "'";
+            for (char ch : word) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+            word = q + "'";
+        }
+        s += (s.empty() ? "" : " ") + word;
+    }
+    return s;
+}
+
+// One attention layer's line: its prefix, layout and what the config fixes; then where
+// those facts came from.
+void put_attention_text(std::ostream& out, const CheckpointLayer& a) {
+    out << "  attention: " << escape_control(a.prefix) << "  layout " << layout_name(a);
+    if (a.config.heads) out << ", heads " << *a.config.heads;
+    if (a.config.kv_heads) out << ", K/V heads " << *a.config.kv_heads;
+    if (a.config.head_dim) out << ", head width " << *a.config.head_dim;
+    if (a.config.rope) {
+        out << ", RoPE base " << a.config.rope->base;
+        if (a.config.rope->dim) out << " on " << *a.config.rope->dim << " features";
+    }
+    if (a.config.window) out << ", window " << *a.config.window;
+    if (a.config.causal) out << (*a.config.causal ? ", causal" : ", not causal");
+    out << '\n';
+    if (!a.config.facts.empty()) out << "  from: " << escape_control(facts_text(a.config)) << '\n';
+}
+
+}  // namespace
+
+void write_inspect_text(std::ostream& out, const Checkpoint& c, const CheckpointOverview& ov,
+                        const FlagSpelling& flag) {
+    std::size_t total = 0, bytes = 0;
+    for (const auto& g : ov.groups) total += g.tensors.size();
+    for (const auto& g : ov.groups)
+        for (const auto& t : g.tensors) bytes += t.bytes;
+    out << escape_control(c.path) << ": " << c.format << ", " << total << " tensors, " << format_bytes(bytes) << '\n';
+    out << "config: " << (c.config_path.empty() ? "none" : escape_control(c.config_path)) << '\n';
+    out << "preset: " << (ov.preset.empty() ? "none" : ov.preset) << " (" << escape_control(ov.preset_note) << ")\n";
+    for (const auto& g : ov.groups)  // the command that runs the first layer found
+        if (g.attention) {
+            out << "run: " << escape_control(command_text(run_command(c, ov, *g.attention), flag)) << '\n';
+            break;
+        }
+    std::size_t name_width = 0, type_width = 0;  // the columns of the tensor lines
+    for (const auto& g : ov.groups)
+        for (const auto& t : g.tensors) {
+            name_width = std::max(name_width, escape_control(t.name).size());
+            type_width = std::max(type_width, t.dtype.size() + 1 + shape_str(t.shape).size());
+        }
+    for (const auto& g : ov.groups) {
+        out << '\n' << (g.group.empty() ? "(not in a numbered layer)" : escape_control(g.group)) << '\n';
+        if (g.attention) put_attention_text(out, *g.attention);
+        for (const auto& t : g.tensors) {
+            const std::string name = escape_control(t.name), type = t.dtype + " " + shape_str(t.shape);
+            out << "  " << name << std::string(name_width - name.size() + 2, ' ') << type
+                << std::string(type_width - type.size() + 2, ' ') << format_bytes(t.bytes) << '\n';
+        }
+    }
+}
+
+namespace {
+
+// An optional value, or null.
+template <typename T>
+JsonWriter& maybe(JsonWriter& w, const std::optional<T>& v) {
+    return v ? w.value(*v) : w.value(nullptr);
+}
+
+// One attention layer: its names, preset, configuration and the command that runs it (keys
+// in alphabetical order, as the document has always had them).
+void put_layer(JsonWriter& w, const Checkpoint& c, const CheckpointOverview& ov, const CheckpointLayer& a,
+               const FlagSpelling& flag) {
+    const LayerConfig& cfg = a.config;
+    w.begin_object();
+    maybe(w.key("causal"), cfg.causal).key("facts").list(cfg.facts);
+    maybe(w.key("head_dim"), cfg.head_dim);
+    maybe(w.key("heads"), cfg.heads);
+    maybe(w.key("kv_heads"), cfg.kv_heads ? cfg.kv_heads : cfg.heads);
+    maybe(w.key("layer"), a.layer).key("layout").value(layout_name(a));
+    w.key("prefix").value(a.prefix).key("preset").value(a.preset).key("rope");
+    if (cfg.rope) {
+        w.begin_object().key("base").value(cfg.rope->base);
+        maybe(w.key("dim"), cfg.rope->dim).key("style");
+        w.value(cfg.rope->style == RopeStyle::half ? "half" : "interleaved").end_object();
+    } else {
+        w.value(nullptr);
+    }
+    w.key("run").value(command_text(run_command(c, ov, a), flag));
+    maybe(w.key("window"), cfg.window).end_object();
+}
+
+}  // namespace
+
+void write_inspect_json(std::ostream& out, const Checkpoint& c, const CheckpointOverview& ov,
+                        const FlagSpelling& flag) {
+    JsonWriter w(out, {.indent = 2, .in_script = false});
+    w.begin_object().key("schema").value("attnscope.inspect/1").key("config");
+    c.config_path.empty() ? w.value(nullptr) : w.value(c.config_path);
+    w.key("format").value(c.format).key("layers").begin_array();
+    for (const auto& g : ov.groups)
+        if (g.attention) put_layer(w, c, ov, *g.attention, flag);
+    w.end_array().key("path").value(c.path).key("preset");
+    ov.preset.empty() ? w.value(nullptr) : w.value(ov.preset);
+    w.key("preset_note").value(ov.preset_note).key("tensors").begin_array();
+    for (const auto& g : ov.groups)
+        for (const auto& t : g.tensors) {
+            w.begin_object().key("bytes").value(t.bytes).key("dtype").value(t.dtype).key("file").value(t.file.str());
+            w.key("group").value(g.group).key("name").value(t.name).key("shape").list(t.shape).end_object();
+        }
+    w.end_array().end_object();
+    out << '\n';
+}
+
+}  // namespace attnscope

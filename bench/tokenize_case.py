@@ -7,10 +7,12 @@ The text: the repository's own English documentation (README.md, CONTRIBUTING.md
 bench/README.md, data/README.md) concatenated, repeated, and cut to 1,000,000 bytes at a
 character boundary; its SHA-256 is printed (it changes when those files do).
 
-Each repetition runs three whole subprocesses in rotating order, stdout to a file:
-    attnscope --json  BINARY tokens --model GPT2 --text-file TEXT --json
-    attnscope         BINARY tokens --model GPT2 --text-file TEXT      (the table for a person)
-    reference         node tests/tokenizers/reference.mjs GPT2 --text-file TEXT
+Each repetition runs these whole subprocesses in rotating order, stdout to a file:
+    attnscope --json      BINARY tokens --model GPT2 --text-file TEXT --json
+    attnscope             BINARY tokens --model GPT2 --text-file TEXT      (the table for a person)
+    attnscope --ids-only  BINARY tokens --model GPT2 --text-file TEXT --ids-only
+                          (when its `tokens --help` lists --ids-only: the ids alone, for scripts)
+    reference             node tests/tokenizers/reference.mjs GPT2 --text-file TEXT
 and each once on a 1-byte text: its wall and CPU time (process start, tokenizer load) are
 taken off the 1 MB ones for the tokenizing rates. CPU time (user + system, from the
 rusage os.wait4 returns) is the figure to trust on a busy machine; wall time shows what a
@@ -70,13 +72,21 @@ def timed(cmd, stdout_path):
     return run
 
 
-PROGRAMS = ("attnscope --json", "attnscope", "reference")
+PROGRAMS = ("attnscope --json", "attnscope", "attnscope --ids-only", "reference")
+
+
+def tokens_help(binary):
+    return subprocess.run([str(binary), "tokens", "--help"], capture_output=True, text=True).stdout
 
 
 def has_timings(binary):
     """Whether this attnscope's `tokens` prints its phases (--timings)."""
-    r = subprocess.run([str(binary), "tokens", "--help"], capture_output=True, text=True)
-    return "--timings" in r.stdout
+    return "--timings" in tokens_help(binary)
+
+
+def programs_of(binary):
+    """The programs this binary can run (an older `tokens` has no --ids-only)."""
+    return tuple(p for p in PROGRAMS if p != "attnscope --ids-only" or "--ids-only" in tokens_help(binary))
 
 
 def commands(binary, text, ids=False, timings=False):
@@ -84,19 +94,24 @@ def commands(binary, text, ids=False, timings=False):
         (["--timings"] if timings else [])
     ref = ["node", str(TOKDIR / "reference.mjs"), str(GPT2), "--text-file", str(text)]
     return {"attnscope --json": ours + ["--json"], "attnscope": ours,
-            "reference": ref + (["--ids"] if ids else [])}
+            "attnscope --ids-only": ours + ["--ids-only"], "reference": ref + (["--ids"] if ids else [])}
 
 
-def check_ids(out_ours, out_ref):
+def read_ids(path):
+    """The ids of a JSON document's "ids", or of --ids-only's line (ids by commas)."""
+    text = Path(path).read_text(encoding="utf-8")
+    return json.loads(text)["ids"] if text.lstrip().startswith("{") else [int(i) for i in text.split(",")]
+
+
+def check_ids(out_ours, out_ref, what):
     try:
-        ours = json.loads(Path(out_ours).read_text(encoding="utf-8"))["ids"]
-        ref = json.loads(Path(out_ref).read_text(encoding="utf-8"))["ids"]
+        ours, ref = read_ids(out_ours), read_ids(out_ref)
     except (ValueError, KeyError, TypeError) as e:
-        return f"IDS NOT COMPARED: an output is not the expected JSON ({e})"
+        return f"IDS NOT COMPARED ({what}): an output is not what was expected ({e})"
     if ours == ref:
-        return f"ids equal ({len(ref):,} tokens)"
+        return f"ids equal ({len(ref):,} tokens, {what})"
     first = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), min(len(ours), len(ref)))
-    return f"IDS DIFFER: {len(ours):,} vs {len(ref):,} tokens, first difference at token {first:,}"
+    return f"IDS DIFFER ({what}): {len(ours):,} vs {len(ref):,} tokens, first difference at token {first:,}"
 
 
 def out_file(workdir, prog):
@@ -111,13 +126,14 @@ def run_case(binary, reps, log):
     workdir = Path(tempfile.mkdtemp(prefix="attnscope-bench-tok-"))
     try:
         text, tiny, sha = make_text(workdir)
-        runs = {p: [] for p in PROGRAMS}
+        programs = programs_of(binary)
+        runs = {p: [] for p in programs}
         timings = has_timings(binary)
         start = {p: timed(cmd, out_file(workdir, p))
-                 for p, cmd in commands(binary, tiny, timings=timings).items()}
+                 for p, cmd in commands(binary, tiny, timings=timings).items() if p in programs}
         check = None
         for rep in range(reps):
-            order = PROGRAMS[rep % 3:] + PROGRAMS[:rep % 3]
+            order = programs[rep % len(programs):] + programs[:rep % len(programs)]
             cmds = commands(binary, text, ids=rep == 0, timings=timings)
             for prog in order:
                 r = timed(cmds[prog], out_file(workdir, prog))
@@ -126,8 +142,12 @@ def run_case(binary, reps, log):
                 runs[prog].append(r)
                 log(f"bench: tokenize rep {rep + 1}/{reps} {prog}: wall {r['wall']:.3f} s, "
                     f"CPU {r['cpu']:.3f} s" + (f", exit {r['rc']}: {r['stderr']}" if r["rc"] else ""))
-            if rep == 0 and runs["attnscope --json"][0]["rc"] == 0 and runs["reference"][0]["rc"] == 0:
-                check = check_ids(out_file(workdir, "attnscope --json"), out_file(workdir, "reference"))
+            if rep == 0 and runs["reference"][0]["rc"] == 0:
+                checks = [check_ids(out_file(workdir, p), out_file(workdir, "reference"), p)
+                          for p in ("attnscope --json", "attnscope --ids-only")
+                          if p in runs and runs[p][0]["rc"] == 0]
+                differ = [c for c in checks if not c.startswith("ids equal")]
+                check = "; ".join(differ or checks) if checks else None
         raw = {"bytes": text.stat().st_size, "sha256": sha, "runs": runs, "startup": start,
                "check": check}
         return table(raw), raw
@@ -147,7 +167,8 @@ def rates(mb, ok, start):
 def table(raw):
     mb = raw["bytes"] / 1e6
     rows, by_cpu = [], {}
-    for prog in PROGRAMS:
+    programs = [p for p in PROGRAMS if p in raw["runs"]]
+    for prog in programs:
         ok = [r for r in raw["runs"][prog] if r["rc"] == 0]
         if not ok:
             last = raw["runs"][prog][-1]["stderr"] if raw["runs"][prog] else ""
@@ -167,7 +188,7 @@ def table(raw):
                     + f" | {max(r['maxrss_mib'] for r in ok):.0f} |")
     notes = []
     same = (raw["check"] or "").startswith("ids equal")     # a rate counts only for right ids
-    for prog in PROGRAMS[:2]:
+    for prog in programs[:-1]:
         if prog in by_cpu and "reference" in by_cpu:
             notes.append(f"{prog}: {by_cpu[prog]:.2f} MB/s by CPU time, "
                          f"{by_cpu[prog] / by_cpu['reference']:.1f}x the reference; target "

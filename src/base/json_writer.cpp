@@ -3,86 +3,145 @@
 
 #include <charconv>
 #include <cstdio>
+#include <string>
 
 #include "attnscope/base/text.hpp"
 
 namespace attnscope {
 
-void put_json_string(std::ostream& out, std::string_view s, bool in_script) {
-    out << '"';
+namespace {
+
+// `s` escaped as a JSON string, with its quotes, appended to `out` (put_json_string's rules).
+void append_json_string(std::string& out, std::string_view s, bool in_script) {
+    out += '"';
     for (std::size_t k = 0; k < s.size();) {
+        const unsigned char b = static_cast<unsigned char>(s[k]);
+        if (b >= 0x20 && b < 0x7F && b != '"' && b != '\\' && !(in_script && (b == '<' || b == '>' || b == '&'))) {
+            out += char(b);  // the common case: printable ASCII as it is
+            ++k;
+            continue;
+        }
         char32_t cp = 0;
         const std::size_t n = decode_utf8(s, k, cp);
         const bool script_char = in_script && (cp == '<' || cp == '>' || cp == '&' || cp == 0x2028 || cp == 0x2029);
         if (n == 0) {
-            out << "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+            out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
         } else if (cp == '"' || cp == '\\') {
-            out << '\\' << char(cp);
+            out += '\\';
+            out += char(cp);
         } else if (cp == '\n' || cp == '\t' || cp == '\r') {
-            out << (cp == '\n' ? "\\n" : cp == '\t' ? "\\t" : "\\r");
+            out += cp == '\n' ? "\\n" : cp == '\t' ? "\\t" : "\\r";
         } else if (cp < 0x20 || script_char) {
             char buf[8];
             std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(cp));
-            out << buf;
+            out += buf;
         } else {
-            out.write(s.data() + k, std::streamsize(n));
+            out.append(s.data() + k, n);
         }
         k += n ? n : 1;
     }
-    out << '"';
+    out += '"';
+}
+
+// The text of a JSON string or member name, built in one string and written in one piece
+// (a writer of a large document makes millions of them).
+std::string& scratch() {
+    thread_local std::string s;
+    s.clear();
+    return s;
+}
+
+}  // namespace
+
+void put_json_string(std::ostream& out, std::string_view s, bool in_script) {
+    std::string& text = scratch();
+    append_json_string(text, s, in_script);
+    out.write(text.data(), std::streamsize(text.size()));
 }
 
 namespace {
 
+// `x` as JSON: the shortest text that reads back to x, or what stands for a NaN or infinity.
 template <typename T>
-void put_number(std::ostream& out, T x, JsonNonFinite nf) {
-    if (std::isnan(x)) {
-        out << (nf == JsonNonFinite::nan_null ? "null" : "\"nan\"");
-    } else if (std::isinf(x)) {
-        out << (x < 0 ? "\"-inf\"" : "\"inf\"");
-    } else {
-        char buf[40];
-        const auto r = std::to_chars(buf, buf + sizeof buf, x);  // the shortest that reads back to x
-        out.write(buf, r.ptr - buf);
-    }
+std::string_view number_text(T x, JsonNonFinite nf, char (&buf)[40]) {
+    if (std::isnan(x)) return nf == JsonNonFinite::nan_null ? "null" : "\"nan\"";
+    if (std::isinf(x)) return x < 0 ? "\"-inf\"" : "\"inf\"";
+    const auto r = std::to_chars(buf, buf + sizeof buf, x);
+    return {buf, std::size_t(r.ptr - buf)};
 }
 
 }  // namespace
 
 JsonWriter& JsonWriter::value(double x, JsonNonFinite nf) {
     separate();
-    put_number(out_, x, nf);
+    char buf[40];
+    put(number_text(x, nf, buf));
     return *this;
 }
 
 JsonWriter& JsonWriter::value(float x, JsonNonFinite nf) {
     separate();
-    put_number(out_, x, nf);
+    char buf[40];
+    put(number_text(x, nf, buf));
     return *this;
 }
 
 JsonWriter& JsonWriter::value(std::string_view s) {
     separate();
-    put_json_string(out_, s, style_.in_script);
+    if (text_) {
+        append_json_string(*text_, s, style_.in_script);
+    } else {
+        std::string& text = scratch();
+        append_json_string(text, s, style_.in_script);
+        put(text);
+    }
     return *this;
 }
 
 JsonWriter& JsonWriter::raw(std::string_view json) {
     separate();
-    out_ << json;
+    put(json);
     return *this;
 }
 
 JsonWriter& JsonWriter::key(std::string_view name) {
     separate();
-    put_json_string(out_, name, style_.in_script);
-    out_ << (style_.indent ? ": " : ":");
+    std::string& text = text_ ? *text_ : scratch();
+    append_json_string(text, name, style_.in_script);
+    text += style_.indent ? ": " : ":";
+    if (!text_) put(text);
     after_key_ = true;
     return *this;
 }
 
+void JsonWriter::put(std::string_view s) {
+    if (text_)
+        text_->append(s);
+    else
+        out_->write(s.data(), std::streamsize(s.size()));
+}
+
+void JsonWriter::put(char c) {
+    if (text_)
+        *text_ += c;
+    else
+        out_->put(c);
+}
+
+void JsonWriter::integer(long long n) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, n);
+    put(std::string_view(buf, std::size_t(r.ptr - buf)));
+}
+
+void JsonWriter::integer(unsigned long long n) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, n);
+    put(std::string_view(buf, std::size_t(r.ptr - buf)));
+}
+
 void JsonWriter::indent(std::size_t levels) {
-    for (std::size_t k = 0; k < levels * std::size_t(style_.indent); ++k) out_ << ' ';
+    for (std::size_t k = 0; k < levels * std::size_t(style_.indent); ++k) put(' ');
 }
 
 void JsonWriter::separate() {
@@ -91,21 +150,21 @@ void JsonWriter::separate() {
         return;
     }
     if (!first_.empty()) {
-        if (!first_.back()) out_ << ',';
+        if (!first_.back()) put(',');
         first_.back() = false;
     }
     if (style_.indent && !first_.empty()) {
-        out_ << '\n';
+        put('\n');
         indent(first_.size());
     } else if (newline_) {
-        out_ << '\n';
+        put('\n');
     }
     newline_ = false;
 }
 
 JsonWriter& JsonWriter::open(char bracket) {
     separate();
-    out_ << bracket;
+    put(bracket);
     first_.push_back(true);
     return *this;
 }
@@ -114,13 +173,13 @@ JsonWriter& JsonWriter::close(char bracket) {
     const bool empty = first_.back();
     first_.pop_back();
     if (style_.indent && !empty) {
-        out_ << '\n';
+        put('\n');
         indent(first_.size());
     } else if (newline_ && !style_.indent) {
-        out_ << '\n';
+        put('\n');
     }
     newline_ = false;
-    out_ << bracket;
+    put(bracket);
     return *this;
 }
 

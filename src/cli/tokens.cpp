@@ -1,6 +1,8 @@
 // `attnscope tokens --model PATH (--text S | --text-file F | --jsonl-input F | --decode IDS)
 // [--json] [--no-special-tokens]`: a model's own tokenizer (tokenize layer) on a text, or
 // ids back to text. Exit 0, or 2 for bad input (with --jsonl-input, when any line failed).
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -26,13 +28,21 @@ constexpr const char* kSchema = "attnscope.tokens/1";
 
 struct TokensArgs {
     std::string model, text, text_file, jsonl_input, decode, max_memory;
-    bool json = false, no_special = false, timings = false;
+    bool json = false, no_special = false, timings = false, ids_only = false;
     CLI::Option *text_opt = nullptr, *file_opt = nullptr, *jsonl_opt = nullptr, *decode_opt = nullptr;
 };
 
-// One document (attnscope.tokens/1) on one line: the ids, each token's piece and bytes, the decoded text.
+// One document (attnscope.tokens/1) on one line: the ids, each token's piece and bytes, the
+// decoded text. Written into a string handed to `out` a megabyte at a time: a 1 MB text
+// has ~340k tokens, and a stream call per value would cost more than tokenizing them.
 void write_encoding(std::ostream& out, const Tokenizer& t, const Encoding& e, const std::string& model) {
-    JsonWriter w(out);
+    std::string text;
+    const auto hand_on = [&](std::size_t above) {
+        if (text.size() <= above) return;
+        out.write(text.data(), std::streamsize(text.size()));
+        text.clear();
+    };
+    JsonWriter w(text);
     w.begin_object().key("schema").value(kSchema).key("model").value(model).key("ids").list(e.ids);
     w.key("tokens").begin_array();
     for (std::size_t i = 0; i < e.size(); ++i) {
@@ -42,9 +52,11 @@ void write_encoding(std::ostream& out, const Tokenizer& t, const Encoding& e, co
         else
             w.key("start").value(nullptr).key("end").value(nullptr);
         w.key("special").value(bool(e.special[i])).end_object();
+        hand_on(std::size_t(1) << 20);
     }
     w.end_array().key("decoded").value(t.decode(e.ids, false)).end_object();
-    out << '\n';
+    text += '\n';
+    hand_on(0);
 }
 
 // `s` padded with spaces to `width` terminal columns.
@@ -67,31 +79,78 @@ std::string shown_text(const std::string& s) {
     return out;
 }
 
-// The table for a person, built in one string and written at once: a 1 MB text has
-// ~250k rows, and a stream write per field would cost more than tokenizing them.
-void write_text(std::ostream& out, const Tokenizer& t, const Encoding& e) {
-    std::vector<std::string> pieces;
-    pieces.reserve(e.size());
-    std::size_t width = 5;
-    for (std::uint32_t id : e.ids) {
-        pieces.push_back(t.readable_piece(id));
-        width = std::max(width, std::min<std::size_t>(display_width(pieces.back()), 40));
+// `v` right-aligned in `width` columns.
+void put_right(std::string& s, std::uint64_t v, std::size_t width) {
+    char digits[24];
+    const auto r = std::to_chars(digits, digits + sizeof digits, v);
+    const std::size_t n = std::size_t(r.ptr - digits);
+    if (n < width) s.append(width - n, ' ');
+    s.append(digits, n);
+}
+
+// Each id's readable piece and its display width, made once per id: a 1 MB text has
+// ~340k tokens but a few thousand distinct ids.
+class ShownPieces {
+   public:
+    explicit ShownPieces(const Tokenizer& t) : t_(t), made_(t.vocab_size(), false), text_(t.vocab_size()) {}
+    const std::string& text(std::uint32_t id) { return make(id), text_[id]; }
+    std::size_t width(std::uint32_t id) { return make(id), width_[id]; }
+
+   private:
+    void make(std::uint32_t id) {
+        if (made_[id]) return;
+        if (width_.empty()) width_.resize(made_.size());
+        text_[id] = t_.readable_piece(id);
+        width_[id] = display_width(text_[id]);
+        made_[id] = true;
     }
+    const Tokenizer& t_;
+    std::vector<bool> made_;
+    std::vector<std::string> text_;
+    std::vector<std::size_t> width_;
+};
+
+// The table for a person, built in one string and written at once: a 1 MB text has
+// ~340k rows, so a row is appended field by field with no formatting library and each
+// id's piece is made once.
+void write_text(std::ostream& out, const Tokenizer& t, const Encoding& e) {
+    ShownPieces shown(t);
+    std::size_t width = 5;
+    for (std::uint32_t id : e.ids) width = std::max(width, std::min<std::size_t>(shown.width(id), 40));
     std::string s = std::to_string(e.size()) + " tokens (" + escape_control(t.source()) + ")\n";
     s += "index        id  " + padded("piece", width) + "  bytes\n";
     s.reserve(s.size() + e.size() * (width + 32));
     for (std::size_t i = 0; i < e.size(); ++i) {
-        char head[40];
-        std::snprintf(head, sizeof head, "%5zu  %8u  ", i, e.ids[i]);
-        s += head;
-        s += padded(pieces[i], width);
+        put_right(s, i, 5);
+        put_right(s, e.ids[i], 10);
         s += "  ";
-        std::string bytes =
-            e.offsets[i] ? std::to_string(e.offsets[i]->start) + ".." + std::to_string(e.offsets[i]->end) : "-";
-        s += e.special[i] ? padded(bytes, 12) + "  special" : bytes;
+        s += shown.text(e.ids[i]);
+        s.append(width - std::min(width, shown.width(e.ids[i])), ' ');
+        s += "  ";
+        const std::size_t at = s.size();
+        if (e.offsets[i]) {
+            put_right(s, e.offsets[i]->start, 0);
+            s += "..";
+            put_right(s, e.offsets[i]->end, 0);
+        } else {
+            s += '-';
+        }
+        if (e.special[i]) s.append(12 - std::min<std::size_t>(12, s.size() - at), ' ') += "  special";
         s += '\n';
     }
     s += "decoded: " + shown_text(t.decode(e.ids, false)) + '\n';
+    out.write(s.data(), std::streamsize(s.size()));
+}
+
+// The ids alone, separated by commas on one line: what `--decode` and `run --tokens` read.
+void write_ids(std::ostream& out, const Encoding& e) {
+    std::string s;
+    s.reserve(e.size() * 7 + 1);
+    for (std::size_t i = 0; i < e.size(); ++i) {
+        if (i) s += ',';
+        put_right(s, e.ids[i], 0);
+    }
+    s += '\n';
     out.write(s.data(), std::streamsize(s.size()));
 }
 
@@ -156,7 +215,9 @@ int run_tokens(const TokensArgs& a) {
     const Encoding e = t.encode(text, !a.no_special);
     const double compute_s = since(t1);
     const auto t2 = Clock::now();
-    if (a.json)
+    if (a.ids_only)
+        write_ids(std::cout, e);
+    else if (a.json)
         write_encoding(std::cout, t, e, a.model);
     else
         write_text(std::cout, t, e);
@@ -191,8 +252,15 @@ Subcommand setup_tokens_command(CLI::App& parent) {
     a->decode_opt =
         cmd->add_option("--decode", a->decode, "Ids separated by commas (464,3797,...) to turn back into text")
             ->group(kInputs);
-    cmd->add_flag("--json", a->json, "Print one JSON document (ids, tokens with pieces and byte offsets, decoded)")
-        ->group(kOutputs);
+    auto* json =
+        cmd->add_flag("--json", a->json, "Print one JSON document (ids, tokens with pieces and byte offsets, decoded)")
+            ->group(kOutputs);
+    cmd->add_flag("--ids-only", a->ids_only,
+                  "Print the ids alone, separated by commas on one line (as --decode and run --tokens read them)")
+        ->group(kOutputs)
+        ->excludes(json)
+        ->excludes(a->jsonl_opt)
+        ->excludes(a->decode_opt);
     cmd->add_flag("--no-special-tokens", a->no_special,
                   "Encode without the post-processor's special tokens; decode without any special token")
         ->group(kOutputs);

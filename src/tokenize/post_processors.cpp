@@ -7,17 +7,34 @@
 
 namespace attnscope::tok {
 
-void trim_byte_level_offsets(std::vector<Token>& tokens, bool add_prefix_space) {
+namespace {
+
+// How many characters of `piece` are blank (a byte-level space or whitespace) at its
+// start and at its end (both the whole count when every one is), in one pass.
+std::pair<std::size_t, std::size_t> blanks_around(std::string_view piece) {
     const char32_t space = byte_char(' ');
+    std::size_t leading = 0, trailing = 0;
+    bool before_text = true;
+    for (std::size_t k = 0, n = 0; k < piece.size(); k += n) {
+        const char32_t c = decode_at(piece, k, n);
+        if (c == space || is_whitespace(c)) {
+            leading += before_text;
+            ++trailing;
+        } else {
+            before_text = false;
+            trailing = 0;
+        }
+    }
+    return {leading, trailing};
+}
+
+}  // namespace
+
+void trim_byte_level_offsets(std::vector<Token>& tokens, bool add_prefix_space) {
     for (std::size_t i = 0; i < tokens.size(); ++i) {
         Token& t = tokens[i];
         if (!t.offsets) continue;
-        std::vector<char32_t> chars;
-        for (std::size_t k = 0, n = 0; k < t.piece.size(); k += n) chars.push_back(decode_at(t.piece, k, n));
-        auto blank = [&](char32_t c) { return c == space || is_whitespace(c); };
-        std::size_t leading = 0, trailing = 0;
-        while (leading < chars.size() && blank(chars[leading])) ++leading;
-        while (trailing < chars.size() && blank(chars[chars.size() - 1 - trailing])) ++trailing;
+        auto [leading, trailing] = blanks_around(t.piece);
         Span& o = *t.offsets;
         // A single space the pre-tokenizer put before the first word is not in the text.
         if (leading == 1 && add_prefix_space && (i == 0 || o.start == 0)) leading = 0;

@@ -57,12 +57,12 @@ SplitBehavior behavior_of(const Node& n) {
     n.fail("expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous");
 }
 
-// Bytes [b, e) of `t`, each as GPT-2's character for it, in that byte's place.
-Text byte_chars(const Text& t, std::size_t b, std::size_t e) {
+// Bytes [b, e) of `t`, each as GPT-2's character for it, in that byte's place, into `out`
+// (its storage reused from word to word).
+void byte_chars(const Text& t, std::size_t b, std::size_t e, Text& out) {
     const auto& table = byte_table().to_char;
-    Text out;
-    out.text.reserve(2 * (e - b));
-    out.align.reserve(2 * (e - b));
+    out.text.clear();
+    out.align.clear();
     for (std::size_t k = b; k < e; ++k) {
         const char32_t c = table[static_cast<unsigned char>(t.text[k])];
         if (c < 0x80) {
@@ -74,7 +74,6 @@ Text byte_chars(const Text& t, std::size_t b, std::size_t e) {
             out.align.insert(out.align.end(), 2, t.align[k]);
         }
     }
-    return out;
 }
 
 PreTokenizer byte_level(const Node& n) {
@@ -82,9 +81,12 @@ PreTokenizer byte_level(const Node& n) {
     static const std::shared_ptr<const Regex> gpt2 = std::make_shared<const Regex>(kGpt2Pattern, "GPT-2's pattern");
     return [=](Text&& t, const Emit& emit) {
         if (prefix && t.text[0] != ' ') prepend(t, " ");
-        if (!use_regex) return emit(byte_chars(t, 0, t.text.size()));
-        for (const auto& [b, e] : split_ranges(t.text.size(), gpt2->find_all(t.text), SplitBehavior::kIsolated))
-            emit(byte_chars(t, b, e));
+        Text word;  // emptied and refilled for each word; emit may take it
+        if (!use_regex) return byte_chars(t, 0, t.text.size(), word), emit(std::move(word));
+        for (const auto& [b, e] : split_ranges(t.text.size(), gpt2->find_all(t.text), SplitBehavior::kIsolated)) {
+            byte_chars(t, b, e, word);
+            emit(std::move(word));
+        }
     };
 }
 
@@ -157,6 +159,7 @@ std::vector<std::pair<std::size_t, std::size_t>> split_ranges(
         bool match;
     };
     std::vector<Part> parts;
+    parts.reserve(2 * matches.size() + 1);
     std::size_t at = 0;
     for (const auto& [b, e] : matches) {
         if (b > at) parts.push_back({at, b, invert});
@@ -166,6 +169,7 @@ std::vector<std::pair<std::size_t, std::size_t>> split_ranges(
     if (at < size || parts.empty()) parts.push_back({at, size, invert});
     // 2) the behavior: which pieces are dropped, which are joined to a neighbour
     std::vector<Part> kept;
+    kept.reserve(parts.size());
     if (behavior == SplitBehavior::kMergedWithNext) {
         bool previous = false;
         for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
@@ -191,6 +195,7 @@ std::vector<std::pair<std::size_t, std::size_t>> split_ranges(
     }
     // 3) the pieces, empty ones dropped
     std::vector<std::pair<std::size_t, std::size_t>> out;
+    out.reserve(kept.size());
     for (const Part& p : kept)
         if (p.e > p.b) out.emplace_back(p.b, p.e);
     return out;

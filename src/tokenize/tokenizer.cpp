@@ -220,6 +220,8 @@ Encoding Tokenizer::encode(std::string_view text, bool add_special) const {
     // 3) the post-processor's special tokens
     p.post_processor(tokens, add_special);
     Encoding e;
+    e.ids.reserve(tokens.size()), e.pieces.reserve(tokens.size()), e.offsets.reserve(tokens.size());
+    e.special.reserve(tokens.size());
     for (tok::Token& t : tokens) {
         e.ids.push_back(t.id);
         e.pieces.push_back(std::move(t.piece));

@@ -19,6 +19,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace attnscope {
@@ -43,8 +44,11 @@ class JsonWriter {
         bool in_script = false;  // strings escaped for an HTML <script> (put_json_string)
     };
 
-    explicit JsonWriter(std::ostream& out) : out_(out) {}
-    JsonWriter(std::ostream& out, Style style) : out_(out), style_(style) {}
+    explicit JsonWriter(std::ostream& out) : out_(&out) {}
+    JsonWriter(std::ostream& out, Style style) : out_(&out), style_(style) {}
+    // Appending to `text` instead of a stream: no stream call per value, for a document
+    // of millions of values (the caller writes `text` out, and may empty it, as it goes).
+    explicit JsonWriter(std::string& text) : text_(&text) {}
 
     JsonWriter& begin_object() { return open('{'); }
     JsonWriter& end_object() { return close('}'); }
@@ -62,10 +66,10 @@ class JsonWriter {
     template <std::integral I>
     requires(!std::same_as<I, bool> && !std::same_as<I, char> && !std::same_as<I, char32_t>) JsonWriter& value(I n) {
         separate();
-        if constexpr (sizeof(I) == 1)
-            out_ << int(n);  // a number, not a character
+        if constexpr (std::is_signed_v<I>)
+            integer(static_cast<long long>(n));  // a number, even of a char type
         else
-            out_ << n;
+            integer(static_cast<unsigned long long>(n));
         return *this;
     }
     JsonWriter& value(double x, JsonNonFinite nf = JsonNonFinite::strings);
@@ -108,8 +112,13 @@ class JsonWriter {
     JsonWriter& close(char bracket);
     void separate();  // the comma, new line and indentation before a value or member
     void indent(std::size_t levels);
+    void integer(long long n);
+    void integer(unsigned long long n);
+    void put(std::string_view s);  // to the stream or the text
+    void put(char c);
 
-    std::ostream& out_;
+    std::ostream* out_ = nullptr;
+    std::string* text_ = nullptr;  // instead of out_
     Style style_;
     std::vector<bool> first_;  // per open container: nothing in it yet
     bool after_key_ = false, newline_ = false;

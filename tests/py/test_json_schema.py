@@ -159,7 +159,7 @@ class JsonSchema(common.CliTestCase):
         import checkpoint_reference as cref
         import lm_reference as lref
         config, state = lref.make_model("gpt2", 0)
-        d = cls.scratch / "gpt2"
+        d = cls.scratch / "gpt2_layers"  # run_generate has its own gpt2
         d.mkdir()
         (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
         cref.write_safetensors(d / "model.safetensors", state, "F64")

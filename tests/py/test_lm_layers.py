@@ -212,7 +212,7 @@ class Help(LayersCase):
             with self.subTest(command=command):
                 r = run_text(command, "--help")
                 self.assert_ok(r)
-                for words in ("--model DIR", "--text TEXT", "--text-file FILE", "--tokens IDS"):
+                for words in ("--model DIR", "--text STRING", "--text-file FILE", "--tokens IDS"):
                     self.assertIn(words, r.out)
         r = run_text("run", "--help")
         self.assertIn("--predict K", r.out)

@@ -391,7 +391,7 @@ class Help(CliTestCase):
         for line in r.out.splitlines():
             if line.endswith(":") and not line.startswith(" "):
                 current = line[:-1]
-            m = re.match(r"\s+(?:-\w, )?(--[\w-]+)", line)
+            m = re.match(r"\s{2,6}(?:-\w, )?(--[\w-]+)", line)  # not a wrapped description line
             if m and current:
                 section.setdefault(m.group(1), current)
         for option, heading in [("--heads", "Model"), ("--causal", "Masks"), ("--rope", "Modern attention"),

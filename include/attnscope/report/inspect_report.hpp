@@ -20,12 +20,10 @@ using FlagSpelling = std::function<std::string(const std::string& field)>;
 // runs the first attention layer; then each group (a numbered layer) with its attention's
 // configuration and its tensors in columns (name, dtype and shape, bytes). Escaped
 // (escape_control).
-void write_inspect_text(std::ostream& out, const Checkpoint& c, const CheckpointOverview& ov,
-                        const FlagSpelling& flag);
+void write_inspect_text(std::ostream& out, const Checkpoint& c, const CheckpointOverview& ov, const FlagSpelling& flag);
 
 // One document (attnscope.inspect/1), indented by 2, streamed: the tensors (its last
 // member) are written one by one, so that a million of them never sit in memory twice.
-void write_inspect_json(std::ostream& out, const Checkpoint& c, const CheckpointOverview& ov,
-                        const FlagSpelling& flag);
+void write_inspect_json(std::ostream& out, const Checkpoint& c, const CheckpointOverview& ov, const FlagSpelling& flag);
 
 }  // namespace attnscope

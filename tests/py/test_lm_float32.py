@@ -147,7 +147,7 @@ def error(actual, expected):
 
 # ---- the tests -----------------------------------------------------------------------------
 
-class Float32(CliTestCase):
+class ModelCase(CliTestCase):
 
     def write_model(self, arch, dtype="F32"):
         """A small random model stored as `dtype`; its config and its weights as stored (float64)."""
@@ -158,6 +158,9 @@ class Float32(CliTestCase):
         (d / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
         cref.write_safetensors(d / "model.safetensors", state, dtype)
         return d, config, state
+
+
+class Float32(ModelCase):
 
     def run_layer(self, model, layer, ids, *extra):
         """attnscope's float32 (x, logits, weights) of one layer."""
@@ -238,29 +241,21 @@ class Float32(CliTestCase):
         np.testing.assert_array_equal(l32, l32.astype(np.float32).astype(np.float64))
 
 
-class Explain(CliTestCase):
+class Explain(ModelCase):
 
     def test_explain_names_the_precision(self):
-        config, state = lref.make_model("gpt2", 0)
-        d = self.path("m")
-        d.mkdir()
-        (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        cref.write_safetensors(d / "model.safetensors", state, "F32")
+        d, _, _ = self.write_model("gpt2")
         for dtype in ("float32", "float64"):
             r = run_text("run", "--model", d, "--tokens", "1,2,3", "--layer", "1", "--dtype", dtype, "--explain")
             self.assert_ok(r)
             self.assertIn(f"width 8, {dtype}):", r.out, r)
 
 
-class Refusals(CliTestCase):
+class Refusals(ModelCase):
 
     def test_generation_is_float64_only(self):
         """decode --model --generate runs in float64 only: --dtype is refused."""
-        config, state = lref.make_model("gpt2", 0)
-        d = self.path("m")
-        d.mkdir()
-        (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        cref.write_safetensors(d / "model.safetensors", state, "F32")
+        d, _, _ = self.write_model("gpt2")
         r = run_text("decode", "--model", d, "--tokens", "1,2,3", "--generate", "2", "--dtype", "float32")
         self.assert_error(r, "--dtype", "belongs to a bundle's decode")
 

@@ -80,33 +80,6 @@ int run_typed(const DecodeArgs& a, const Bundle& bundle, const Spec& spec, Decod
 
 // The prompt's ids (--text through the model's tokenizer, or --tokens) and the tokenizer,
 // when the folder has one (--tokens needs none).
-struct Prompt {
-    std::vector<std::uint32_t> ids;
-    std::optional<Tokenizer> tok;
-    std::string label(std::uint32_t id) const {
-        return tok && tok->piece(id) ? tok->readable_piece(id) : std::to_string(id);
-    }
-};
-
-Prompt prompt_of(const ModelTextOptions& m, std::size_t limit) {
-    Prompt p;
-    if (!m.tokens.empty()) {
-        p.ids = parse_ids(m.tokens, "--tokens");
-        try {
-            p.tok = load_tokenizer(m.model, limit);
-        } catch (const InputError&) {  // labels are the ids
-        }
-        return p;
-    }
-    try {
-        p.tok = load_tokenizer(m.model, limit);
-    } catch (const InputError& e) {
-        throw InputError(std::string(e.what()) + "; --tokens ID,... needs none");
-    }
-    p.ids = p.tok->encode(m.text_file.empty() ? m.text : read_file(m.text_file, limit), !m.no_special).ids;
-    return p;
-}
-
 // --layer: a layer of the model (checked against its layers), all, or not given.
 std::optional<std::size_t> chosen_layer(const DecodeArgs& a, std::size_t layers, bool& all) {
     all = a.layer == "all";
@@ -126,7 +99,7 @@ int run_generate(DecodeArgs& a) {
     const LanguageModel model = LanguageModel::open(m.model, limit);
     GenerationTextOptions o;
     o.layer = chosen_layer(a, model.config().layers, o.all_layers);
-    const Prompt prompt = prompt_of(m, limit);
+    const Tokens prompt = tokens_of(m, limit);
     Generation g = generate(model, prompt.ids, a.generate, a.run.threads);
     check_generation(model, g, a.run.threads);
     o.source = m.model;

@@ -25,17 +25,6 @@ namespace {
 
 constexpr const char* kModelText = "Model and text";
 
-// The tokens to run: ids, their labels, and which are [MASK] (for BERT's --predict).
-struct Tokens {
-    std::vector<std::uint32_t> ids;
-    std::vector<std::string> labels;
-    std::vector<std::size_t> masks;
-    std::optional<Tokenizer> tok;  // the model's, when it has one
-    std::string label(std::uint32_t id) const {
-        return tok && tok->piece(id) ? tok->readable_piece(id) : std::to_string(id);
-    }
-};
-
 std::optional<Tokenizer> tokenizer_of(const std::string& dir, std::size_t limit, bool needed) {
     try {
         return load_tokenizer(dir, limit);
@@ -43,25 +32,6 @@ std::optional<Tokenizer> tokenizer_of(const std::string& dir, std::size_t limit,
         if (needed) throw InputError(std::string(e.what()) + "; --tokens ID,... needs none");
         return std::nullopt;
     }
-}
-
-Tokens tokens_of(const ModelTextOptions& m, std::size_t limit) {
-    const bool given_ids = !m.tokens.empty();
-    Tokens t;
-    t.tok = tokenizer_of(m.model, limit, !given_ids);
-    const std::optional<Tokenizer>& tok = t.tok;
-    if (given_ids) {
-        t.ids = parse_ids(m.tokens, "--tokens");
-    } else {
-        const std::string text = m.text_file.empty() ? m.text : read_file(m.text_file, limit);
-        t.ids = tok->encode(text, !m.no_special).ids;
-    }
-    for (std::size_t i = 0; i < t.ids.size(); ++i) {
-        const auto piece = tok ? tok->piece(t.ids[i]) : std::nullopt;
-        t.labels.push_back(t.label(t.ids[i]));
-        if (piece && (*piece == "[MASK]" || *piece == "<mask>")) t.masks.push_back(i);
-    }
-    return t;
 }
 
 Array text_array(const std::vector<std::string>& labels) {
@@ -108,6 +78,25 @@ void print_predictions(const ForwardResult& f, const Tokens& t, std::size_t k, c
 }
 
 }  // namespace
+
+Tokens tokens_of(const ModelTextOptions& m, std::size_t limit) {
+    const bool given_ids = !m.tokens.empty();
+    Tokens t;
+    t.tok = tokenizer_of(m.model, limit, !given_ids);
+    const std::optional<Tokenizer>& tok = t.tok;
+    if (given_ids) {
+        t.ids = parse_ids(m.tokens, "--tokens");
+    } else {
+        const std::string text = m.text_file.empty() ? m.text : read_file(m.text_file, limit);
+        t.ids = tok->encode(text, !m.no_special).ids;
+    }
+    for (std::size_t i = 0; i < t.ids.size(); ++i) {
+        const auto piece = tok ? tok->piece(t.ids[i]) : std::nullopt;
+        t.labels.push_back(t.label(t.ids[i]));
+        if (piece && (*piece == "[MASK]" || *piece == "<mask>")) t.masks.push_back(i);
+    }
+    return t;
+}
 
 std::vector<std::uint32_t> parse_ids(const std::string& text, const std::string& flag) {
     std::vector<std::uint32_t> ids;

@@ -13,6 +13,7 @@
 
 #include "attnscope/io/array.hpp"
 #include "attnscope/model/model.hpp"
+#include "attnscope/tokenize/tokenizer.hpp"
 
 namespace attnscope::cli {
 
@@ -25,6 +26,21 @@ struct ModelTextOptions {
     std::optional<std::size_t> predict;  // --predict K
     std::string save_forward;            // --save-forward FILE.npz: ids, x and logits
 };
+
+// The tokens to run: ids, their labels, and which are [MASK] (for BERT's --predict).
+struct Tokens {
+    std::vector<std::uint32_t> ids;
+    std::vector<std::string> labels;
+    std::vector<std::size_t> masks;
+    std::optional<Tokenizer> tok;  // the model's, when it has one
+    std::string label(std::uint32_t id) const {
+        return tok && tok->piece(id) ? tok->readable_piece(id) : std::to_string(id);
+    }
+};
+
+// --tokens' ids, or --text/--text-file through the model's tokenizer (InputError naming the
+// files looked for, and that --tokens needs none, when it has none).
+Tokens tokens_of(const ModelTextOptions& m, std::size_t limit);
 
 // "464,3797, 50256" → ids (--tokens, tokens --decode); UsageError naming `flag` otherwise.
 std::vector<std::uint32_t> parse_ids(const std::string& text, const std::string& flag);

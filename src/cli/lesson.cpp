@@ -1,12 +1,14 @@
 // `attnscope lesson [TOPIC] [--no-pause] [--quiz] [--json] [--data DIR]`: a paced lesson in
 // the terminal over data/'s bundles (docs/classroom.md, "attnscope lesson"). Each step shows
-// one command with its output (run by this same program); a question is asked before the
+// commands with their output (run by this same program); a question is asked before the
 // output that answers it, and its answer is computed from the run (run --json), never
-// written into the lesson. Waits for Enter only on a terminal; never changes the terminal's
-// modes (a line is read as the terminal gives it), so Ctrl-C leaves it as it was.
-#include <spawn.h>
+// written into the lesson (the topics: lesson_topics.cpp). Waits for Enter only on a
+// terminal; never changes the terminal's modes (a line is read as the terminal gives it), so
+// Ctrl-C leaves it as it was; the scratch folder of bundles made for a topic is removed at
+// the end and on Ctrl-C.
+#include "lesson.hpp"
+
 #include <sys/ioctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +18,6 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,116 +27,17 @@
 #include "attnscope/base/text.hpp"
 #include "subcommand.hpp"
 
-extern char** environ;
-
 namespace attnscope::cli {
 namespace {
+
+using namespace lesson;
 
 constexpr const char* kSchema = "attnscope.lesson/1";
 constexpr std::size_t kMaxWidth = 80;
 
 struct LessonOptions {
-    std::string topic = "keys", data;
+    std::string topic, data;
     bool no_pause = false, quiz = false, json = false;
-};
-
-// A predict-then-reveal question: the accepted answers (normalised: lower case, no spaces
-// or punctuation around), or a number within `tolerance`; `why` holds the run's numbers.
-struct Question {
-    std::string id, text, answer, why;
-    std::vector<std::string> accepted;
-    std::optional<double> number;
-    double tolerance = 1e-3;
-    bool shape = false;  // the numbers of the answer, in order, against accepted[0] ("4x6")
-};
-
-struct Step {
-    std::string title;
-    std::vector<std::string> words;    // paragraphs
-    std::vector<std::string> command;  // after "attnscope"
-    std::vector<Question> questions;   // asked before the output, answered after it
-};
-
-// ---- running this program -------------------------------------------------------------
-
-struct Captured {
-    int code = 0;
-    std::string out;  // stdout and stderr together
-};
-
-std::string self_path() {
-    std::error_code ec;
-    const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec) throw RuntimeFailure("lesson: cannot find this program (/proc/self/exe): " + ec.message());
-    return p.string();
-}
-
-// `attnscope ARGS...` run to the end, its output captured.
-Captured capture(const std::vector<std::string>& args) {
-    static const std::string self = self_path();
-    int fds[2];
-    if (::pipe(fds) != 0) throw RuntimeFailure("lesson: pipe failed");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", 0, 0);
-    std::vector<std::string> argv_s = {self};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(fds[1]);
-    Captured c;
-    if (rc != 0) {
-        ::close(fds[0]);
-        throw RuntimeFailure("lesson: cannot run " + self);
-    }
-    char buf[65536];
-    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) c.out.append(buf, std::size_t(n));
-    ::close(fds[0]);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-    return c;
-}
-
-// `run ARGS --json`, parsed; RuntimeFailure with the run's words if it failed.
-nlohmann::json run_json(std::vector<std::string> args) {
-    args.insert(args.begin(), "run");
-    args.push_back("--json");
-    const Captured c = capture(args);
-    if (c.code != 0) throw RuntimeFailure("lesson: a run failed: " + escape_control(c.out));
-    return nlohmann::json::parse(c.out);
-}
-
-// weights[h][i][j] (2-D x) or [b][h][i][j] of a run document, batch item b.
-double weight(const nlohmann::json& doc, const std::string& stage, std::size_t b, std::size_t h, std::size_t i,
-              std::size_t j) {
-    const auto& d = doc["stages"][stage]["data"];
-    return (doc["config"]["batched"].get<bool>() ? d[b] : d)[h][i][j].get<double>();
-}
-
-std::string label(const nlohmann::json& doc, const char* side, std::size_t b, std::size_t i) {
-    const auto& t = doc["tokens"][side];
-    if (t.is_null()) return (side[0] == 'q' ? "q" : "k") + std::to_string(i);
-    return escape_control((doc["config"]["batched"].get<bool>() ? t[b] : t)[i].get<std::string>());
-}
-
-std::string num(double x) {
-    char s[32];
-    std::snprintf(s, sizeof s, "%.4f", x);
-    return s;
-}
-
-// ---- the topic "keys" -----------------------------------------------------------------
-
-struct Data {
-    std::string sentence, padded, cross;  // as the commands show them
 };
 
 std::string find_data(const std::string& given) {
@@ -153,187 +55,6 @@ std::string find_data(const std::string& given) {
                                      "the source tree or give --data DIR"
                                    : "--data " + escape_control(given) +
                                          ": expected a folder holding sentence.json, padded.json and cross.json");
-}
-
-// Which key query `q` of head 0 weights most: the label (keys sharing it tie) or its index.
-Question strongest_key(const std::string& bundle, const std::vector<std::string>& args, std::size_t q) {
-    const nlohmann::json doc = run_json(args);
-    const std::size_t Tk = doc["dims"]["Tk"].get<std::size_t>();
-    std::size_t best = 0, second = Tk > 1 ? 1 : 0;
-    for (std::size_t j = 0; j < Tk; ++j)
-        if (weight(doc, "weights", 0, 0, q, j) > weight(doc, "weights", 0, 0, q, best)) best = j;
-    for (std::size_t j = 0; j < Tk; ++j)
-        if (label(doc, "key", 0, j) != label(doc, "key", 0, best) &&
-            (label(doc, "key", 0, second) == label(doc, "key", 0, best) ||
-             weight(doc, "weights", 0, 0, q, j) > weight(doc, "weights", 0, 0, q, second)))
-            second = j;
-    Question Q;
-    Q.id = "strongest-key";
-    const std::string who = label(doc, "query", 0, q), won = label(doc, "key", 0, best);
-    Q.text = "Which key will query '" + who + "' weight most in head 0 of " + bundle + "?";
-    Q.answer = won;
-    Q.accepted = {won};
-    for (std::size_t j = 0; j < Tk; ++j)
-        if (label(doc, "key", 0, j) == won) Q.accepted.push_back(std::to_string(j));
-    Q.why = "Row '" + who + "' of head 0's weights: key " + std::to_string(best) + " '" + won + "' gets " +
-            num(weight(doc, "weights", 0, 0, q, best)) + " (score " + num(weight(doc, "scores", 0, 0, q, best)) +
-            "), the runner-up '" + label(doc, "key", 0, second) + "' " + num(weight(doc, "weights", 0, 0, q, second)) +
-            ". The key whose k_j best matches q_i wins.";
-    return Q;
-}
-
-Question softmax_axis(const std::vector<std::string>& args) {
-    const nlohmann::json doc = run_json(args);
-    const std::size_t Tk = doc["dims"]["Tk"].get<std::size_t>();
-    std::string terms;
-    double sum = 0;
-    for (std::size_t j = 0; j < Tk; ++j) {
-        const double w = weight(doc, "weights", 0, 0, 0, j);
-        terms += (j ? " + " : "") + num(w), sum += w;
-    }
-    Question Q;
-    Q.id = "softmax-axis";
-    Q.text = "Is the softmax taken over the keys or over the values?";
-    Q.answer = "keys";
-    Q.accepted = {"keys", "key", "over the keys", "over keys"};
-    Q.why = "Each row (one query) is a softmax over the " + std::to_string(Tk) + " keys: row 0 of head 0 is " + terms +
-            " = " + num(sum) + ". Values are not in the softmax; they are mixed by its weights.";
-    return Q;
-}
-
-Question scale_factor(const std::vector<std::string>& args) {
-    const nlohmann::json doc = run_json(args);
-    const std::size_t Dk = doc["dims"]["Dk"].get<std::size_t>();
-    const double s = doc["config"]["scale"].get<double>();
-    Question Q;
-    Q.id = "scale";
-    Q.text = "Queries and keys share Dk = " + std::to_string(Dk) +
-             " features. By what number are the scores multiplied before the softmax?";
-    Q.answer = num(s);
-    Q.number = s;
-    Q.accepted = {"1/sqrt(" + std::to_string(Dk) + ")", "1/sqrt(dk)", "1/√" + std::to_string(Dk)};
-    Q.why = "scale = " + doc["config"]["scale_source"].get<std::string>() + " = " + num(s) +
-            ": dot products of Dk features grow like sqrt(Dk); dividing keeps the softmax from saturating.";
-    return Q;
-}
-
-std::vector<Question> cross_questions(const std::vector<std::string>& args) {
-    const nlohmann::json doc = run_json(args);
-    const std::size_t Tq = doc["dims"]["Tq"].get<std::size_t>(), Tk = doc["dims"]["Tk"].get<std::size_t>();
-    Question shape;
-    shape.id = "scores-shape";
-    shape.text = "Here Tq = " + std::to_string(Tq) + " French queries and Tk = " + std::to_string(Tk) +
-                 " English keys. What shape are one head's scores (rows x columns)?";
-    shape.answer = std::to_string(Tq) + " x " + std::to_string(Tk);
-    shape.accepted = {std::to_string(Tq) + "x" + std::to_string(Tk)};
-    shape.shape = true;
-    shape.why = "One row per query, one column per key: (Tq, Tk) = (" + std::to_string(Tq) + ", " + std::to_string(Tk) +
-                "); with the batch and the heads, (B, H, Tq, Tk).";
-    Question from;
-    from.id = "cross-keys";
-    from.text = "In cross-attention, where do the keys come from: x (the decoder) or memory (the encoder)?";
-    from.answer = "memory";
-    from.accepted = {"memory", "the memory", "encoder", "the encoder", "memory (the encoder)"};
-    from.why = "K = memory · W_K: the keys (and values) come from the encoder's " + std::to_string(Tk) +
-               " source tokens, the queries from the decoder's " + std::to_string(Tq) + ".";
-    return {shape, from};
-}
-
-Question pad_weight(const std::vector<std::string>& args) {
-    const nlohmann::json doc = run_json(args);
-    const std::size_t Tk = doc["dims"]["Tk"].get<std::size_t>();
-    std::string row;
-    double pads = 0;
-    for (std::size_t j = 0; j < Tk; ++j) {
-        row += (j ? ", " : "") + num(weight(doc, "weights", 1, 0, 0, j));
-        if (label(doc, "key", 1, j) == "<pad>") pads += weight(doc, "weights", 1, 0, 0, j);
-    }
-    Question Q;
-    Q.id = "pad-weight";
-    Q.text = "Batch item 1, '" + label(doc, "query", 1, 0) + " " + label(doc, "query", 1, 1) + " " +
-             label(doc, "query", 1, 2) + "', ends in <pad> keys that key_padding_mask hides. What weight does query '" +
-             label(doc, "query", 1, 0) + "' give a <pad> key?";
-    Q.answer = "0";
-    Q.number = 0;
-    Q.tolerance = 0;
-    Q.why = "Their scores become -inf and exp(-inf) = 0: row '" + label(doc, "query", 1, 0) + "' of head 0 is [" + row +
-            "], " + num(pads) + " on the <pad> keys.";
-    return Q;
-}
-
-Question zeroed_key(const std::vector<std::string>& args, std::size_t J) {
-    const nlohmann::json doc = run_json(args);
-    const std::size_t Tq = doc["dims"]["Tq"].get<std::size_t>();
-    double lo = 1, hi = 0;
-    for (std::size_t i = 0; i < Tq; ++i)
-        lo = std::min(lo, weight(doc, "weights", 0, 0, i, J)), hi = std::max(hi, weight(doc, "weights", 0, 0, i, J));
-    const std::string key = "'" + label(doc, "key", 0, J) + "'";
-    Question Q;
-    Q.id = "zeroed-key";
-    Q.text = "--zero-key " + std::to_string(J) + " sets key " + key +
-             " to the zero vector, so its scores are 0. Do its weights become 0 (yes or no)?";
-    Q.answer = "no";
-    Q.accepted = {"no", "n"};
-    Q.why = "Score 0 is not -inf: its weights are exp(0 - max)/sum, from " + num(lo) + " to " + num(hi) +
-            " in head 0. Only a mask (key_padding_mask) makes them exactly 0.";
-    return Q;
-}
-
-Question keys_or_values() {
-    Question Q;
-    Q.id = "keys-vs-values";
-    Q.text = "The output row of a query is a weighted sum of which vectors: the keys or the values?";
-    Q.answer = "values";
-    Q.accepted = {"values", "value", "the values", "v"};
-    Q.why =
-        "context = weights · V. A key only decides how much weight its position gets; the value, from its own "
-        "W_V (learned apart from W_K), is what is added.";
-    return Q;
-}
-
-std::vector<Step> keys_lesson(const Data& d) {
-    const std::vector<std::string> S = {"run", d.sentence, "--heads", "2"};
-    const auto with = [](std::vector<std::string> a, std::initializer_list<const char*> more) {
-        a.insert(a.end(), more.begin(), more.end());
-        return a;
-    };
-    const auto drop_run = [](std::vector<std::string> a) { return std::vector<std::string>(a.begin() + 1, a.end()); };
-    std::vector<Step> L;
-    L.push_back({"Keys and the score matrix",
-                 {"Each position has a query q_i = x_i · W_Q (what it looks for) and a key k_j = x_j · W_K (an "
-                  "address to match). scores = Q · Kᵀ: one row per query, one column per key. In self-attention "
-                  "queries and keys come from the same sentence."},
-                 with(S, {"--stages", "scores,weights", "--head", "0"}),
-                 {strongest_key(d.sentence, drop_run(with(S, {"--stages", "scores,weights"})), 2)}});
-    L.push_back({"Scaling and Dk",
-                 {"Q and K share one width, Dk, so q_i · k_j is defined. The scores are scaled before the softmax."},
-                 with(S, {"--stages", "scores", "--head", "0", "--explain"}),
-                 {scale_factor(drop_run(with(S, {"--stages", "scores"})))}});
-    L.push_back({"Softmax over the keys",
-                 {"The weights of one query come from a softmax along its row of scores."},
-                 with(S, {"--stages", "weights", "--head", "0"}),
-                 {softmax_axis(drop_run(with(S, {"--stages", "weights"})))}});
-    const std::vector<std::string> P = {"run", d.padded, "--heads", "2"};
-    L.push_back({"Padding masks",
-                 {"Sentences of different lengths are padded to one length; key_padding_mask (1 = PAD) hides the "
-                  "padding keys from every query."},
-                 with(P, {"--stages", "weights", "--batch", "1", "--head", "0"}),
-                 {pad_weight(drop_run(with(P, {"--stages", "weights"})))}});
-    const std::vector<std::string> C = {"run", d.cross, "--heads", "2"};
-    L.push_back({"Cross-attention",
-                 {"A translator's decoder attends the encoder's output, the memory: French target tokens ask, "
-                  "English source tokens answer."},
-                 with(C, {"--stages", "scores", "--head", "0"}),
-                 cross_questions(drop_run(with(C, {"--stages", "scores"})))});
-    L.push_back({"A zeroed key is not a masked key",
-                 {"An experiment: set one key vector to 0 and look at its column."},
-                 with(S, {"--zero-key", "1", "--stages", "weights", "--head", "0"}),
-                 {zeroed_key(drop_run(with(S, {"--zero-key", "1", "--stages", "weights"})), 1)}});
-    L.push_back({"Keys versus values",
-                 {"Keys and values are computed from the same tokens by different matrices, W_K and W_V."},
-                 with(S, {"--stages", "V,context", "--head", "0"}),
-                 {keys_or_values()}});
-    return L;
 }
 
 // ---- the terminal ---------------------------------------------------------------------
@@ -355,18 +76,24 @@ std::vector<std::string> wrap_words(const std::string& text, std::size_t width, 
     return out;
 }
 
-// `line` cut into pieces of at most `width` columns (a command's output that is wider).
+// `line` in pieces of at most `width` columns (a command's output that is wider): words
+// wrapped, with the line's indent and two more; a word wider than the room is cut.
 std::vector<std::string> fit(const std::string& line, std::size_t width) {
-    std::vector<std::string> out;
+    if (display_width(line) <= width) return {line};
+    const std::size_t lead = line.find_first_not_of(' ');
+    const std::string indent(std::min<std::size_t>(lead == std::string::npos ? 0 : lead, width / 2) + 2, ' ');
+    std::vector<std::string> out, cut;
     std::string piece;
     std::size_t cols = 0;
     char32_t cp = 0;
     for (std::size_t k = 0; k < line.size();) {
         const std::size_t n = next_code_point(line, k, cp), w = column_width(cp);
-        if (cols + w > width) out.push_back(piece), piece.clear(), cols = 0;
+        if (cols + w > width - indent.size()) cut.push_back(piece), piece.clear(), cols = 0;
         piece.append(line, k, n), cols += w, k += n;
     }
-    out.push_back(piece);
+    cut.push_back(piece);
+    for (const auto& c : cut)
+        for (const auto& l : wrap_words(c, width, out.empty() ? "" : indent)) out.push_back(l);
     return out;
 }
 
@@ -393,7 +120,7 @@ std::string shape_of(const std::string& s) {
 bool is_right(const Question& q, const std::string& given) {
     const std::string a = lower_trimmed(given);
     if (a.empty()) return false;
-    if (q.shape) return shape_of(a) == q.accepted.at(0);
+    if (q.numbers) return shape_of(a) == q.accepted.at(0);
     for (const auto& ok : q.accepted)
         if (a == lower_trimmed(ok)) return true;
     if (q.number) {
@@ -440,24 +167,31 @@ Terminal terminal_of(const LessonOptions& o) {
     return t;
 }
 
-std::string shown_command(const std::vector<std::string>& args) {
-    std::string s = "$ attnscope";
-    for (const auto& a : args) s += " " + (a.find_first_of(" '") != std::string::npos ? "'" + a + "'" : a);
+// `s` with the scratch folder's name taken out: the bundles made there show by file name.
+std::string unscratched(std::string s, const Places& p) {
+    if (p.scratch.empty()) return s;
+    for (std::size_t k; (k = s.find(p.scratch)) != std::string::npos;) s.erase(k, p.scratch.size());
     return s;
 }
 
-void show_command(Terminal& t, const std::vector<std::string>& args) {
-    for (const auto& l : wrap_words(shown_command(args), t.width)) std::cout << l << '\n';
+std::string shown_command(const Args& args, const Places& p) {
+    std::string s = "$ attnscope";
+    for (const auto& a : args) s += " " + (a.find_first_of(" '") != std::string::npos ? "'" + a + "'" : a);
+    return unscratched(s, p);
+}
+
+void show_command(Terminal& t, const Args& args, const Places& p) {
+    for (const auto& l : wrap_words(shown_command(args, p), t.width)) std::cout << l << '\n';
     t.pause("run it");
-    std::vector<std::string> real = args;
-    for (const char* extra : {"--width", "", "--color", "never"}) real.emplace_back(extra);
-    real[real.size() - 3] = std::to_string(t.width);
-    const Captured c = capture(real);
+    Args real = args;
+    if (args.at(0) == "run")
+        real = with(real, {"--color", "never", "--width"}), real.push_back(std::to_string(t.width));
+    const std::string out = unscratched(capture(real).out, p);
     std::size_t at = 0;
-    while (at < c.out.size()) {
-        std::size_t e = c.out.find('\n', at);
-        if (e == std::string::npos) e = c.out.size();
-        for (const auto& piece : fit(c.out.substr(at, e - at), t.width)) std::cout << piece << '\n';
+    while (at < out.size()) {
+        std::size_t e = out.find('\n', at);
+        if (e == std::string::npos) e = out.size();
+        for (const auto& piece : fit(out.substr(at, e - at), t.width)) std::cout << piece << '\n';
         at = e + 1;
     }
 }
@@ -480,7 +214,7 @@ bool reveal(Terminal& t, const Question& q, const std::optional<std::string>& gi
     return right;
 }
 
-int write_json(const LessonOptions& o, const std::vector<Step>& steps) {
+int write_json(const LessonOptions& o, const std::vector<Step>& steps, const Places& p) {
     JsonWriter w(std::cout);
     w.begin_object().key("schema").value(kSchema).key("topic").value(o.topic).key("questions").begin_array();
     for (std::size_t s = 0; s < steps.size(); ++s)
@@ -488,37 +222,67 @@ int write_json(const LessonOptions& o, const std::vector<Step>& steps) {
             w.newline().begin_object().key("id").value(q.id).key("step").value(s + 1).key("question").value(q.text);
             w.key("answer").value(q.answer).key("accepted").list(q.accepted).key("number");
             q.number ? w.value(*q.number) : w.value(nullptr);
-            w.key("why").value(q.why).key("command").value(shown_command(steps[s].command).substr(2)).end_object();
+            const std::string shown = shown_command(steps[s].commands.back(), p).substr(2);
+            w.key("why").value(q.why).key("command").value(shown).end_object();
         }
     w.end_array().end_object();
     std::cout << '\n';
     return 0;
 }
 
-int run_lesson(const LessonOptions& o) {
-    if (o.topic != "keys") throw UsageError("lesson: unknown topic '" + escape_control(o.topic) + "' (topics: keys)");
-    const std::string data = find_data(o.data);
-    const auto path = [&data](const char* f) { return (std::filesystem::path(data) / f).string(); };
-    const std::vector<Step> steps = keys_lesson({path("sentence.json"), path("padded.json"), path("cross.json")});
-    if (o.json) return write_json(o, steps);
+const Topic& topic_of(const std::string& name) {
+    std::string names;
+    for (const Topic& t : topics()) {
+        if (t.name == name) return t;
+        names += (names.empty() ? "" : ", ") + std::string(t.name);
+    }
+    throw UsageError("lesson: unknown topic '" + escape_control(name) + "' (topics: " + names + ")");
+}
+
+int list_topics() {
+    std::cout << "Topics (attnscope lesson TOPIC [--no-pause] [--quiz] [--json]):\n";
+    for (const Topic& t : topics()) {
+        std::string name = t.name;
+        name.resize(9, ' ');
+        std::cout << "  " << name << t.title << '\n';
+    }
+    return 0;
+}
+
+std::size_t teach(const LessonOptions& o, const std::vector<Step>& steps, const Places& p, std::size_t& asked) {
     Terminal t = terminal_of(o);
-    std::size_t right = 0, asked = 0;
+    std::size_t right = 0;
     for (std::size_t s = 0; s < steps.size(); ++s) {
         const Step& step = steps[s];
         if (!o.quiz) {
             std::cout << '\n';
             t.say("Step " + std::to_string(s + 1) + " of " + std::to_string(steps.size()) + ": " + step.title);
-            for (const auto& p : step.words) t.say(p, "  ");
+            for (const auto& words : step.words) t.say(words, "  ");
         }
         std::vector<std::optional<std::string>> given;
         for (const Question& q : step.questions) given.push_back(ask(t, q));
-        if (!o.quiz) show_command(t, step.command);
+        if (!o.quiz)
+            for (const Args& c : step.commands) show_command(t, c, p);
         for (std::size_t k = 0; k < step.questions.size(); ++k) {
             right += reveal(t, step.questions[k], given[k]) ? 1 : 0;
             ++asked;
         }
         if (s + 1 < steps.size()) t.pause("next step");
     }
+    return right;
+}
+
+int run_lesson(const LessonOptions& o) {
+    if (o.topic.empty()) return list_topics();
+    const Topic& topic = topic_of(o.topic);
+    Places p{find_data(o.data), ""};
+    struct Cleanup {
+        ~Cleanup() { remove_scratch(); }
+    } cleanup;
+    const std::vector<Step> steps = topic.steps(p);
+    if (o.json) return write_json(o, steps, p);
+    std::size_t asked = 0;
+    const std::size_t right = teach(o, steps, p, asked);
     if (o.quiz) std::cout << "Score: " << right << " of " << asked << " right\n";
     return 0;
 }
@@ -529,7 +293,7 @@ Subcommand setup_lesson_command(CLI::App& parent) {
     auto o = std::make_shared<LessonOptions>();
     auto* cmd = parent.add_subcommand("lesson", "A paced lesson in the terminal, with questions computed from runs");
     cmd->footer("Waits for Enter only when standard input is a terminal. docs/classroom.md has the topics.");
-    cmd->add_option("topic", o->topic, "The topic (keys)");
+    cmd->add_option("topic", o->topic, "The topic (none: the list of topics)");
     cmd->add_flag("--no-pause", o->no_pause, "Run straight through, answers shown");
     cmd->add_flag("--quiz", o->quiz, "Only the questions, read from standard input, and a score");
     cmd->add_flag("--json", o->json, "The questions and their answers as JSON, for a grader");

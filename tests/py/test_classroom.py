@@ -11,11 +11,13 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import time
 import unittest
+from pathlib import Path
 
 import numpy as np
 
@@ -193,8 +195,9 @@ def bundle_of(name):
     return b
 
 
-def batched_weights(b, zero_key=None, mask=None):
-    """weights (B, H, Tq, Tk) from the formula, key `zero_key` set to 0 after W_K, `mask` (B, Tk) True = PAD."""
+def batched_weights(b, zero_key=None, mask=None, scale=None, causal=False):
+    """weights (B, H, Tq, Tk) from the formula, key `zero_key` set to 0 after W_K, `mask` (B, Tk) True = PAD,
+    `scale` in place of 1/sqrt(d_k), keys after the query hidden when `causal`."""
     x = b["x"] if b["x"].ndim == 3 else b["x"][None]
     src = b["memory"] if "memory" in b else x
     src = src if src.ndim == 3 else src[None]
@@ -205,7 +208,9 @@ def batched_weights(b, zero_key=None, mask=None):
     B, Tq, Tk, dk = Q.shape[0], Q.shape[1], K.shape[1], Q.shape[2] // H
     Q = Q.reshape(B, Tq, H, dk).transpose(0, 2, 1, 3)
     K = K.reshape(B, Tk, H, dk).transpose(0, 2, 1, 3)
-    s = Q @ K.transpose(0, 1, 3, 2) / math.sqrt(dk)
+    s = Q @ K.transpose(0, 1, 3, 2) * (1 / math.sqrt(dk) if scale is None else scale)
+    if causal:
+        s = np.where(np.tril(np.ones((Tq, Tk), bool)), s, -np.inf)
     if mask is None and "key_padding_mask" in b:
         mask = np.array(b["key_padding_mask"], bool).reshape(B, Tk)
     if mask is not None:
@@ -303,6 +308,178 @@ def expected_answers():
     }, wz[0, 0, :, 1]
 
 
+def row_max_key(w, b, h, i):
+    return int(w[b, h, i].argmax())
+
+
+def scaling_answers(made):
+    """`lesson scaling`: the scale, the unscaled row's max, the spread's growth with Dk and the
+    nearly one-hot rows, from numpy; `made` holds the bundles the lesson's make commands wrote."""
+    sentence = bundle_of("sentence")
+    _, w = batched_weights(sentence)
+    _, wn = batched_weights(sentence, scale=1.0)
+    small, big = load(made / "dk4.npz"), load(made / "dk1024.npz")
+    sd = []
+    for b in (small, big):
+        s, _ = batched_weights(dict(b, config={"heads": 1}), scale=1.0)
+        sd.append(s[0, 0].std())
+    ratio, dks = sd[1] / sd[0], (small["W_Q"].shape[1], big["W_Q"].shape[1])
+    root, whole = math.sqrt(dks[1] / dks[0]), dks[1] // dks[0]
+    growth = int(root) if abs(math.log(ratio / root)) < abs(math.log(ratio / whole)) else whole
+    hot = [int((batched_weights(dict(big, config={"heads": 1}), scale=sc)[1][0, 0].max(axis=1) >= 0.9).sum())
+           for sc in (1.0, 1 / math.sqrt(dks[1]))]
+    return {
+        "scale": f"{1 / math.sqrt(sentence['W_Q'].shape[1] // 2):.4f}",
+        "unscaled-max": "larger" if wn[0, 0, 2].max() > w[0, 0, 2].max() else "smaller",
+        "spread-growth": str(growth),
+        "one-hot-unscaled": str(hot[0]),
+        "one-hot-scaled": str(hot[1]),
+    }, {"ratio": ratio, "sd": sd}
+
+
+def masks_answers():
+    padded, causal = bundle_of("padded"), bundle_of("causal")
+    causal["config"] = {"heads": 1}
+    _, wp = batched_weights(padded)
+    _, wc = batched_weights(causal, causal=True)
+    zero = [j for j in range(wp.shape[-1]) if (wp[1, 0, :, j] == 0).all()]
+    assert zero == [j for j, m in enumerate(padded["key_padding_mask"][1]) if m]
+    return {
+        "masked-keys": ", ".join(map(str, zero)),
+        "pad-weight": "0",
+        "visible-sum": "1" if f"{wp[1, 0, 0].sum():.4f}" == "1.0000" else f"{wp[1, 0, 0].sum():.4f}",
+        "causal-visible": str(int((wc[0, 0, 2] > 0).sum())),
+        "causal-first": "1" if f"{wc[0, 0, 0, 0]:.4f}" == "1.0000" else f"{wc[0, 0, 0, 0]:.4f}",
+    }
+
+
+def cross_answers():
+    cross, sentence = bundle_of("cross"), bundle_of("sentence")
+    _, w = batched_weights(cross)
+    Tq, Tk = cross["x"].shape[0], cross["memory"].shape[0]
+    return {
+        "scores-shape": f"{Tq} x {Tk}",
+        "cross-keys": "memory",
+        "cross-softmax": str(Tk),
+        "strongest-key": cross["key_tokens"][int(w[0, 0, 2].argmax())],
+        "self-keys": "yes" if list(sentence["query_tokens"]) == list(sentence["key_tokens"]) else "no",
+    }
+
+
+def values_answers():
+    b = bundle_of("sentence")
+    K, V = b["x"] @ b["W_K"], b["x"] @ b["W_V"]
+    _, w = batched_weights(b)
+    _, wz = batched_weights(b, zero_key=1)
+    context = w[0, 0, 2] @ V[:, :4]  # head 0: features 0..3
+    by_keys = w[0, 0, 2] @ K[:, :4]
+    return {
+        "k-equals-v": "yes" if np.array_equal(K, V) else "no",
+        "keys-vs-values": "values",
+        "zeroed-key-value": "yes" if wz[0, 0, 2, 1] > 0 else "no",
+    }, {"context": context[0], "by_keys": by_keys[0], "zeroed": wz[0, 0, 2, 1]}
+
+
+def heads_answers():
+    b = bundle_of("sentence")
+    _, w = batched_weights(b)
+    H, Dm = 2, b["x"].shape[-1]
+    keys = b["key_tokens"]
+    return {
+        "head-dk": str(b["W_Q"].shape[1] // H),
+        "heads-agree": "yes" if keys[int(w[0, 0, 2].argmax())] == keys[int(w[0, 1, 2].argmax())] else "no",
+        "concat-width": str(H * (b["W_V"].shape[1] // H)),
+    }
+
+
+TOPICS = ("keys", "scaling", "masks", "cross", "values", "heads")
+
+
+class Topics(common.CliTestCase):
+    """Every topic of `attnscope lesson` but keys: each answer against numpy, the widths, --quiz."""
+
+    def questions(self, topic):
+        r = lesson(topic, "--json")
+        self.assertEqual((r.returncode, r.stderr), (0, ""), topic)
+        doc = json.loads(r.stdout)
+        self.assertEqual((doc["schema"], doc["topic"]), ("attnscope.lesson/1", topic))
+        return {q["id"]: q for q in doc["questions"]}
+
+    def check(self, topic, want):
+        got = self.questions(topic)
+        self.assertEqual(set(got), set(want), topic)
+        for qid, answer in want.items():
+            self.assertEqual(got[qid]["answer"], answer, f"{topic}: {qid}")
+        return got
+
+    def test_scaling(self):
+        r = lesson("scaling", "--no-pause")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        makes = [shlex.split(line[2:])[1:] for line in r.stdout.splitlines() if line.startswith("$ attnscope make ")]
+        self.assertEqual(len(makes), 2)
+        for args in makes:  # as a student types them, in a folder of their own
+            proc = subprocess.run([str(BIN), *args], cwd=self.tmp, capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+        want, seen = scaling_answers(Path(self.tmp))
+        got = self.check("scaling", want)
+        sd4, sd_big, ratio = map(float, re.search(r"scores: (\S+) at Dk 4, (\S+) at Dk \d+, (\S+) times",
+                                                  got["spread-growth"]["why"]).groups())
+        self.assertAlmostEqual(sd4, seen["sd"][0], places=4)
+        self.assertAlmostEqual(sd_big, seen["sd"][1], places=4)
+        self.assertAlmostEqual(ratio, seen["ratio"], places=3)
+
+    def test_masks(self):
+        self.check("masks", masks_answers())
+
+    def test_cross(self):
+        self.check("cross", cross_answers())
+
+    def test_values(self):
+        want, seen = values_answers()
+        got = self.check("values", want)
+        m = re.search(r"context\[2\]\[0\] = (\S+) = sum_j w_j · V\[j\]\[0\] = (\S+); sum_j w_j · K\[j\]\[0\] would "
+                      r"be (\S+)\.", got["keys-vs-values"]["why"])
+        self.assertIsNotNone(m, got["keys-vs-values"]["why"])
+        self.assertAlmostEqual(float(m[1]), seen["context"], places=4)
+        self.assertAlmostEqual(float(m[3]), seen["by_keys"], places=4)
+        self.assertIn(f"still {seen['zeroed']:.4f}", got["zeroed-key-value"]["why"])
+
+    def test_heads(self):
+        self.check("heads", heads_answers())
+
+    def test_no_topic_lists_them(self):
+        r = lesson()
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertEqual([line.split()[0] for line in r.stdout.splitlines()[1:]], list(TOPICS))
+        r = lesson("nope")
+        self.assertIn("(topics: " + ", ".join(TOPICS) + ")", r.stderr)
+
+    def test_every_line_fits_and_quiz_scores(self):
+        for topic in TOPICS[1:]:
+            for width in (80, 60):
+                with self.subTest(topic=topic, width=width):
+                    r = lesson(topic, "--no-pause", columns=width)
+                    self.assertEqual((r.returncode, r.stderr), (0, ""))
+                    for line in r.stdout.splitlines():
+                        self.assertLessEqual(columns(line), width, line)
+            qs = list(self.questions(topic).values())
+            r = lesson(topic, "--quiz", stdin="\n".join(["wrong"] + [q["answer"] for q in qs[1:]]) + "\n")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(f"Not quite: the answer is {qs[0]['answer']}.", r.stdout)
+            self.assertIn(f"Score: {len(qs) - 1} of {len(qs)} right", r.stdout)
+
+    def test_the_scratch_folder_is_removed(self):
+        env_tmp = self.path("scratch")
+        env_tmp.mkdir()
+        env = dict(os.environ, TMPDIR=str(env_tmp), COLUMNS="80")
+        for args in (["--json"], ["--no-pause"]):
+            r = subprocess.run([str(BIN), "lesson", "scaling", *args], capture_output=True, text=True, cwd=ROOT,
+                               env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(list(env_tmp.iterdir()), [])
+            self.assertNotIn(str(env_tmp), r.stdout)
+
+
 class Lesson(common.CliTestCase):
     """`attnscope lesson keys` in a pipe: its answers against numpy, its widths, --quiz."""
 
@@ -360,6 +537,43 @@ class Lesson(common.CliTestCase):
         self.assertIn("Answer: no.", r.stdout)
 
 
+class DemoLines(common.CliTestCase):
+    """scripts/demo as a class sees it: every line of every view within 80 columns, each
+    experiment shown beside the run it changes, and no waiting when not on a terminal."""
+
+    def demo(self, *args):
+        env = dict(os.environ, ATTNSCOPE_BIN=str(BIN), NO_COLOR="1", COLUMNS="80")
+        return subprocess.run(["bash", str(ROOT / "scripts/demo"), *args], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, env=env)
+
+    def test_every_line_fits_80_columns(self):
+        r = self.demo("--no-pause")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreater(len(r.stdout.splitlines()), 200)
+        for line in r.stdout.splitlines():
+            self.assertLessEqual(columns(line), 80, line)
+        self.assertNotIn("[Enter", r.stdout + r.stderr)
+
+    def test_the_scale_experiment_beside_the_run_it_changes(self):
+        out = self.demo().stdout.replace(" \\\n    ", " ")  # a command wrapped with a backslash, joined
+        runs = re.findall(r"\$ attnscope (run data/sentence\.json --heads 2 (?:--scale none )?--diagnose --stages none)"
+                          r"\n(.*?)(?=\n-{80}|\Z)", out, re.S)
+        self.assertEqual([c for c, _ in runs], ["run data/sentence.json --heads 2 --diagnose --stages none",
+                                                "run data/sentence.json --heads 2 --scale none --diagnose --stages none"])
+        spreads = [re.findall(r"(\S+)→(\S+)", body) for _, body in runs]
+        sentence = bundle_of("sentence")
+        s, _ = batched_weights(sentence, scale=1.0)
+        raw = s[0, 0, 0].max() - s[0, 0, 0].min()  # head 0, query 0: the spread before scaling
+        self.assertAlmostEqual(float(spreads[0][0][0]), raw, delta=0.01 * raw)
+        self.assertAlmostEqual(float(spreads[0][0][1]), raw / 2, delta=0.01 * raw)  # 1/sqrt(4)
+        self.assertAlmostEqual(float(spreads[1][0][1]), raw, delta=0.01 * raw)
+
+    def test_an_unknown_option_is_refused(self):
+        r = self.demo("--nopause")
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertIn("unknown option '--nopause'", r.stderr)
+
+
 @unittest.skipUnless(shutil.which("tmux"), "tmux is not installed")
 class LessonTmux(common.CliTestCase):
     """The lesson as a person uses it: tmux sends the keys and reads the screen. Every wait
@@ -375,11 +589,14 @@ class LessonTmux(common.CliTestCase):
     def tmux(self, *args):
         return subprocess.run(["tmux", "-L", self.server, *args], capture_output=True, text=True, check=True).stdout
 
-    def start(self, cols, rows):
+    def start(self, cols, rows, command="lesson keys", end="LESSON-END"):
+        """A shell in a cols x rows terminal, running `attnscope COMMAND` (or a command of its
+        own, named by its first word) from the source tree, then printing `end`."""
         self.tmux("-f", "/dev/null", "new-session", "-d", "-x", str(cols), "-y", str(rows), "-s", "t",
                   "env -i PATH=/usr/bin:/bin TERM=xterm HOME=/tmp PS1='READY$ ' bash --norc --noprofile")
         self.wait_for("READY$")
-        self.keys(f"cd '{ROOT}' && '{BIN}' lesson keys; echo LESSON-END", "Enter")
+        program = "" if command.startswith("env ") else f"'{BIN}' "
+        self.keys(f"cd '{ROOT}' && {program}{command}; echo {end}", "Enter")
 
     def keys(self, *keys):
         self.tmux("send-keys", "-t", "t", *keys)
@@ -433,6 +650,48 @@ class LessonTmux(common.CliTestCase):
         self.keys("C-c")
         self.wait_for("READY$", after=1)
 
+
+    def test_a_second_topic_s_quiz_with_a_wrong_answer(self):
+        want = masks_answers()
+        self.start(80, 24, "lesson masks --quiz")
+        screen = self.wait_for("Predict: Which keys")
+        self.keys("0 1", "Enter")  # wrong on purpose
+        self.wait_for("Predict:", after=1)
+        self.keys("0", "Enter")
+        for k, answer in enumerate(("1", want["causal-visible"], want["causal-first"])):
+            self.wait_for("Predict:", after=2 + k)
+            self.keys(answer, "Enter")
+        screen = self.wait_for("LESSON-END", after=1)
+        self.assertIn(f"Not quite: the answer is {want['masked-keys']}.", screen)
+        self.assertIn("Score: 4 of 5 right", screen)
+        self.assertNotIn("$ attnscope", screen)
+
+    def test_the_paused_demo(self):
+        """scripts/demo waits for Enter on a terminal; Ctrl-C mid-way leaves the terminal and the
+        tree as they were, and no attnscope behind."""
+        before = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True,
+                                text=True).stdout
+        self.start(80, 24, f"env ATTNSCOPE_BIN='{BIN}' NO_COLOR=1 bash scripts/demo", end="DEMO-END")
+        screen = self.wait_for("[Enter: next step")
+        self.assertIn("### 1. Self-attention", screen)
+        self.assertNotIn("### 2.", screen)
+        for line in screen.split("DEMO-END", 1)[1].splitlines():
+            self.assertLessEqual(columns(line), 80, line)
+        self.keys("Enter")
+        screen = self.wait_for("[Enter: next step", after=1)
+        self.assertIn("The same weights as a heatmap", screen)
+        self.assertNotIn("### 2.", screen)
+        self.keys("C-c")
+        screen = self.wait_for("READY$", after=1)
+        self.assertNotIn("### 2.", screen)
+        self.keys("clear; stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo; echo LEFT-$(ps -o args= -s $$ "
+                  "| grep -c -e 'scripts/[d]emo' -e 'attnscope [r]un')", "Enter")
+        screen = self.wait_for("LEFT-0")
+        self.assertIn("icanon", screen)
+        self.assertIn("\necho\n", screen)
+        after = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True,
+                               text=True).stdout
+        self.assertEqual(after, before)
 
 if __name__ == "__main__":
     common.main("test_classroom")

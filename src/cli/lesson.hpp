@@ -1,0 +1,72 @@
+// The pieces of `attnscope lesson` (docs/classroom.md, "attnscope lesson"): a topic is a list
+// of steps; a step shows commands of this same program and asks questions whose answers are
+// computed from runs (run --json), never written into the lesson.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnscope::cli::lesson {
+
+// A predict-then-reveal question: the accepted answers (normalised: lower case, no spaces
+// or punctuation around), or a number within `tolerance`; `why` holds the run's numbers.
+struct Question {
+    std::string id, text, answer, why;
+    std::vector<std::string> accepted;
+    std::optional<double> number;
+    double tolerance = 1e-3;
+    bool numbers = false;  // the numbers of the answer, in order, against accepted[0] ("4x6")
+};
+
+using Args = std::vector<std::string>;  // after "attnscope"
+
+struct Step {
+    std::string title;
+    std::vector<std::string> words;   // paragraphs
+    std::vector<Args> commands;       // shown and run in turn
+    std::vector<Question> questions;  // asked before the output, answered after it
+};
+
+// Where the lesson reads and writes: data/'s bundles, and a scratch folder for bundles made
+// by `attnscope make` (removed at the end, and on Ctrl-C).
+struct Places {
+    std::string data;     // "data" or --data
+    std::string scratch;  // an absolute folder ending in '/', or empty until made
+    std::string at(const char* file) const;
+    std::string made(const std::string& file);  // scratch + file (the folder made on first use)
+};
+
+struct Topic {
+    const char* name;
+    const char* title;
+    std::function<std::vector<Step>(Places&)> steps;
+};
+const std::vector<Topic>& topics();
+
+// ---- running this program (lesson_run.cpp) --------------------------------------------
+
+struct Captured {
+    int code = 0;
+    std::string out;  // stdout and stderr together
+};
+std::string self_path();
+Captured capture(const Args& args);          // `attnscope ARGS...` to the end
+nlohmann::json run_json(Args args);          // `run ARGS --json`, parsed
+void run_quietly(const Args& args);          // RuntimeFailure with its words if it fails
+std::string make_scratch();                  // a fresh folder, removed by remove_scratch
+void remove_scratch();                       // also run on SIGINT, SIGTERM and SIGHUP
+
+// A stage's element of a run document: [h][i][j] (2-D x) or [b][h][i][j], batch item b.
+double at(const nlohmann::json& doc, const std::string& stage, std::size_t b, std::size_t h, std::size_t i,
+          std::size_t j);
+std::size_t dim(const nlohmann::json& doc, const char* name);
+std::string label(const nlohmann::json& doc, const char* side, std::size_t b, std::size_t i);
+std::string num(double x);  // "%.4f"
+// Args `a` followed by `more`.
+Args with(Args a, std::initializer_list<const char*> more);
+
+}  // namespace attnscope::cli::lesson

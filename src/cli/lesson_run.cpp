@@ -1,0 +1,150 @@
+// `attnscope lesson`'s runs of this same program, their JSON read, and its scratch folder
+// (src/cli/lesson.hpp).
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
+#include "lesson.hpp"
+
+extern char** environ;
+
+namespace attnscope::cli::lesson {
+
+std::string self_path() {
+    std::error_code ec;
+    const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) throw RuntimeFailure("lesson: cannot find this program (/proc/self/exe): " + ec.message());
+    return p.string();
+}
+
+Captured capture(const Args& args) {
+    static const std::string self = self_path();
+    int fds[2];
+    if (::pipe(fds) != 0) throw RuntimeFailure("lesson: pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", 0, 0);
+    std::vector<std::string> argv_s = {self};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    Captured c;
+    if (rc != 0) {
+        ::close(fds[0]);
+        throw RuntimeFailure("lesson: cannot run " + self);
+    }
+    char buf[65536];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) c.out.append(buf, std::size_t(n));
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    return c;
+}
+
+void run_quietly(const Args& args) {
+    const Captured c = capture(args);
+    if (c.code != 0) throw RuntimeFailure("lesson: a command failed: " + escape_control(c.out));
+}
+
+nlohmann::json run_json(Args args) {
+    args.insert(args.begin(), "run");
+    args.push_back("--json");
+    const Captured c = capture(args);
+    if (c.code != 0) throw RuntimeFailure("lesson: a run failed: " + escape_control(c.out));
+    return nlohmann::json::parse(c.out);
+}
+
+double at(const nlohmann::json& doc, const std::string& stage, std::size_t b, std::size_t h, std::size_t i,
+          std::size_t j) {
+    const auto& d = doc["stages"][stage]["data"];
+    return (doc["config"]["batched"].get<bool>() ? d[b] : d)[h][i][j].get<double>();
+}
+
+std::size_t dim(const nlohmann::json& doc, const char* name) { return doc["dims"][name].get<std::size_t>(); }
+
+std::string label(const nlohmann::json& doc, const char* side, std::size_t b, std::size_t i) {
+    const auto& t = doc["tokens"][side];
+    if (t.is_null()) return (side[0] == 'q' ? "q" : "k") + std::to_string(i);
+    return escape_control((doc["config"]["batched"].get<bool>() ? t[b] : t)[i].get<std::string>());
+}
+
+std::string num(double x) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.4f", x);
+    return s;
+}
+
+Args with(Args a, std::initializer_list<const char*> more) {
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+}
+
+// ---- the scratch folder ---------------------------------------------------------------
+// Its name and the files made in it, in fixed storage, so that a signal handler can remove
+// them with unlink and rmdir alone (async-signal-safe).
+
+namespace {
+constexpr std::size_t kPath = 4096, kFiles = 16;
+char g_dir[kPath];
+std::array<char[kPath], kFiles> g_files;
+volatile sig_atomic_t g_count = 0;
+
+void remove_all() {
+    for (sig_atomic_t k = 0; k < g_count; ++k) ::unlink(g_files[std::size_t(k)]);
+    if (g_dir[0]) ::rmdir(g_dir);
+}
+
+extern "C" void on_signal(int sig) {
+    remove_all();
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+}
+}  // namespace
+
+std::string make_scratch() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/attnscope-lesson-XXXXXX";
+    if (templ.size() + 64 >= kPath || !::mkdtemp(templ.data()))
+        throw RuntimeFailure("lesson: cannot make a scratch folder in " + escape_control(templ));
+    std::strcpy(g_dir, templ.c_str());
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, on_signal);
+    return templ + "/";
+}
+
+// Registers `file` (in the scratch folder) for removal.
+std::string Places::made(const std::string& file) {
+    if (scratch.empty()) scratch = make_scratch();
+    const std::string p = scratch + file;
+    if (g_count >= sig_atomic_t(kFiles) || p.size() >= kPath) throw RuntimeFailure("lesson: too many scratch files");
+    std::strcpy(g_files[std::size_t(g_count)], p.c_str());
+    g_count = g_count + 1;
+    return p;
+}
+
+std::string Places::at(const char* file) const { return (std::filesystem::path(data) / file).string(); }
+
+void remove_scratch() {
+    remove_all();
+    g_count = 0;
+    g_dir[0] = 0;
+}
+
+}  // namespace attnscope::cli::lesson

@@ -181,7 +181,10 @@ std::string shown_command(const Args& args, const Places& p) {
 }
 
 void show_command(Terminal& t, const Args& args, const Places& p) {
-    for (const auto& l : wrap_words(shown_command(args, p), t.width)) std::cout << l << '\n';
+    // Wrapped as a shell continues a line, so that it can be copied as shown.
+    const std::vector<std::string> lines = wrap_words(shown_command(args, p), t.width - 6);
+    for (std::size_t k = 0; k < lines.size(); ++k)
+        std::cout << (k ? "    " : "") << lines[k] << (k + 1 < lines.size() ? " \\" : "") << '\n';
     t.pause("run it");
     Args real = args;
     if (args.at(0) == "run")

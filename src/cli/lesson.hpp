@@ -54,11 +54,11 @@ struct Captured {
     std::string out;  // stdout and stderr together
 };
 std::string self_path();
-Captured capture(const Args& args);          // `attnscope ARGS...` to the end
-nlohmann::json run_json(Args args);          // `run ARGS --json`, parsed
-void run_quietly(const Args& args);          // RuntimeFailure with its words if it fails
-std::string make_scratch();                  // a fresh folder, removed by remove_scratch
-void remove_scratch();                       // also run on SIGINT, SIGTERM and SIGHUP
+Captured capture(const Args& args);  // `attnscope ARGS...` to the end
+nlohmann::json run_json(Args args);  // `run ARGS --json`, parsed
+void run_quietly(const Args& args);  // RuntimeFailure with its words if it fails
+std::string make_scratch();          // a fresh folder, removed by remove_scratch
+void remove_scratch();               // also run on SIGINT, SIGTERM and SIGHUP
 
 // A stage's element of a run document: [h][i][j] (2-D x) or [b][h][i][j], batch item b.
 double at(const nlohmann::json& doc, const std::string& stage, std::size_t b, std::size_t h, std::size_t i,

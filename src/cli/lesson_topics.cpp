@@ -70,8 +70,8 @@ Question softmax_axis(const Args& args) {
     Q.text = "Is the softmax taken over the keys or over the values?";
     Q.answer = "keys";
     Q.accepted = {"keys", "key", "over the keys", "over keys"};
-    Q.why = "Each row (one query) is a softmax over the " + str(dim(doc, "Tk")) + " keys: row 0 of head 0 is " +
-            terms + " = " + num(sum) + ". Values are not in the softmax; they are mixed by its weights.";
+    Q.why = "Each row (one query) is a softmax over the " + str(dim(doc, "Tk")) + " keys: row 0 of head 0 is " + terms +
+            " = " + num(sum) + ". Values are not in the softmax; they are mixed by its weights.";
     return Q;
 }
 
@@ -134,13 +134,12 @@ Question pad_weight(const Args& args) {
     Question Q;
     Q.id = "pad-weight";
     Q.text = "Batch item 1, '" + q0 + " " + label(doc, "query", 1, 1) + " " + label(doc, "query", 1, 2) +
-             "', ends in <pad> keys that key_padding_mask hides. What weight does query '" + q0 +
-             "' give a <pad> key?";
+             "', ends in <pad> keys that key_padding_mask hides. What weight does query '" + q0 + "' give a <pad> key?";
     Q.answer = "0";
     Q.number = 0;
     Q.tolerance = 0;
-    Q.why = "Their scores become -inf and exp(-inf) = 0: row '" + q0 + "' of head 0 is [" + row + "], " +
-            num(pads) + " on the <pad> keys.";
+    Q.why = "Their scores become -inf and exp(-inf) = 0: row '" + q0 + "' of head 0 is [" + row + "], " + num(pads) +
+            " on the <pad> keys.";
     return Q;
 }
 
@@ -227,7 +226,9 @@ std::vector<Step> keys_lesson(Places& p) {
 // ---- scaling and Dk ---------------------------------------------------------------------
 
 // The largest weight of query q in head 0, from a run.
-double row_max(const nlohmann::json& doc, std::size_t q) { return at(doc, "weights", 0, 0, q, argmax_row(doc, 0, 0, q)); }
+double row_max(const nlohmann::json& doc, std::size_t q) {
+    return at(doc, "weights", 0, 0, q, argmax_row(doc, 0, 0, q));
+}
 
 Question unscaled_max(const std::string& S, std::size_t q) {
     const nlohmann::json a = run_json({S, "--heads", "2", "--stages", "weights"});
@@ -266,8 +267,8 @@ Question spread_growth(const std::string& small, const std::string& big) {
     Question Q;
     Q.id = "spread-growth";
     Q.text = "Dk grows " + str(db / da) + " times, from " + str(da) + " to " + str(db) +
-             ". Without the scale, does the standard deviation of the scores grow about " +
-             str(std::size_t(root)) + " or about " + str(db / da) + " times?";
+             ". Without the scale, does the standard deviation of the scores grow about " + str(std::size_t(root)) +
+             " or about " + str(db / da) + " times?";
     Q.answer = by_root ? str(std::size_t(root)) : str(db / da);
     Q.number = by_root ? std::floor(root) : whole;
     Q.tolerance = 0;
@@ -295,8 +296,7 @@ Question one_hot_rows(const std::string& big, bool scaled) {
     Q.answer = str(n);
     Q.number = double(n);
     Q.tolerance = 0;
-    Q.why = "The largest weight of each row " + std::string(scaled ? "with" : "without") + " the scale: " + maxes +
-            ".";
+    Q.why = "The largest weight of each row " + std::string(scaled ? "with" : "without") + " the scale: " + maxes + ".";
     return Q;
 }
 
@@ -499,8 +499,8 @@ Question zeroed_value(const Args& args, std::size_t J, std::size_t q) {
     const double w = at(doc, "weights", 0, 0, q, J);
     return yes_no("zeroed-key-value",
                   "After --zero-key " + str(J) + " (key '" + label(doc, "key", 0, J) + "' set to 0), is value '" +
-                      label(doc, "key", 0, J) + "' still added into the output of query '" +
-                      label(doc, "query", 0, q) + "' (yes or no)?",
+                      label(doc, "key", 0, J) + "' still added into the output of query '" + label(doc, "query", 0, q) +
+                      "' (yes or no)?",
                   w > 0,
                   "Its weight is still " + num(w) + " (head 0), so " + num(w) + " · v_" + str(J) +
                       " is added: zeroing the key changed the weight, not the value that is added.");
@@ -546,13 +546,13 @@ Question heads_agree(const Args& args, std::size_t q) {
     const nlohmann::json doc = run_json(args);
     const std::size_t a = argmax_row(doc, 0, 0, q), b = argmax_row(doc, 0, 1, q);
     const auto key = [&](std::size_t j) { return str(j) + " '" + label(doc, "key", 0, j) + "'"; };
-    return yes_no("heads-agree",
-                  "Do heads 0 and 1 make query '" + label(doc, "query", 0, q) +
-                      "' weight the same key most (yes or no)?",
-                  label(doc, "key", 0, a) == label(doc, "key", 0, b),
-                  "Head 0: key " + key(a) + " (" + num(at(doc, "weights", 0, 0, q, a)) + "); head 1: key " + key(b) +
-                      " (" + num(at(doc, "weights", 0, 1, q, b)) + "). Each head has its own W_Q and W_K slices, " +
-                      "so it can match on different features.");
+    return yes_no(
+        "heads-agree",
+        "Do heads 0 and 1 make query '" + label(doc, "query", 0, q) + "' weight the same key most (yes or no)?",
+        label(doc, "key", 0, a) == label(doc, "key", 0, b),
+        "Head 0: key " + key(a) + " (" + num(at(doc, "weights", 0, 0, q, a)) + "); head 1: key " + key(b) + " (" +
+            num(at(doc, "weights", 0, 1, q, b)) + "). Each head has its own W_Q and W_K slices, " +
+            "so it can match on different features.");
 }
 
 Question concat_width(const Args& args) {
@@ -565,8 +565,8 @@ Question concat_width(const Args& args) {
     Q.answer = str(H * Dv);
     Q.number = double(H * Dv);
     Q.tolerance = 0;
-    Q.why = "H · Dv = " + str(H) + " · " + str(Dv) + " = " + str(H * Dv) + "; W_O maps them back to Dout = " +
-            str(dim(doc, "Dout")) + ".";
+    Q.why = "H · Dv = " + str(H) + " · " + str(Dv) + " = " + str(H * Dv) +
+            "; W_O maps them back to Dout = " + str(dim(doc, "Dout")) + ".";
     return Q;
 }
 

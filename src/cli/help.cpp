@@ -446,8 +446,10 @@ std::vector<Example> examples_of(const std::string& command) {
                 {"make -o cross.json --tokens \"le chat\" --memory-tokens \"the cat\" --pad 2",
                  "cross-attention with two padded keys, as JSON"}};
     if (command == "lesson")
-        return {{"lesson keys", "a paced lesson on keys, with questions"},
-                {"lesson keys --quiz", "only the questions, and a score"}};
+        return {{"lesson", "the topics"},
+                {"lesson keys", "a paced lesson on keys, with questions"},
+                {"lesson masks --quiz", "only the questions, and a score"},
+                {"lesson scaling --json", "the questions and answers, for a grader"}};
     if (command == "tokens")
         return {{"tokens --model gpt2/ --text \"The cat sat on the mat\"",
                  "ids, pieces and byte offsets, as the model's own tokenizer.json gives them"},

@@ -651,6 +651,16 @@ class LessonTmux(common.CliTestCase):
         self.wait_for("READY$", after=1)
 
 
+    def test_ctrl_c_removes_the_scratch_folder(self):
+        scratch = self.path("scratch")
+        scratch.mkdir()
+        self.start(80, 24, f"env TMPDIR='{scratch}' '{BIN}' lesson scaling")
+        self.wait_for("Predict:")
+        self.assertEqual(len(list(scratch.iterdir())), 1)  # the lesson's folder, its two bundles made
+        self.keys("C-c")
+        self.wait_for("READY$", after=1)
+        self.assertEqual(list(scratch.iterdir()), [])
+
     def test_a_second_topic_s_quiz_with_a_wrong_answer(self):
         want = masks_answers()
         self.start(80, 24, "lesson masks --quiz")

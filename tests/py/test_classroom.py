@@ -678,8 +678,9 @@ class LessonTmux(common.CliTestCase):
 
     def test_the_paused_demo(self):
         """scripts/demo waits for Enter on a terminal; Ctrl-C mid-way leaves the terminal and the
-        tree as they were, and no attnscope behind."""
-        before = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True,
+        tree as they were (the folders it reads; other tests may write scratch files beside
+        them), and no attnscope behind."""
+        before = subprocess.run(["git", "status", "--porcelain", "--ignored", "--", "data", "scripts", "docs", "src"], cwd=ROOT, capture_output=True,
                                 text=True).stdout
         self.start(80, 24, f"env ATTNSCOPE_BIN='{BIN}' NO_COLOR=1 bash scripts/demo", end="DEMO-END")
         screen = self.wait_for("[Enter: next step")
@@ -699,7 +700,7 @@ class LessonTmux(common.CliTestCase):
         screen = self.wait_for("LEFT-0")
         self.assertIn("icanon", screen)
         self.assertIn("\necho\n", screen)
-        after = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True,
+        after = subprocess.run(["git", "status", "--porcelain", "--ignored", "--", "data", "scripts", "docs", "src"], cwd=ROOT, capture_output=True,
                                text=True).stdout
         self.assertEqual(after, before)
 

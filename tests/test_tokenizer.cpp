@@ -308,6 +308,18 @@ TEST_CASE("tokenize: decoders (decoders/*.rs tests)") {
           V{" Hey", " friend!"});
     CHECK(decoded(R"({"type": "Replace", "pattern": {"String": "_"}, "content": " "})", {"Hello", "_Hello"}) ==
           "Hello Hello");
+    // a token with a character outside GPT-2's table keeps its own bytes, between two that are in it
+    CHECK(decoded(R"({"type": "ByteLevel"})", {"Hello", "Ġ\u2603", "Ġx"}) == "HelloĠ\u2603 x");
+}
+
+TEST_CASE("tokenize: clean_up_tokenization as transformers' (str.replace, pattern after pattern)") {
+    // Python's str.replace of each pair in turn, as transformers' clean_up_tokenization
+    CHECK(clean_up_tokenization("a . b , c ' d do n't it 's we 're  . .") == "a. b, c'd don't it's we're ..");
+    CHECK(clean_up_tokenization(" ' ' ' ") == "'''");
+    // many matches: one pass each, not a move of the rest of the text per match
+    std::string many, expected;
+    for (int i = 0; i < 200000; ++i) many += "x .", expected += "x.";
+    CHECK(clean_up_tokenization(many) == expected);
 }
 
 TEST_CASE("tokenize: ByteLevel post-processor trims offsets (processors/byte_level.rs processor_trims_offsets)") {
@@ -421,6 +433,16 @@ TEST_CASE("tokenize: what cannot be followed, or lies, is refused in one line") 
     CHECK(refusal("{\"model\": 3}").find("model: expected an object") != std::string::npos);
     CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 3000000000}, "merges": []}})").find("2^31") !=
           std::string::npos);
+    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})")
+              .find("model.vocab[\"a\"]: expected a non-negative integer, found the integer -1") != std::string::npos);
+    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 70000000}, "merges": []}})")
+              .find("model.vocab[\"a\"]: the id 70000000 is past the largest id") != std::string::npos);
+    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b", ["a", 1]]}})")
+              .find("model.merges[1][1]: expected a string, found the integer 1") != std::string::npos);
+    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a  a"]}})")
+              .find("model.merges[0]: expected two tokens separated by one space") != std::string::npos);
+    CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a"]]}})")
+              .find("model.merges[0]: expected \"a b\" or [\"a\", \"b\"], found an array") != std::string::npos);
 }
 
 TEST_CASE("tokenize: a pattern that backtracks without bound is stopped by the match limit") {

@@ -32,6 +32,27 @@ struct TokensArgs {
     CLI::Option *text_opt = nullptr, *file_opt = nullptr, *jsonl_opt = nullptr, *decode_opt = nullptr;
 };
 
+// Each id's piece as a JSON string, written once per id by a JsonWriter: a 1 MB text has
+// ~340k tokens but a few thousand distinct ids, and escaping is most of a token's cost.
+class PieceJson {
+   public:
+    explicit PieceJson(std::size_t ids) : piece_(ids), json_(ids) {}
+    const std::string& of(std::uint32_t id, const std::string& piece) {
+        if (id >= piece_.size()) return render(scratch_, piece);
+        if (json_[id].empty() || piece_[id] != piece) piece_[id] = piece, render(json_[id], piece);
+        return json_[id];
+    }
+
+   private:
+    static const std::string& render(std::string& json, const std::string& piece) {
+        json.clear();
+        JsonWriter(json).value(piece);
+        return json;
+    }
+    std::vector<std::string> piece_, json_;  // by id: the piece last rendered, its JSON
+    std::string scratch_;
+};
+
 // One document (attnscope.tokens/1) on one line: the ids, each token's piece and bytes, the
 // decoded text. Written into a string handed to `out` a megabyte at a time: a 1 MB text
 // has ~340k tokens, and a stream call per value would cost more than tokenizing them.
@@ -45,8 +66,9 @@ void write_encoding(std::ostream& out, const Tokenizer& t, const Encoding& e, co
     JsonWriter w(text);
     w.begin_object().key("schema").value(kSchema).key("model").value(model).key("ids").list(e.ids);
     w.key("tokens").begin_array();
+    PieceJson pieces(t.vocab_size());
     for (std::size_t i = 0; i < e.size(); ++i) {
-        w.begin_object().key("id").value(e.ids[i]).key("piece").value(e.pieces[i]);
+        w.begin_object().key("id").value(e.ids[i]).key("piece").raw(pieces.of(e.ids[i], e.pieces[i]));
         if (const auto& at = e.offsets[i])  // null for an added special token
             w.key("start").value(at->start).key("end").value(at->end);
         else

@@ -20,19 +20,23 @@ Vocab read_vocab(const Node& n, Budget& budget) {
     n.expect_object();
     Vocab v;
     v.ids.reserve(n.size());
-    for (const auto& [token, value] : n.json().items()) {
-        const Node node(value, n.path() + "[\"" + clip_fragment(token, 40) + "\"]", n.file());
-        const std::uint32_t id = node.id();
+    for (auto it = n.json().begin(); it != n.json().end(); ++it) {
+        const std::string& token = it.key();
+        // The node (and its path for messages) is made only for an id that is not plain.
+        const auto node = [&] { return Node(*it, n.path() + "[\"" + clip_fragment(token, 40) + "\"]", n.file()); };
+        const std::uint32_t id = it->is_number_unsigned() && it->get<std::uint64_t>() < kMaxVocab
+                                     ? std::uint32_t(it->get<std::uint64_t>())
+                                     : node().id();
         budget.add(2 * token.size() + 96);
         if (id >= kMaxVocab)
-            node.fail("the id " + std::to_string(id) + " is past the largest id attnscope takes (2^26 - 1)");
+            node().fail("the id " + std::to_string(id) + " is past the largest id attnscope takes (2^26 - 1)");
         if (id >= v.tokens.size()) {
             budget.add((std::size_t(id) + 1 - v.tokens.size()) * sizeof(std::string));
             v.tokens.resize(std::size_t(id) + 1), v.present.resize(std::size_t(id) + 1);
         }
         if (v.present[id])
-            node.fail("the id " + std::to_string(id) + " is given to two tokens (\"" +
-                      escape_control(clip_fragment(v.tokens[id], 40)) + "\" too)");
+            node().fail("the id " + std::to_string(id) + " is given to two tokens (\"" +
+                        escape_control(clip_fragment(v.tokens[id], 40)) + "\" too)");
         v.present[id] = true;
         v.tokens[id] = token;
         v.ids.emplace(token, id);
@@ -134,28 +138,33 @@ void Bpe::read_merges(const Node& merges, Budget& budget) {
     merges.expect_array();
     budget.add(merges.size() * 64);
     merges_.reserve(merges.size());
+    std::string joined;  // reused: no allocation per merge
     for (std::size_t i = 0; i < merges.size(); ++i) {
-        const Node m = merges.at(i);
-        std::string a, b;
-        if (m.json().is_string()) {
-            const std::string line = m.str();
+        const nlohmann::json& j = merges.json()[i];
+        // The node (and its path for messages) is made only to refuse the merge.
+        const auto m = [&] { return merges.at(i); };
+        std::string_view a, b;
+        if (j.is_string()) {
+            const std::string& line = j.get_ref<const std::string&>();
             const auto space = line.find(' ');
             if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-                m.fail("expected two tokens separated by one space");
-            a = line.substr(0, space), b = line.substr(space + 1);
+                m().fail("expected two tokens separated by one space");
+            a = std::string_view(line).substr(0, space), b = std::string_view(line).substr(space + 1);
         } else {
-            if (!m.json().is_array() || m.size() != 2)
-                m.fail("expected \"a b\" or [\"a\", \"b\"], found " + json_kind(m.json()));
-            a = m.at(0).str(), b = m.at(1).str();
+            if (!j.is_array() || j.size() != 2) m().fail("expected \"a b\" or [\"a\", \"b\"], found " + json_kind(j));
+            for (std::size_t k = 0; k < 2; ++k)
+                if (!j[k].is_string()) m().at(k).str();  // refuses it
+            a = j[0].get_ref<const std::string&>(), b = j[1].get_ref<const std::string&>();
         }
         const auto ia = vocab_.id(a), ib = vocab_.id(b);
-        if (!ia) m.fail("the token \"" + escape_control(clip_fragment(a, 40)) + "\" is not in the vocabulary");
-        if (!ib) m.fail("the token \"" + escape_control(clip_fragment(b, 40)) + "\" is not in the vocabulary");
-        if (b.compare(0, prefix_.size(), prefix_) != 0) m.fail("the second token lacks the continuing_subword_prefix");
-        const std::string joined = a + b.substr(prefix_.size());
+        if (!ia) m().fail("the token \"" + escape_control(clip_fragment(a, 40)) + "\" is not in the vocabulary");
+        if (!ib) m().fail("the token \"" + escape_control(clip_fragment(b, 40)) + "\" is not in the vocabulary");
+        if (b.compare(0, prefix_.size(), prefix_) != 0)
+            m().fail("the second token lacks the continuing_subword_prefix");
+        joined.assign(a).append(b.substr(prefix_.size()));
         const auto ij = vocab_.id(joined);
         if (!ij)
-            m.fail("the merged token \"" + escape_control(clip_fragment(joined, 40)) + "\" is not in the vocabulary");
+            m().fail("the merged token \"" + escape_control(clip_fragment(joined, 40)) + "\" is not in the vocabulary");
         merges_.set(pair_key(*ia, *ib), {std::uint32_t(i), *ij});
     }
 }

@@ -14,16 +14,21 @@ using Tokens = std::vector<std::string>;
 // Every token's characters back to GPT-2's bytes (a token with a character outside the
 // table stays as its own bytes), all joined into one string, ill-formed UTF-8 replaced.
 void byte_level(Tokens& tokens) {
+    std::size_t total = 0;
+    for (const std::string& t : tokens) total += t.size();
     std::string bytes;
+    bytes.reserve(total);
     for (const std::string& t : tokens) {
-        std::string mine;
-        bool all = true;
-        for (std::size_t k = 0, n = 0; k < t.size() && all; k += n) {
+        const std::size_t mark = bytes.size();
+        for (std::size_t k = 0, n = 0; k < t.size(); k += n) {
             const int b = char_byte(decode_at(t, k, n));
-            all = b >= 0;
-            mine += char(b);
+            if (b < 0) {  // not the table's: the token's own bytes
+                bytes.resize(mark);
+                bytes += t;
+                break;
+            }
+            bytes += char(b);
         }
-        bytes += all ? mine : t;
     }
     tokens.assign(1, utf8_lossy(bytes));
 }
@@ -65,11 +70,20 @@ void fuse(Tokens& tokens) {
     tokens.assign(1, all);
 }
 
+// Left to right, matches not overlapping; built anew, so that a text with many matches
+// costs one pass (a replace in place moves the rest of the text each time).
 std::string replace_all(std::string s, std::string_view from, std::string_view to) {
-    if (from.empty()) return s;
-    for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
-        s.replace(at, from.size(), to);
-    return s;
+    std::size_t at = from.empty() ? std::string::npos : s.find(from);
+    if (at == std::string::npos) return s;
+    std::string out;
+    out.reserve(s.size());
+    std::size_t done = 0;
+    for (; at != std::string::npos; at = s.find(from, done)) {
+        out.append(s, done, at - done).append(to);
+        done = at + from.size();
+    }
+    out.append(s, done, std::string::npos);
+    return out;
 }
 
 Decoder wordpiece(const Node& n) {

@@ -101,8 +101,11 @@ void encode_text(const Pipeline& p, Text text, std::vector<Token>& out) {
 }
 
 std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+    std::size_t size = 0;
+    for (const std::string& part : parts) size += part.size() + sep.size();
     std::string out;
-    for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+    out.reserve(size);
+    for (std::size_t i = 0; i < parts.size(); ++i) (i ? out.append(sep) : out).append(parts[i]);
     return out;
 }
 
@@ -209,6 +212,7 @@ Encoding Tokenizer::encode(std::string_view text, bool add_special) const {
     need.add(text.size() * tok::kEncodeBytesPerByte);
     // 1) added tokens with "normalized": false, on the raw text; 2) the rest, piece by piece
     std::vector<tok::Token> tokens;
+    tokens.reserve(text.size() / 2 + 4);  // address space only: English has ~4 bytes a token
     for (auto& [part, index] : p.added.split(tok::text_of(text), false)) {
         if (index < 0) {
             tok::encode_text(p, std::move(part), tokens);
@@ -241,14 +245,18 @@ std::optional<std::string> Tokenizer::piece(std::uint32_t id) const {
 
 std::string Tokenizer::decode(const std::vector<std::uint32_t>& ids, bool skip_special) const {
     std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
     for (std::uint32_t id : ids) {
-        const auto it = p_->added_by_id.find(id);
-        if (it != p_->added_by_id.end() && skip_special && p_->added.tokens()[it->second].special) continue;
-        auto s = piece(id);
+        const std::string* s = p_->model->token(id);
+        if (const auto it = p_->added_by_id.find(id); it != p_->added_by_id.end()) {
+            const tok::AddedToken& a = p_->added.tokens()[it->second];
+            if (skip_special && a.special) continue;
+            s = &a.content;
+        }
         if (!s)
             throw InputError(escape_control(p_->source) + ": the id " + std::to_string(id) +
                              " is not in the vocabulary (ids 0.." + std::to_string(vocab_size() - 1) + ")");
-        tokens.push_back(std::move(*s));
+        tokens.push_back(*s);
     }
     if (p_->has_decoder) p_->decoder(tokens);
     const std::string text = tok::join(tokens, p_->has_decoder ? "" : " ");

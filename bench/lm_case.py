@@ -17,7 +17,6 @@ weights + the kept stages + 100 MiB.
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 

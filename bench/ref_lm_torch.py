@@ -25,6 +25,7 @@ import json
 import math
 import os
 import struct
+import sys
 import time
 
 import numpy as np
@@ -136,7 +137,7 @@ def main():
                 os.makedirs(d, exist_ok=True)
                 np.save(os.path.join(d, "weights.npy"), probs.numpy())  # (H, T, T), as attnscope dumps one batch item
     t2 = time.perf_counter()
-    print(f"timings: load={t1 - t0:.6f} compute={t2 - t1:.6f} output=0", file=os.sys.stderr)
+    print(f"timings: load={t1 - t0:.6f} compute={t2 - t1:.6f} output=0", file=sys.stderr)
 
 
 if __name__ == "__main__":

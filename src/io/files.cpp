@@ -72,7 +72,7 @@ FileBytes map_listed(int fd, std::size_t size, const std::string& path, bool pop
         if (slot) slot->begin.store(0, std::memory_order_release);
         ::munmap(const_cast<void*>(q), size);
     });
-    return {std::string_view(static_cast<const char*>(p), size), std::move(keep)};
+    return {std::string_view(static_cast<const char*>(p), size), std::move(keep), true};
 }
 
 extern "C" void on_sigbus(int, siginfo_t* info, void*) {
@@ -190,6 +190,15 @@ FileBytes map_file_lazily(const std::string& path, std::size_t max_bytes, bool r
     if (regular && st.st_size > 0)
         if (FileBytes f = map_listed(fd, std::size_t(st.st_size), path, false); f.keep) return f;
     return map_file(path, max_bytes);
+}
+
+void drop_mapped_pages(std::string_view bytes) {
+    static const auto page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<std::uintptr_t>(bytes.data()) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size()) / page * page;
+    // MADV_DONTNEED on a private mapping never written (PROT_READ) only unmaps the pages:
+    // a later touch faults the file's page back in. A failure only leaves them resident.
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 void exit_on_changed_mappings() {

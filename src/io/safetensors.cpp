@@ -494,10 +494,11 @@ std::vector<std::size_t> check_coverage(const std::vector<Entry>& entries, std::
 
 class SafetensorsFile : public TensorSource {
    public:
-    // `bytes`: the whole file; `keep` holds them (may be empty: then reads copy).
+    // `bytes`: the whole file; `keep` holds them (may be empty: then reads copy). `mapped`:
+    // they are a read-only mapping of the file, whose pages a read gives back once done.
     SafetensorsFile(std::string_view bytes, const std::string& source, std::size_t max_bytes,
-                    std::shared_ptr<const void> keep)
-        : src_(shown_path(source)), keep_(std::move(keep)) {
+                    std::shared_ptr<const void> keep, bool mapped = false)
+        : src_(shown_path(source)), keep_(std::move(keep)), mapped_(mapped && keep_) {
         // 1. The header length: 8 bytes, little-endian, at most 100 MB, within the file.
         if (bytes.size() < 8)
             throw InputError(src_ + ": not a .safetensors file: " + std::to_string(bytes.size()) +
@@ -588,7 +589,7 @@ class SafetensorsFile : public TensorSource {
             a.held = d.kind == Kind::f32 ? Array::Held::float32 : Array::Held::float64;
             if (keep_) {
                 a.stored = bytes;
-                a.keep = keep_;
+                a.keep = mapped_ ? pages_given_back(bytes) : keep_;
             } else {
                 auto copy = std::make_shared<const std::string>(bytes);
                 a.stored = *copy;
@@ -598,12 +599,21 @@ class SafetensorsFile : public TensorSource {
         }
         a.values.resize(count);
         widen(bytes.data(), d.kind, count, a.values.data());
+        if (mapped_) drop_mapped_pages(bytes);  // converted: the file's pages are no longer needed
         return a;
+    }
+
+    // keep_, for an array read in place from the mapping: once its last copy is gone, the
+    // tensor's pages leave the process's memory (a forward pass holds one layer's at a time).
+    std::shared_ptr<const void> pages_given_back(std::string_view bytes) const {
+        return std::shared_ptr<const void>(keep_.get(),
+                                           [keep = keep_, bytes](const void*) { drop_mapped_pages(bytes); });
     }
 
     std::string src_;  // the file, as shown in messages
     std::string_view data_;
     std::shared_ptr<const void> keep_;
+    bool mapped_ = false;
     std::vector<TensorInfo> infos_;
     std::vector<Where> where_;
     std::unordered_map<std::string, std::size_t> index_;
@@ -613,7 +623,7 @@ class SafetensorsFile : public TensorSource {
 // (`regular_only`) must be a regular file: a FIFO would block, a device never end.
 std::unique_ptr<SafetensorsFile> open_file(const std::string& path, std::size_t max_bytes, bool regular_only) {
     FileBytes f = map_file_lazily(path, max_bytes, regular_only);
-    return std::make_unique<SafetensorsFile>(f.bytes, path, max_bytes, std::move(f.keep));
+    return std::make_unique<SafetensorsFile>(f.bytes, path, max_bytes, std::move(f.keep), f.mapped);
 }
 
 // ---- sharded checkpoints -----------------------------------------------------------------

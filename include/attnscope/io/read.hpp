@@ -64,6 +64,7 @@ std::uint32_t crc32_bytes(std::uint32_t crc, const unsigned char* p, std::size_t
 struct FileBytes {
     std::string_view bytes;
     std::shared_ptr<const void> keep;
+    bool mapped = false;  // `bytes` are a read-only mapping of the file (see drop_mapped_pages)
 };
 FileBytes map_file(const std::string& path, std::size_t max_bytes = kNoLimit);
 
@@ -74,6 +75,13 @@ FileBytes map_file(const std::string& path, std::size_t max_bytes = kNoLimit);
 // `regular_only` (a shard named by an index), anything but a regular file is refused,
 // without blocking on a FIFO.
 FileBytes map_file_lazily(const std::string& path, std::size_t max_bytes = kNoLimit, bool regular_only = false);
+
+// Gives back the resident pages that lie wholly inside `bytes`, part of a read-only file
+// mapping (FileBytes::mapped): they leave the process's memory (its RSS) and are read
+// again from the page cache if touched, with the same contents. A checkpoint reader calls
+// it once a tensor's bytes are converted or no longer referenced, so that a forward pass
+// over many layers holds one layer's pages at a time.
+void drop_mapped_pages(std::string_view bytes);
 
 // From now on, a mapped file found truncated while it is read (SIGBUS) ends the process
 // with exit code 2 and one line on standard error naming the file ("attnscope: error:

@@ -104,6 +104,7 @@ std::string metavar(const CLI::Option* o) {
                                                               {"threads", "N"},
                                                               {"max-memory", "SIZE"},
                                                               {"compare", "'OPTIONS'"},
+                                                              {"sweep", "NAME=V,V..."},
                                                               {"window", "W"},
                                                               {"softcap", "C"},
                                                               {"rope-base", "BASE"},

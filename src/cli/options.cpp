@@ -313,6 +313,11 @@ void ExperimentOptions::add(CLI::App& cmd) {
                    "Compare with run B: these options added to this run's (one given again replaces its value), "
                    "e.g. --compare '--scale none'")
         ->group(kExperiments);
+    cmd.add_option("--sweep", sweep,
+                   "One run per value, a table of score spread, entropy, nearly uniform and one-hot rows: "
+                   "dk=4,16,64 (random W_Q, W_K of that width, with and without 1/sqrt(dk)), scale=... or "
+                   "temperature=...")
+        ->group(kExperiments);
 }
 
 void LimitOptions::add(CLI::App& cmd, const Words& words) {

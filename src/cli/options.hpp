@@ -143,6 +143,7 @@ struct ExperimentOptions {
     std::optional<std::size_t> zero_key;
     bool ignore_padding = false;
     std::string compare;  // options of a second run to compare with (compare.cpp)
+    std::string sweep;    // NAME=V1,V2,...: one run per value, a table (sweep.cpp)
     void add(CLI::App& cmd);
 };
 

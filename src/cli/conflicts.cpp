@@ -44,6 +44,11 @@ bool sweep_sets_scale(const O& o) {
     return !o.sweep.empty() && (over == "dk" || over == "scale" || over == "temperature");
 }
 
+// --why shows one row's arithmetic; the whole run's outputs and views are another command.
+std::string one_row(const char* flag) {
+    return std::string("shows one row's arithmetic; ") + flag + " belongs to the whole run (run it without --why)";
+}
+
 // --json replaces the printed report: its views are refused, never dropped in silence.
 const char* const kTextView =
     "a view of the printed report, which --json replaces; run it without --json (the JSON holds every number it "
@@ -163,6 +168,20 @@ const std::vector<Conflict>& conflicts() {
          "{}= sets the scale of each run; --temperature contradicts it (give one of them)", sweep_over},
         {Scope::run, [](const O& o) { return sweep_over(o) == "dk" && !o.sweep.empty() && !o.qkv.empty(); }, "--sweep",
          "dk= draws W_Q and W_K for x; --qkv gives Q and K themselves (sweep scale= or temperature=)"},
+
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.sweep.empty(); }, "--why", one_row("--sweep")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.compare.empty(); }, "--why", one_row("--compare")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.every_layer; }, "--why", one_row("--layer all")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.dump.empty(); }, "--why", one_row("--dump")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.html.empty(); }, "--why", one_row("--html")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.svg.empty(); }, "--why", one_row("--svg")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.heatmap; }, "--why", one_row("--heatmap")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.panels; }, "--why", one_row("--panels")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.diagnose; }, "--why", one_row("--diagnose")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.cell.empty(); }, "--why", one_row("--cell")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.stages.empty(); }, "--why", one_row("--stages")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.summary; }, "--why", one_row("--summary")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.jsonl.empty(); }, "--why", one_row("--jsonl")},
 
         {Scope::decode, [](const O& o) { return o.given.count("--causal") && !o.causal; }, "--no-causal",
          "decode is causal by construction (a step sees only the cache: its own position and those before)"},

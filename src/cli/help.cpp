@@ -92,6 +92,7 @@ std::string metavar(const CLI::Option* o) {
                                                               {"temperature", "T"},
                                                               {"zero-key", "J"},
                                                               {"cell", "B,H,I,J"},
+                                                              {"why", "B,H,I"},
                                                               {"batch", "B[,B...]"},
                                                               {"head", "H[,H...]"},
                                                               {"stages", "LIST"},

@@ -274,6 +274,13 @@ void ViewOptions::add(CLI::App& cmd) {
         ->expected(3, 4)
         ->check(index_check())
         ->group(kViews);
+    cmd.add_option("--why", why,
+                   "Why query I's top key wins: against the runner-up, q_d*k_d per feature d, sorted by its share "
+                   "of the score gap: B,H,I (H,I for a 2-D x)")
+        ->delimiter(',')
+        ->expected(2, 3)
+        ->check(index_check())
+        ->group(kViews);
     cmd.add_flag("--heatmap", heatmap, "Draw scores, mask, masked_scores and weights as heatmaps")->group(kViews);
     cmd.add_flag("--panels", panels, "Per head: scores | masked_scores | weights side by side, as heatmaps")
         ->group(kViews);

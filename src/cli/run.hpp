@@ -39,4 +39,7 @@ int run_compare(const RunOptions& a);
 // cannot read is refused (UsageError) before any work.
 int run_sweep(const RunOptions& o);
 
+// `run --why B,H,I` (why.cpp): the winning key of one row against the runner-up, per feature.
+int run_why(const RunOptions& o);
+
 }  // namespace attnscope::cli

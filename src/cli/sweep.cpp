@@ -2,6 +2,8 @@
 // the scale or the temperature, and one table of what the weight rows do (analysis/sweep.hpp).
 // d_k is varied by drawing W_Q and W_K of that width with make's generator (splitmix64,
 // seed kSweepSeed), x and every other input as given, so that the sweep is reproducible.
+#include "attnscope/analysis/sweep.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -9,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "attnscope/analysis/sweep.hpp"
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/attention.hpp"
@@ -74,8 +75,8 @@ SweepPlan parse_sweep(const std::string& text) {
         item.clear();
     }
     if (p.values.size() > kMaxSweepValues)
-        bad_sweep(text, "at most " + std::to_string(kMaxSweepValues) + " values, found " +
-                            std::to_string(p.values.size()));
+        bad_sweep(text,
+                  "at most " + std::to_string(kMaxSweepValues) + " values, found " + std::to_string(p.values.size()));
     return p;
 }
 
@@ -179,7 +180,8 @@ int run_sweep(const RunOptions& o) {
     Sweep s;
     s.over = plan.over, s.source = bundle.source, s.seed = kSweepSeed;
     Dims dims;
-    for (std::size_t k = 0; k < plan.values.size(); ++k) s.rows.push_back(sweep_row(o, bundle, spec, plan, k, limit, dims));
+    for (std::size_t k = 0; k < plan.values.size(); ++k)
+        s.rows.push_back(sweep_row(o, bundle, spec, plan, k, limit, dims));
     s.B = dims.B, s.H = dims.H, s.Tq = dims.Tq, s.Tk = dims.Tk;
     if (!o.html.empty()) {
         AtomicTextFile f(o.html, o.force);

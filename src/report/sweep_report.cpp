@@ -39,7 +39,8 @@ void legend(std::ostream& out, const Sweep& s) {
             << s.seed << ", number / sqrt(rows)); x and the rest as given\n";
     out << "  spread   max - min of a row's visible scores (scale included), mean\n"
            "  entropy  mean of -sum w ln w over a row (nats; equal weights: ln "
-        << s.Tk << " = " << format("%.4f", std::log(double(std::max<std::size_t>(s.Tk, 1)))) << ")\n"
+        << s.Tk << " = " << format("%.4f", std::log(double(std::max<std::size_t>(s.Tk, 1))))
+        << ")\n"
            "  uniform  rows (2+ keys) with exp(entropy) >= "
         << format("%g", kUniformFraction) << " x visible keys, as --diagnose\n"
         << "  one-hot  rows (2+ keys) whose largest weight >= " << format("%g", kOneHotWeight) << "\n\n";
@@ -52,7 +53,9 @@ void write_sweep_text(std::ostream& out, const Sweep& s) {
     const bool dk = s.over == "dk";
     const std::string head = "  spread  entropy  uniform  one-hot";
     if (dk)
-        out << "        " << "  ------- scale 1/sqrt(d_k) -------" << "  ----------- scale 1 -------------\n"
+        out << "        "
+            << "  ------- scale 1/sqrt(d_k) -------"
+            << "  ----------- scale 1 -------------\n"
             << right(value_name(s), 8) << head << head << '\n';
     else
         out << right(value_name(s), 12) << right("scale", 10) << head << '\n';

@@ -198,5 +198,100 @@ class Sweep(common.CliTestCase):
                           "--sweep: dk= draws W_Q and W_K for x; --qkv")
 
 
+
+def why_reference(x, WQ, WK, heads, h, i, causal=False):
+    """Vaswani et al.: scores = Q Kᵀ / sqrt(d_k) per head; the winner and runner-up of row i of
+    head h by weight; per feature d, q_d·k_d / sqrt(d_k) of both, sorted by their difference."""
+    T = x.shape[0]
+    dk = WQ.shape[1] // heads
+    Q = (x @ WQ).reshape(T, heads, dk)[:, h]
+    K = (x @ WK).reshape(T, heads, dk)[:, h]
+    s = Q @ K.T / math.sqrt(dk)
+    visible = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
+    m = np.where(visible, s, -np.inf)
+    w = np.exp(m - m.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    order = [j for j in np.argsort(-w[i], kind="stable") if visible[i, j]]
+    win, run = order[0], order[1]
+    win_d, run_d = Q[i] * K[win] / math.sqrt(dk), Q[i] * K[run] / math.sqrt(dk)
+    features = sorted(range(dk), key=lambda d: -(win_d[d] - run_d[d]))
+    return {"winner": win, "runner": run, "w": w[i], "s": s[i], "win_d": win_d, "run_d": run_d, "order": features,
+            "q": Q[i], "k_win": K[win], "k_run": K[run]}
+
+
+class Why(common.CliTestCase):
+    def bundle(self, name):
+        doc = json.loads(DATA.joinpath(name).read_text(encoding="utf-8"))
+        return (np.array(doc["x"], float), np.array(doc["W_Q"], float), np.array(doc["W_K"], float))
+
+    def check(self, args, want, batched=True):
+        r = run_text("run", *args, "--json")
+        self.assert_ok(r)
+        doc = json.loads(r.out)
+        self.assertEqual(doc["schema"], "attnscope.why/1")
+        self.assertEqual((doc["winner"]["key"], doc["runner_up"]["key"]), (want["winner"], want["runner"]))
+        self.assertAlmostEqual(doc["winner"]["weight"], want["w"][want["winner"]], delta=1e-12)
+        self.assertAlmostEqual(doc["runner_up"]["score"], want["s"][want["runner"]], delta=1e-12)
+        self.assertEqual([f["d"] for f in doc["features"]], want["order"])
+        for f in doc["features"]:
+            d = f["d"]
+            self.assertAlmostEqual(f["q"], want["q"][d], delta=1e-12)
+            self.assertAlmostEqual(f["k_runner_up"], want["k_run"][d], delta=1e-12)
+            self.assertAlmostEqual(f["winner"], want["win_d"][d], delta=1e-12)
+            self.assertAlmostEqual(f["difference"], want["win_d"][d] - want["run_d"][d], delta=1e-12)
+        self.assertAlmostEqual(sum(f["winner"] for f in doc["features"]), doc["winner"]["score"], delta=1e-12)
+        self.assertAlmostEqual(doc["gap"], want["s"][want["winner"]] - want["s"][want["runner"]], delta=1e-12)
+        r = run_text("run", *args)
+        self.assert_ok(r)
+        rows = [line.split() for line in r.out.splitlines() if re.fullmatch(r"\s+\d+(\s+\S+){6}", line)]
+        self.assertEqual([int(c[0]) for c in rows], want["order"])
+        for c in rows:
+            d = int(c[0])
+            got = [float(v) for v in c[1:]]
+            expected = [want["q"][d], want["k_win"][d], want["k_run"][d], want["win_d"][d], want["run_d"][d],
+                        want["win_d"][d] - want["run_d"][d]]
+            for g, e in zip(got, expected):
+                self.assertAlmostEqual(g, e, delta=1e-5 * max(1, abs(e)))
+        total = [line for line in r.out.splitlines() if line.startswith("  total")][0].split()[1:]
+        self.assertAlmostEqual(float(total[0]), want["s"][want["winner"]], delta=1e-5)
+        self.assertAlmostEqual(float(total[1]), want["s"][want["runner"]], delta=1e-5)
+        for line in r.out.splitlines():
+            self.assertLessEqual(len(line), 80, line)
+        return r.out
+
+    def test_every_row_of_a_two_head_bundle(self):
+        x, WQ, WK = self.bundle("sentence.json")
+        for h in range(2):
+            for i in range(x.shape[0]):
+                with self.subTest(h=h, i=i):
+                    self.check([DATA / "sentence.json", "--heads", "2", "--why", f"{h},{i}"],  # a 2-D x: H,I
+                               why_reference(x, WQ, WK, 2, h, i))
+
+    def test_a_causal_row_and_the_explanation(self):
+        x, WQ, WK = self.bundle("causal.json")
+        args = [DATA / "causal.json", "--causal", "--heads", "1"]
+        H, I = ("0", "3") if x.ndim == 2 else ("0,0", "3")
+        want = why_reference(x if x.ndim == 2 else x[0], WQ, WK, 1, 0, 3, causal=True)
+        self.check(args + ["--why", f"{H},{I}"], want)
+        r = run_text("run", *args, "--why", f"{H},{I}", "--explain")
+        self.assert_ok(r)
+        ratio = want["w"][want["winner"]] / want["w"][want["runner"]]
+        m = re.search(r"w_win / w_run =\s*(\S+)", r.out)
+        self.assertAlmostEqual(float(m.group(1).rstrip(",")), ratio, delta=1e-4 * ratio)
+        self.assertIn("exp(gap)", r.out)
+
+    def test_refusals(self):
+        s = [DATA / "sentence.json", "--heads", "2"]
+        self.assert_error(run_text("run", *s, "--why", "2,0"), "--why 0,2,0: expected batch < 1, head < 2")
+        self.assert_error(run_text("run", *s, "--why", "0,0,0"), "--why: expected H,I (x is 2-D), found 3 numbers")
+        self.assert_error(run_text("run", *s, "--why", "0,x"), "--why")
+        self.assert_error(run_text("run", *s, "--why", "0,1", "--heatmap"), "--heatmap belongs to the whole run")
+        self.assert_error(run_text("run", *s, "--why", "0,1", "--sweep", "dk=4"), "--why")
+        x, _, _ = self.bundle("causal.json")
+        row = "0,0" if x.ndim == 2 else "0,0,0"
+        self.assert_error(run_text("run", DATA / "causal.json", "--causal", "--why", row),
+                          "the row sees 1 key(s); a winner needs a runner-up")
+
+
 if __name__ == "__main__":
     common.main("test_sweep")

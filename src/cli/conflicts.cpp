@@ -29,6 +29,26 @@ std::string single_run(const char* flag) {
            " belongs to a single run (run it without --compare)";
 }
 
+// --sweep prints one table of a run per value; a single run's outputs and views have no
+// meaning there.
+std::string one_table(const char* flag) {
+    return std::string("prints one table of a run per value; ") + flag +
+           " belongs to a single run (run it without --sweep)";
+}
+
+std::string sweep_over(const O& o) { return o.sweep.substr(0, o.sweep.find('=')); }
+
+// --sweep NAME=... sets what NAME sets: the scale (dk: 1/sqrt(d_k) and 1) or the temperature.
+bool sweep_sets_scale(const O& o) {
+    const std::string over = sweep_over(o);
+    return !o.sweep.empty() && (over == "dk" || over == "scale" || over == "temperature");
+}
+
+// --why shows one row's arithmetic; the whole run's outputs and views are another command.
+std::string one_row(const char* flag) {
+    return std::string("shows one row's arithmetic; ") + flag + " belongs to the whole run (run it without --why)";
+}
+
 // --json replaces the printed report: its views are refused, never dropped in silence.
 const char* const kTextView =
     "a view of the printed report, which --json replaces; run it without --json (the JSON holds every number it "
@@ -125,6 +145,43 @@ const std::vector<Conflict>& conflicts() {
          single_run("--cell")},
         {Scope::run, [](const O& o) { return !o.compare.empty() && !o.stages.empty(); }, "--compare",
          single_run("--stages")},
+
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.compare.empty(); }, "--sweep",
+         one_table("--compare")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.every_layer; }, "--sweep", one_table("--layer all")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.dump.empty(); }, "--sweep", one_table("--dump")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.svg.empty(); }, "--sweep", one_table("--svg")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.heatmap; }, "--sweep", one_table("--heatmap")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.panels; }, "--sweep", one_table("--panels")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.explain; }, "--sweep", one_table("--explain")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.diagnose; }, "--sweep", one_table("--diagnose")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.cell.empty(); }, "--sweep", one_table("--cell")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.stages.empty(); }, "--sweep",
+         one_table("--stages")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.summary; }, "--sweep", one_table("--summary")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.jsonl.empty(); }, "--sweep", one_table("--jsonl")},
+        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.model_text.save_forward.empty(); }, "--sweep",
+         one_table("--save-forward")},
+        {Scope::run, [](const O& o) { return sweep_sets_scale(o) && !o.scale_text.empty(); }, "--sweep",
+         "{}= sets the scale of each run; --scale contradicts it (give one of them)", sweep_over},
+        {Scope::run, [](const O& o) { return sweep_sets_scale(o) && o.temperature != 1; }, "--sweep",
+         "{}= sets the scale of each run; --temperature contradicts it (give one of them)", sweep_over},
+        {Scope::run, [](const O& o) { return sweep_over(o) == "dk" && !o.sweep.empty() && !o.qkv.empty(); }, "--sweep",
+         "dk= draws W_Q and W_K for x; --qkv gives Q and K themselves (sweep scale= or temperature=)"},
+
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.sweep.empty(); }, "--why", one_row("--sweep")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.compare.empty(); }, "--why", one_row("--compare")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.every_layer; }, "--why", one_row("--layer all")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.dump.empty(); }, "--why", one_row("--dump")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.html.empty(); }, "--why", one_row("--html")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.svg.empty(); }, "--why", one_row("--svg")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.heatmap; }, "--why", one_row("--heatmap")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.panels; }, "--why", one_row("--panels")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.diagnose; }, "--why", one_row("--diagnose")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.cell.empty(); }, "--why", one_row("--cell")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.stages.empty(); }, "--why", one_row("--stages")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && o.summary; }, "--why", one_row("--summary")},
+        {Scope::run, [](const O& o) { return !o.why.empty() && !o.jsonl.empty(); }, "--why", one_row("--jsonl")},
 
         {Scope::decode, [](const O& o) { return o.given.count("--causal") && !o.causal; }, "--no-causal",
          "decode is causal by construction (a step sees only the cache: its own position and those before)"},

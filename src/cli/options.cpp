@@ -274,6 +274,13 @@ void ViewOptions::add(CLI::App& cmd) {
         ->expected(3, 4)
         ->check(index_check())
         ->group(kViews);
+    cmd.add_option("--why", why,
+                   "Why query I's top key wins: against the runner-up, q_d*k_d per feature d, sorted by its share "
+                   "of the score gap: B,H,I (H,I for a 2-D x)")
+        ->delimiter(',')
+        ->expected(2, 3)
+        ->check(index_check())
+        ->group(kViews);
     cmd.add_flag("--heatmap", heatmap, "Draw scores, mask, masked_scores and weights as heatmaps")->group(kViews);
     cmd.add_flag("--panels", panels, "Per head: scores | masked_scores | weights side by side, as heatmaps")
         ->group(kViews);
@@ -312,6 +319,11 @@ void ExperimentOptions::add(CLI::App& cmd) {
     cmd.add_option("--compare", compare,
                    "Compare with run B: these options added to this run's (one given again replaces its value), "
                    "e.g. --compare '--scale none'")
+        ->group(kExperiments);
+    cmd.add_option("--sweep", sweep,
+                   "One run per value, a table of score spread, entropy, nearly uniform and one-hot rows: "
+                   "dk=4,16,64 (random W_Q, W_K of that width, with and without 1/sqrt(dk)), scale=... or "
+                   "temperature=...")
         ->group(kExperiments);
 }
 

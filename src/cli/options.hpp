@@ -128,6 +128,7 @@ struct ViewOptions {
     bool full = false;
     bool diagnose = false;
     std::vector<std::size_t> cell;  // batch,head,query,key (batch omitted for a 2-D x)
+    std::vector<std::size_t> why;   // batch,head,query (batch omitted for a 2-D x): why.cpp
     bool heatmap = false, panels = false, explain = false;
     ColorWhen color = ColorWhen::automatic;
     std::string range = "auto";  // auto|fixed|row|LO,HI
@@ -143,6 +144,7 @@ struct ExperimentOptions {
     std::optional<std::size_t> zero_key;
     bool ignore_padding = false;
     std::string compare;  // options of a second run to compare with (compare.cpp)
+    std::string sweep;    // NAME=V1,V2,...: one run per value, a table (sweep.cpp)
     void add(CLI::App& cmd);
 };
 

@@ -271,6 +271,8 @@ int run_run(const RunOptions& o) {
     o.validate();  // before any work
     Spec spec = spec_of(o);
     check_conflicts(o, Scope::run);
+    if (!o.sweep.empty()) return run_sweep(o);
+    if (!o.why.empty()) return run_why(o);
     if (!o.compare.empty()) return run_compare(o);
     if (o.every_layer) return run_every_layer(o, spec, memory_limit(o), t0);
     check_outputs(o, parse_stage_list(o.stages));

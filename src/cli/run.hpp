@@ -35,4 +35,11 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
 // `run --compare OPTIONS` (compare.cpp): prints, stage by stage, how run B differs from run A.
 int run_compare(const RunOptions& a);
 
+// `run --sweep NAME=V1,V2,...` (sweep.cpp): one run per value, one table; a value list it
+// cannot read is refused (UsageError) before any work.
+int run_sweep(const RunOptions& o);
+
+// `run --why B,H,I` (why.cpp): the winning key of one row against the runner-up, per feature.
+int run_why(const RunOptions& o);
+
 }  // namespace attnscope::cli

@@ -32,6 +32,7 @@
 #include "attnscope/base/json_writer.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/report/report.hpp"
+#include "attnscope/report/sweep_report.hpp"
 #include "colour.hpp"
 #include "html_page_css.hpp"  // generated from html_page.css (CMakeLists.txt)
 #include "html_page_js.hpp"   // generated from html_page.js
@@ -1073,6 +1074,8 @@ void write_svg_legend(std::ostream& out, const SvgFigure& f) {
 }
 
 }  // namespace
+
+std::string html_text(std::string_view s) { return escape(s); }
 
 void write_html(std::ostream& out, const TraceView& v, const std::vector<std::string>& stages,
                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads,

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """docs/json.md against real output: real commands run (run --json with every optional
 member, --compare --json, --jsonl, check --json, decode --json, decode --generate --json,
-tokens --json, inspect --json, the data of run --html and report, run --model --layer all's
+tokens --json, inspect --json, run --sweep --json, run --why --json, the data of run --html and report, run --model --layer all's
 --json and --jsonl), and
 
 * every key they print is documented in docs/json.md, under its document's section;
@@ -140,6 +140,11 @@ class JsonSchema(common.CliTestCase):
             for line in cls.out("run", *args, "--jsonl", "-").splitlines():
                 doc = json.loads(line)
                 cls.add(f"attnscope.jsonl/1 {doc.get('kind')}", doc)
+        for sweep in ("dk=4,16", "temperature=0.5,2"):
+            cls.add("attnscope.sweep/1",
+                    json.loads(cls.out("run", DATA / "sentence.json", "--heads", "2", "--sweep", sweep, "--json")))
+        cls.add("attnscope.why/1",
+                json.loads(cls.out("run", DATA / "sentence.json", "--heads", "2", "--why", "1,2", "--json")))
         cls.run_check()
         for args in ([sinks, "--prefill", "2"], [gqa, "--heads", "4", "--kv-heads", "2", "--rope", "--window", "3",
                                                    "--prefill", "3"]):

@@ -540,9 +540,13 @@ class Unpickler {
                     refuse("_rebuild_parameter is not called with (tensor, requires_grad, hooks)");
                 push(a[0]);
                 return;
-            default:
-                refuse("its pickle calls " + shown(fn->text) + ", which a state dict does not call");
+            case Fn::none:
+            case Fn::storage_class:
+            case Fn::untyped:
+            case Fn::dtype:
+                break;
         }
+        refuse("its pickle calls " + shown(fn->text) + ", which a state dict does not call");
     }
 
     // ---- one opcode; false at STOP

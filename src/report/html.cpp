@@ -288,9 +288,21 @@ bool shows_mask(const StageView& s) {
         case kMaskedScores:
         case kWeights:
             return true;
-        default:
+        case kQ:
+        case kK:
+        case kV:
+        case kQRot:
+        case kKRot:
+        case kScores:
+        case kBias:
+        case kSinkWeight:
+        case kContext:
+        case kHeadOutput:
+        case kOutput:
+        case kStageCount:
             return false;
     }
+    return false;
 }
 
 // The (Tq, Tk) "may attend" matrix of batch item b and head h, row-major, as the run's mask

@@ -550,6 +550,10 @@ class Unpickler {
     }
 
     // ---- one opcode; false at STOP
+    // This switch stays whole, over the 80 lines a function may have elsewhere: it is the
+    // unpickler's table of opcodes, a case each of a few lines, read as pickletools lists
+    // them; split, the opcodes would be spread over functions that share the stack and the
+    // memo, and a reader checking which opcodes are accepted would have to collect them.
     bool step(unsigned char op, std::size_t at) {
         op_at_ = at;
         switch (op) {

@@ -83,9 +83,9 @@ bool panels_draw_nothing(const O& o) {
                         [](const std::string& s) { return s == "scores" || s == "masked_scores" || s == "weights"; });
 }
 
-// The rows, in the order they are checked.
-const std::vector<Conflict>& conflicts() {
-    static const std::vector<Conflict> kRows = {
+// The rows of every scope (Scope::every).
+std::vector<Conflict> every_rows() {
+    return {
         {Scope::every, [](const O& o) { return !o.scale_text.empty() && o.temperature != 1; }, "--temperature",
          "contradicts --scale; give one of them"},
         {Scope::every, [](const O& o) { return o.rope_base && !o.rope; }, "--rope-base", kNoRope},
@@ -110,7 +110,12 @@ const std::vector<Conflict>& conflicts() {
 
         {Scope::every, [](const O& o) { return o.every_layer && o.model_text.model.empty(); }, "--layer all",
          "every layer of a --model DIR's forward pass; a checkpoint's run takes one layer (--layer N)"},
+    };
+}
 
+// The rows of run alone (Scope::run).
+std::vector<Conflict> run_rows() {
+    return {
         {Scope::run, [](const O& o) { return o.json && o.explain; }, "--explain", kTextView},
         {Scope::run,
          [](const O& o) { return o.every_layer && !o.summary && !o.json && o.jsonl.empty() && o.dump.empty(); },
@@ -145,7 +150,12 @@ const std::vector<Conflict>& conflicts() {
          single_run("--cell")},
         {Scope::run, [](const O& o) { return !o.compare.empty() && !o.stages.empty(); }, "--compare",
          single_run("--stages")},
+    };
+}
 
+// The rows of the classroom experiments, --sweep and --why (Scope::run).
+std::vector<Conflict> experiment_rows() {
+    return {
         {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.compare.empty(); }, "--sweep",
          one_table("--compare")},
         {Scope::run, [](const O& o) { return !o.sweep.empty() && o.every_layer; }, "--sweep", one_table("--layer all")},
@@ -182,7 +192,12 @@ const std::vector<Conflict>& conflicts() {
         {Scope::run, [](const O& o) { return !o.why.empty() && !o.stages.empty(); }, "--why", one_row("--stages")},
         {Scope::run, [](const O& o) { return !o.why.empty() && o.summary; }, "--why", one_row("--summary")},
         {Scope::run, [](const O& o) { return !o.why.empty() && !o.jsonl.empty(); }, "--why", one_row("--jsonl")},
+    };
+}
 
+// The rows of decode alone (Scope::decode).
+std::vector<Conflict> decode_rows() {
+    return {
         {Scope::decode, [](const O& o) { return o.given.count("--causal") && !o.causal; }, "--no-causal",
          "decode is causal by construction (a step sees only the cache: its own position and those before)"},
         {Scope::decode, [](const O& o) { return o.given.count("--generate") && o.model_text.model.empty(); },
@@ -208,6 +223,15 @@ const std::vector<Conflict>& conflicts() {
         {Scope::decode, [](const O& o) { return !o.heads_shown.empty() && (o.json || !o.dump.empty()); }, "--head",
          kDecodeSelection},
     };
+}
+
+// The rows, in the order they are checked.
+const std::vector<Conflict>& conflicts() {
+    static const std::vector<Conflict> kRows = [] {
+        std::vector<Conflict> rows = every_rows();
+        for (auto part : {run_rows(), experiment_rows(), decode_rows()}) rows.insert(rows.end(), part.begin(), part.end());
+        return rows;
+    }();
     return kRows;
 }
 

@@ -102,81 +102,99 @@ struct BlockSums {
     Sums sum;
     std::size_t used_bins = 0;
     double bins[64];
+
+    void add_bin(std::size_t bin, std::size_t bins_count, double v) {
+        bin = std::min(bin, bins_count - 1);
+        for (; used_bins <= bin; ++used_bins) bins[used_bins] = 0;
+        bins[bin] += v;
+    }
 };
+
+// The keys' bounds for the sink and local masses: k < sinks, q - local < k <= q.
+struct MassBounds {
+    long long sinks, local;
+    explicit MassBounds(const Summary& s)
+        : sinks((long long)s.spec.sink_keys),
+          local((long long)std::min<std::size_t>(s.spec.local, std::size_t{1} << 60)) {}
+};
+
+// Keys at their indices (no key_pos): the block [lo, hi) summed piece by piece, bins in
+// order of distance from the keys nearest q outwards, each piece cut at the sink and local
+// boundaries, by the vectorised exp_sums.
+template <typename T>
+void sums_by_index(const T* x, std::size_t lo, std::size_t hi, long long q, const Summary& s, T m, BlockSums& blk) {
+    const MassBounds mb(s);
+    // Keys [a, b] (positions = indices), all in bin `bin`, on the left (k <= q) or right.
+    auto piece = [&](long long a, long long b, std::size_t bin, bool left) {
+        a = std::max(a, (long long)lo), b = std::min(b, (long long)hi - 1);
+        if (a > b) return;
+        // split at the sink boundary (k < sinks) and the local one (k > q - local)
+        long long cuts[4] = {a, b + 1, b + 1, b + 1};
+        std::size_t nc = 1;
+        for (long long c : {mb.sinks, q - mb.local + 1})
+            if (c > a && c <= b) cuts[nc++] = c;
+        std::sort(cuts, cuts + nc);
+        cuts[nc] = b + 1;
+        for (std::size_t k = 0; k < nc; ++k) {
+            const long long u = cuts[k], v = cuts[k + 1];
+            if (u >= v) continue;
+            const std::size_t o = std::size_t(u) - lo;
+            const kernels::ExpSums sm =
+                kernels::exp_sums(x + o, m, T(left ? q - u : u - q), T(left ? -1 : 1), std::size_t(v - u));
+            blk.sum.z += sm.e, blk.sum.wd += sm.ed, blk.sum.wx += sm.ex;
+            blk.max = sm.max > blk.max ? sm.max : blk.max;
+            blk.add_bin(bin, s.bins, sm.e);
+            if (u < mb.sinks) blk.sum.sink += sm.e;
+            if (left && u > q - mb.local) blk.sum.near += sm.e;
+        }
+    };
+    const long long first = (long long)lo, last = (long long)hi - 1;
+    if (q >= first && q <= last) piece(q, q, 0, true);
+    for (std::size_t k = 1; k < 63; ++k) {
+        const long long a = 1LL << (k - 1), b = (1LL << k) - 1;  // distances [a, b]
+        if (q - a >= first && q - b <= last) piece(q - b, q - a, k, true);
+        if (q + a <= last && q + b >= first) piece(q + a, q + b, k, false);
+        if (q - b <= first && q + b >= last) break;
+    }
+}
+
+// Keys at positions key_pos (n of them): e = exp(x - m) into `e`, then each key's terms.
+template <typename T>
+void sums_by_position(const T* x, std::size_t n, long long q, const long long* key_pos, const Summary& s, T m, T* e,
+                      BlockSums& blk) {
+    const MassBounds mb(s);
+    blk.max = double(kernels::row_max(x, n));
+    kernels::exp_shifted(x, m, e, n);
+    for (std::size_t k = 0; k < n; ++k) {
+        const double v = double(e[k]);
+        if (v == 0) continue;  // hidden keys, and terms that underflowed
+        const long long kp = key_pos[k];
+        const unsigned long long d = kp > q ? (unsigned long long)(kp - q) : (unsigned long long)(q - kp);
+        blk.sum.z += v, blk.sum.wd += v * double(d), blk.sum.wx += v * (double(x[k]) - double(m));
+        blk.add_bin(distance_bin(d), s.bins, v);
+        if (kp >= 0 && kp < mb.sinks) blk.sum.sink += v;
+        if (kp <= q && kp > q - mb.local) blk.sum.near += v;
+    }
+}
 
 template <typename T>
 BlockSums block_sums(const T* x, std::size_t lo, std::size_t hi, long long q, const long long* key_pos,
                      const Summary& s, T m, T* e) {
     BlockSums blk;
     blk.m = double(m);
-    const std::size_t n = hi - lo;
-    const long long sinks = (long long)s.spec.sink_keys,
-                    local = (long long)std::min<std::size_t>(s.spec.local, std::size_t{1} << 60);
-    auto add_bin = [&](std::size_t bin, double v) {
-        bin = std::min(bin, s.bins - 1);
-        for (; blk.used_bins <= bin; ++blk.used_bins) blk.bins[blk.used_bins] = 0;
-        blk.bins[bin] += v;
-    };
-    if (!key_pos) {
-        // Keys [a, b] (positions = indices), all in bin `bin`, on the left (k <= q) or right.
-        auto piece = [&](long long a, long long b, std::size_t bin, bool left) {
-            a = std::max(a, (long long)lo), b = std::min(b, (long long)hi - 1);
-            if (a > b) return;
-            // split at the sink boundary (k < sinks) and the local one (k > q - local)
-            long long cuts[4] = {a, b + 1, b + 1, b + 1};
-            std::size_t nc = 1;
-            for (long long c : {sinks, q - local + 1})
-                if (c > a && c <= b) cuts[nc++] = c;
-            std::sort(cuts, cuts + nc);
-            cuts[nc] = b + 1;
-            for (std::size_t k = 0; k < nc; ++k) {
-                const long long u = cuts[k], v = cuts[k + 1];
-                if (u >= v) continue;
-                const std::size_t o = std::size_t(u) - lo;
-                const kernels::ExpSums sm =
-                    kernels::exp_sums(x + o, m, T(left ? q - u : u - q), T(left ? -1 : 1), std::size_t(v - u));
-                blk.sum.z += sm.e, blk.sum.wd += sm.ed, blk.sum.wx += sm.ex;
-                blk.max = sm.max > blk.max ? sm.max : blk.max;
-                add_bin(bin, sm.e);
-                if (u < sinks) blk.sum.sink += sm.e;
-                if (left && u > q - local) blk.sum.near += sm.e;
-            }
-        };
-        // bins in order of distance, from the keys nearest q outwards, within [lo, hi)
-        const long long first = (long long)lo, last = (long long)hi - 1;
-        if (q >= first && q <= last) piece(q, q, 0, true);
-        for (std::size_t k = 1; k < 63; ++k) {
-            const long long a = 1LL << (k - 1), b = (1LL << k) - 1;  // distances [a, b]
-            if (q - a >= first && q - b <= last) piece(q - b, q - a, k, true);
-            if (q + a <= last && q + b >= first) piece(q + a, q + b, k, false);
-            if (q - b <= first && q + b >= last) break;
-        }
-    } else {
-        blk.max = double(kernels::row_max(x, n));
-        kernels::exp_shifted(x, m, e, n);
-        for (std::size_t k = 0; k < n; ++k) {
-            const double v = double(e[k]);
-            if (v == 0) continue;  // hidden keys, and terms that underflowed
-            const long long kp = key_pos[k];
-            const unsigned long long d = kp > q ? (unsigned long long)(kp - q) : (unsigned long long)(q - kp);
-            blk.sum.z += v, blk.sum.wd += v * double(d), blk.sum.wx += v * (double(x[k]) - double(m));
-            add_bin(distance_bin(d), v);
-            if (kp >= 0 && kp < sinks) blk.sum.sink += v;
-            if (kp <= q && kp > q - local) blk.sum.near += v;
-        }
-    }
+    if (!key_pos)
+        sums_by_index(x, lo, hi, q, s, m, blk);
+    else
+        sums_by_position(x, hi - lo, q, key_pos, s, m, e, blk);
     return blk;
 }
 
-}  // namespace
-
+// 1) Top-k by logit, and the visible keys. Until the slots are full only visible keys
+//    enter; then hidden ones (-inf) never can. (A NaN logit beats none.) Returns the first
+//    key not yet offered.
 template <typename T>
-void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, long long q, const long long* key_pos,
-            const Summary& s, const RowSlots& r, T* e) {
+std::size_t offer_first(const T* x, const bool* visible, std::size_t lo, std::size_t n, const RowSlots& r) {
     RowState& st = *r.st;
-    const std::size_t n = hi - lo;
-    // 1) Top-k by logit, and the visible keys. Until the slots are full only visible keys
-    //    enter; then hidden ones (-inf) never can. (A NaN logit beats none.)
     std::size_t j = 0;
     if (visible) {
         for (std::size_t k = 0; k < n; ++k) st.seen += visible[k];
@@ -186,11 +204,19 @@ void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, lon
         st.seen += std::int64_t(n);
         for (; j < n && st.filled < r.K; ++j) offer(r, double(x[j]), std::int64_t(lo + j));
     }
-    // 2) The sums, relative to the running maximum m. The first block of a row sets m from
-    //    its largest logit; a later one is summed relative to the m it finds (its terms may
-    //    exceed 1), its largest logit found on the way, and then added in, m raised and every
-    //    sum rescaled when that is larger (or summed again, should it be so much larger that
-    //    a term could overflow).
+    return j;
+}
+
+// 2) The sums, relative to the running maximum m. The first block of a row sets m from
+//    its largest logit; a later one is summed relative to the m it finds (its terms may
+//    exceed 1), its largest logit found on the way, and then added in, m raised and every
+//    sum rescaled when that is larger (or summed again, should it be so much larger that
+//    a term could overflow). Returns the block's largest logit (-inf when none).
+template <typename T>
+double add_sums(const T* x, std::size_t lo, std::size_t hi, long long q, const long long* key_pos, const Summary& s,
+                const RowSlots& r, T* e) {
+    RowState& st = *r.st;
+    const std::size_t n = hi - lo;
     const double neg_inf = -std::numeric_limits<double>::infinity();
     if (st.m == neg_inf) {
         const double mx = double(kernels::row_max(x, n));
@@ -199,28 +225,38 @@ void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, lon
         else  // no largest logit: hidden keys (-inf), or NaN, which the sums would never see
             st.nan_block = st.nan_block || std::any_of(x, x + n, [](T v) { return std::isnan(v); });
     }
-    double mx = neg_inf;
-    if (st.m != neg_inf) {
-        BlockSums blk = block_sums(x, lo, hi, q, key_pos, s, T(st.m), e);
-        mx = blk.max;
-        if (mx > st.m + 64) {  // exp(x - m) could leave float's range: again, relative to mx
-            raise_max(r, mx);
-            blk = block_sums(x, lo, hi, q, key_pos, s, T(st.m), e);
-        } else if (mx > st.m) {
-            raise_max(r, mx);
-        }
-        // the block's sums were made relative to blk.m: to st.m (as raise_max does)
-        if (blk.m != st.m) {
-            const double a = blk.sum.shift(st.m - blk.m);
-            for (std::size_t k = 0; k < blk.used_bins; ++k) blk.bins[k] *= a;
-        }
-        st.sum.add(blk.sum);
-        for (std::size_t k = 0; k < blk.used_bins; ++k) r.bins[k] += blk.bins[k];
-        st.used_bins = std::max(st.used_bins, blk.used_bins);
+    if (st.m == neg_inf) return neg_inf;
+    BlockSums blk = block_sums(x, lo, hi, q, key_pos, s, T(st.m), e);
+    const double mx = blk.max;
+    if (mx > st.m + 64) {  // exp(x - m) could leave float's range: again, relative to mx
+        raise_max(r, mx);
+        blk = block_sums(x, lo, hi, q, key_pos, s, T(st.m), e);
+    } else if (mx > st.m) {
+        raise_max(r, mx);
     }
+    // the block's sums were made relative to blk.m: to st.m (as raise_max does)
+    if (blk.m != st.m) {
+        const double a = blk.sum.shift(st.m - blk.m);
+        for (std::size_t k = 0; k < blk.used_bins; ++k) blk.bins[k] *= a;
+    }
+    st.sum.add(blk.sum);
+    for (std::size_t k = 0; k < blk.used_bins; ++k) r.bins[k] += blk.bins[k];
+    st.used_bins = std::max(st.used_bins, blk.used_bins);
+    return mx;
+}
+
+}  // namespace
+
+template <typename T>
+void absorb(const T* x, const bool* visible, std::size_t lo, std::size_t hi, long long q, const long long* key_pos,
+            const Summary& s, const RowSlots& r, T* e) {
+    const std::size_t n = hi - lo;
+    std::size_t j = offer_first(x, visible, lo, n, r);           // 1) top-k until full, visible keys
+    const double mx = add_sums(x, lo, hi, q, key_pos, s, r, e);  // 2) the sums
     // 3) The keys past the k-th logit (a T: comparing in T is exact), by a vectorised scan.
+    const RowState& st = *r.st;
     T kth = st.filled == r.K ? T(r.logit[r.K - 1]) : -std::numeric_limits<T>::infinity();
-    if (!(mx > double(kth)) && mx != neg_inf) return;
+    if (!(mx > double(kth)) && mx != -std::numeric_limits<double>::infinity()) return;
     while ((j += kernels::first_above(x + j, n - j, kth)) < n) {
         offer(r, double(x[j]), std::int64_t(lo + j));
         kth = T(r.logit[r.K - 1]);

@@ -232,79 +232,105 @@ TraceView view_of(const std::string& source, const Problem<T>& p, const Trace<T>
     return v;
 }
 
+namespace {
+
+std::vector<std::size_t> all_indices(std::size_t n) {
+    std::vector<std::size_t> r(n);
+    for (std::size_t k = 0; k < n; ++k) r[k] = k;
+    return r;
+}
+
+// Per axis of `s`, the indices kept: the chosen ones on B, H and G (a K/V head for each
+// chosen query head), every one elsewhere. `last`: the last axis cut (s.shape.size()
+// when none is, and the stage is kept as it is).
+struct KeptAxes {
+    std::vector<std::vector<std::size_t>> keep;
+    std::size_t last;
+};
+KeptAxes kept_axes(const StageView& s, const std::vector<std::size_t>& b_list, const std::vector<std::size_t>& h_list,
+                   bool cut_batches, bool cut_heads) {
+    KeptAxes k{std::vector<std::vector<std::size_t>>(s.shape.size()), s.shape.size()};
+    for (std::size_t a = 0; a < s.shape.size(); ++a) {
+        std::vector<std::size_t>& keep = k.keep[a];
+        if (s.axes[a] == "B" && cut_batches) {
+            keep = b_list;
+        } else if (s.axes[a] == "H" && cut_heads) {
+            keep = h_list;
+        } else if (s.axes[a] == "G" && cut_heads) {
+            for (std::size_t h : h_list)
+                if (std::find(keep.begin(), keep.end(), h / s.group) == keep.end()) keep.push_back(h / s.group);
+        } else {
+            keep = all_indices(s.shape[a]);
+            continue;
+        }
+        k.last = a;
+    }
+    return k;
+}
+
+// The kept part of `s` (k.last < its rank): the contiguous blocks below the last axis cut,
+// copied in C order; `shape` becomes the kept extents.
+std::vector<unsigned char> copy_kept(const StageView& s, const KeptAxes& k, std::vector<std::size_t>& shape) {
+    const std::size_t last = k.last;
+    std::size_t block = dtype_size(s.dtype);
+    for (std::size_t a = last + 1; a < s.shape.size(); ++a) block *= s.shape[a];
+    shape.assign(s.shape.size(), 0);
+    std::size_t blocks = 1;
+    for (std::size_t a = 0; a < s.shape.size(); ++a) shape[a] = k.keep[a].size();
+    for (std::size_t a = 0; a <= last; ++a) blocks *= shape[a];
+    std::vector<unsigned char> data(blocks * block);
+    std::vector<std::size_t> idx(last + 1, 0);
+    const auto* from = static_cast<const unsigned char*>(s.data);
+    for (std::size_t b = 0; b < blocks; ++b) {
+        std::size_t offset = 0;  // block index in the source
+        for (std::size_t a = 0; a <= last; ++a) offset = offset * s.shape[a] + k.keep[a][idx[a]];
+        if (block) std::memcpy(data.data() + b * block, from + offset * block, block);
+        for (std::size_t a = last + 1; a-- > 0;) {
+            if (++idx[a] < shape[a]) break;
+            idx[a] = 0;
+        }
+    }
+    return data;
+}
+
+// The tokens of the chosen batch items, and the fully masked rows among them.
+void select_items(const TraceView& v, const std::vector<std::size_t>& b_list, TraceView& out) {
+    const auto pick = [&b_list](const TokenLabels& t) {
+        if (t.empty()) return t;
+        std::vector<std::vector<std::string>> lists;
+        for (std::size_t b : b_list) lists.push_back(t[b]);
+        return TokenLabels::per_item(std::move(lists));
+    };
+    out.query_tokens = pick(v.query_tokens);
+    out.key_tokens = pick(v.key_tokens);
+    out.fully_masked.clear();
+    for (const MaskedRow& r : v.fully_masked)
+        if (std::find(b_list.begin(), b_list.end(), r.batch) != b_list.end()) out.fully_masked.push_back(r);
+}
+
+}  // namespace
+
 TraceView select_view(const TraceView& v, const std::vector<std::size_t>& batches,
                       const std::vector<std::size_t>& heads) {
     TraceView out = v;
     out.selected_batches = batches;
     out.selected_heads = heads;
     if (batches.empty() && heads.empty()) return out;
-    const auto all = [](std::size_t n) {
-        std::vector<std::size_t> r(n);
-        for (std::size_t k = 0; k < n; ++k) r[k] = k;
-        return r;
-    };
-    const auto b_list = batches.empty() ? all(v.dims.B) : batches;
-    const auto h_list = heads.empty() ? all(v.dims.H) : heads;
+    const auto b_list = batches.empty() ? all_indices(v.dims.B) : batches;
+    const auto h_list = heads.empty() ? all_indices(v.dims.H) : heads;
     auto store = std::make_shared<std::vector<std::vector<unsigned char>>>();
     store->reserve(v.stages.size());
     for (StageView& s : out.stages) {
-        // 1) Per axis the indices kept: the chosen ones on B, H and G, every one elsewhere.
-        std::vector<std::vector<std::size_t>> keep(s.shape.size());
-        std::size_t last = s.shape.size();  // the last axis cut (none: the stage is kept as it is)
-        for (std::size_t a = 0; a < s.shape.size(); ++a) {
-            if (s.axes[a] == "B" && !batches.empty()) {
-                keep[a] = b_list;
-            } else if (s.axes[a] == "H" && !heads.empty()) {
-                keep[a] = h_list;
-            } else if (s.axes[a] == "G" && !heads.empty()) {
-                for (std::size_t h : h_list)
-                    if (std::find(keep[a].begin(), keep[a].end(), h / s.group) == keep[a].end())
-                        keep[a].push_back(h / s.group);
-            } else {
-                keep[a] = all(s.shape[a]);
-                continue;
-            }
-            last = a;
-        }
-        if (last == s.shape.size()) continue;
-        // 2) Copy the contiguous blocks below the last axis cut, in C order.
-        const std::size_t item = s.dtype == DType::boolean ? sizeof(bool) : s.dtype == DType::float32 ? 4 : 8;
-        std::size_t block = item;
-        for (std::size_t a = last + 1; a < s.shape.size(); ++a) block *= s.shape[a];
-        std::vector<std::size_t> shape(s.shape.size());
-        std::size_t blocks = 1;
-        for (std::size_t a = 0; a < s.shape.size(); ++a) shape[a] = keep[a].size();
-        for (std::size_t a = 0; a <= last; ++a) blocks *= shape[a];
-        std::vector<unsigned char> data(blocks * block);
-        std::vector<std::size_t> idx(last + 1, 0);
-        const auto* from = static_cast<const unsigned char*>(s.data);
-        for (std::size_t k = 0; k < blocks; ++k) {
-            std::size_t offset = 0;  // block index in the source
-            for (std::size_t a = 0; a <= last; ++a) offset = offset * s.shape[a] + keep[a][idx[a]];
-            if (block) std::memcpy(data.data() + k * block, from + offset * block, block);
-            for (std::size_t a = last + 1; a-- > 0;) {
-                if (++idx[a] < shape[a]) break;
-                idx[a] = 0;
-            }
-        }
-        s.shape = shape;
-        store->push_back(std::move(data));
+        // 1) Per axis the indices kept; 2) the kept blocks copied, when an axis is cut.
+        const KeptAxes k = kept_axes(s, b_list, h_list, !batches.empty(), !heads.empty());
+        if (k.last == s.shape.size()) continue;
+        std::vector<std::size_t> shape;
+        store->push_back(copy_kept(s, k, shape));
+        s.shape = std::move(shape);
         s.data = store->back().data();
     }
     // 3) Tokens of the chosen items; the fully masked rows among them.
-    if (!batches.empty()) {
-        const auto pick = [&b_list](const TokenLabels& t) {
-            if (t.empty()) return t;
-            std::vector<std::vector<std::string>> lists;
-            for (std::size_t b : b_list) lists.push_back(t[b]);
-            return TokenLabels::per_item(std::move(lists));
-        };
-        out.query_tokens = pick(v.query_tokens);
-        out.key_tokens = pick(v.key_tokens);
-        out.fully_masked.clear();
-        for (const MaskedRow& r : v.fully_masked)
-            if (std::find(b_list.begin(), b_list.end(), r.batch) != b_list.end()) out.fully_masked.push_back(r);
-    }
+    if (!batches.empty()) select_items(v, b_list, out);
     out.owned = store;
     return out;
 }

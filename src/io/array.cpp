@@ -85,9 +85,10 @@ double Array::value(std::size_t k) const {
             return double(load_at<float>(stored.data(), k));
         case Held::float64:
             return load_at<double>(stored.data(), k);
-        default:
-            return values[k];
+        case Held::doubles:
+            break;
     }
+    return values[k];
 }
 
 std::vector<double> Array::doubles() const {

@@ -141,7 +141,9 @@ void widen(const char* p, Kind kind, std::size_t count, double* out) {
             return each(1, [](const char* q) { return double(std::uint8_t(*q)); });
         case Kind::boolean:
             return each(1, [](const char* q) { return *q != 0 ? 1.0 : 0.0; });
-        default:  // float32 and float64 are kept as stored; the unsupported ones are refused
+        case Kind::f32:  // float32 and float64 are kept as stored; the unsupported ones are refused
+        case Kind::f64:
+        case Kind::unsupported:
             return;
     }
 }
@@ -229,9 +231,17 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
                     field_ = Field::none;
                 }
                 return true;
-            default:
-                return value("an object");
+            case State::top:
+            case State::metadata:
+            case State::metadata_value:
+            case State::entry:
+            case State::shape:
+            case State::offsets:
+            case State::skip:
+            case State::done:
+                break;
         }
+        return value("an object");
     }
     bool key(string_t& k) override {
         if (state_ == State::skip) return true;
@@ -280,10 +290,18 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
                 finish_entry();
                 state_ = State::top;
                 return true;
-            default:  // State::top: the header's end
-                state_ = State::done;
-                return true;
+            case State::top:  // the header's end
+            case State::start:
+            case State::top_value:
+            case State::metadata_value:
+            case State::shape:
+            case State::offsets:
+            case State::skip:
+            case State::done:
+                break;
         }
+        state_ = State::done;
+        return true;
     }
     bool start_array(std::size_t) override {
         if (skip_opened()) return true;
@@ -363,9 +381,13 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
                 fail_entry(std::string("shape must hold non-negative integers, found ") + found);
             case State::offsets:
                 fail_entry(std::string("data_offsets must hold non-negative integers, found ") + found);
-            default:
-                fail(std::string("unexpected ") + found + " in the header");
+            case State::top:
+            case State::metadata:
+            case State::skip:
+            case State::done:
+                break;
         }
+        fail(std::string("unexpected ") + found + " in the header");
     }
 
     // The entry's own checks: all three keys; a shape whose byte count can be computed

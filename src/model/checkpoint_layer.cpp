@@ -103,88 +103,106 @@ struct Preset {
     bool by_names = false;
 };
 
+// GPT-2: one fused c_attn weight (math layout), split by hand; c_proj the output.
+Preset gpt2_preset() {
+    return {"gpt2",
+            {"transformer.h.", "h."},
+            "",
+            ".attn.",
+            {"c_attn.weight"},
+            Layout::math,
+            {{"c_proj.weight", "W_O"}, {"c_proj.bias", "b_O"}},
+            {"c_attn.weight", "c_proj.weight"},
+            "",
+            false};
+}
+
+// BERT and RoBERTa: query, key, value and output.dense (torch layout).
+Preset bert_preset() {
+    return {"bert",
+            {"bert.encoder.layer.", "roberta.encoder.layer.", "encoder.layer."},
+            "",
+            ".attention.",
+            {"self.query.weight"},
+            Layout::torch,
+            {{"self.query.weight", "W_Q"},
+             {"self.key.weight", "W_K"},
+             {"self.value.weight", "W_V"},
+             {"output.dense.weight", "W_O"},
+             {"self.query.bias", "b_Q"},
+             {"self.key.bias", "b_K"},
+             {"self.value.bias", "b_V"},
+             {"output.dense.bias", "b_O"}},
+            {"self.query.weight", "self.key.weight", "self.value.weight"},
+            "",
+            false};
+}
+
+// Llama, Mistral and Qwen2 (`name`): q_proj, k_proj, v_proj, o_proj, and sinks when there are any.
+Preset llama_preset(const char* name) {
+    static const std::vector<std::pair<std::string, std::string>> llama_names = {
+        {"q_proj.weight", "W_Q"}, {"k_proj.weight", "W_K"}, {"v_proj.weight", "W_V"},
+        {"o_proj.weight", "W_O"}, {"q_proj.bias", "b_Q"},   {"k_proj.bias", "b_K"},
+        {"v_proj.bias", "b_V"},   {"o_proj.bias", "b_O"},   {"sinks", "sinks"}};
+    return {name,
+            {"model.layers.", "layers."},
+            "",
+            ".self_attn.",
+            {"q_proj.weight"},
+            Layout::torch,
+            llama_names,
+            {"q_proj.weight", "k_proj.weight", "v_proj.weight"},
+            "",
+            false};
+}
+
+// PyTorch's nn.MultiheadAttention inside encoder or decoder layers (or saved alone), found by its names.
+Preset mha_preset() {
+    return {"mha",
+            {},
+            "layers.",
+            ".self_attn.",
+            {"in_proj_weight", "q_proj_weight"},
+            Layout::torch,
+            {{"in_proj_weight", "in_proj_weight"},
+             {"in_proj_bias", "in_proj_bias"},
+             {"q_proj_weight", "q_proj_weight"},
+             {"k_proj_weight", "k_proj_weight"},
+             {"v_proj_weight", "v_proj_weight"},
+             {"out_proj.weight", "out_proj.weight"},
+             {"out_proj.bias", "out_proj.bias"},
+             {"bias_k", "bias_k"},
+             {"bias_v", "bias_v"}},
+            {},
+            "self_attn.",
+            true};
+}
+
+// TransformerLens: W_Q, W_K, W_V, W_O and their biases (math layout).
+Preset tl_preset() {
+    return {"tl",
+            {"blocks."},
+            "",
+            ".attn.",
+            {"W_Q"},
+            Layout::math,
+            {{"W_Q", "W_Q"},
+             {"W_K", "W_K"},
+             {"W_V", "W_V"},
+             {"W_O", "W_O"},
+             {"b_Q", "b_Q"},
+             {"b_K", "b_K"},
+             {"b_V", "b_V"},
+             {"b_O", "b_O"}},
+            {"W_Q", "W_K", "W_V", "W_O"},
+            "",
+            false};
+}
+
 const std::vector<Preset>& presets() {
-    static const std::vector<Preset> p = [] {
-        std::vector<Preset> v;
-        v.push_back({"gpt2",
-                     {"transformer.h.", "h."},
-                     "",
-                     ".attn.",
-                     {"c_attn.weight"},
-                     Layout::math,
-                     {{"c_proj.weight", "W_O"}, {"c_proj.bias", "b_O"}},
-                     {"c_attn.weight", "c_proj.weight"},
-                     "",
-                     false});
-        v.push_back({"bert",
-                     {"bert.encoder.layer.", "roberta.encoder.layer.", "encoder.layer."},
-                     "",
-                     ".attention.",
-                     {"self.query.weight"},
-                     Layout::torch,
-                     {{"self.query.weight", "W_Q"},
-                      {"self.key.weight", "W_K"},
-                      {"self.value.weight", "W_V"},
-                      {"output.dense.weight", "W_O"},
-                      {"self.query.bias", "b_Q"},
-                      {"self.key.bias", "b_K"},
-                      {"self.value.bias", "b_V"},
-                      {"output.dense.bias", "b_O"}},
-                     {"self.query.weight", "self.key.weight", "self.value.weight"},
-                     "",
-                     false});
-        const std::vector<std::pair<std::string, std::string>> llama_names = {
-            {"q_proj.weight", "W_Q"}, {"k_proj.weight", "W_K"}, {"v_proj.weight", "W_V"},
-            {"o_proj.weight", "W_O"}, {"q_proj.bias", "b_Q"},   {"k_proj.bias", "b_K"},
-            {"v_proj.bias", "b_V"},   {"o_proj.bias", "b_O"},   {"sinks", "sinks"}};
-        for (const char* name : {"llama", "mistral", "qwen2"})
-            v.push_back({name,
-                         {"model.layers.", "layers."},
-                         "",
-                         ".self_attn.",
-                         {"q_proj.weight"},
-                         Layout::torch,
-                         llama_names,
-                         {"q_proj.weight", "k_proj.weight", "v_proj.weight"},
-                         "",
-                         false});
-        v.push_back({"mha",
-                     {},
-                     "layers.",
-                     ".self_attn.",
-                     {"in_proj_weight", "q_proj_weight"},
-                     Layout::torch,
-                     {{"in_proj_weight", "in_proj_weight"},
-                      {"in_proj_bias", "in_proj_bias"},
-                      {"q_proj_weight", "q_proj_weight"},
-                      {"k_proj_weight", "k_proj_weight"},
-                      {"v_proj_weight", "v_proj_weight"},
-                      {"out_proj.weight", "out_proj.weight"},
-                      {"out_proj.bias", "out_proj.bias"},
-                      {"bias_k", "bias_k"},
-                      {"bias_v", "bias_v"}},
-                     {},
-                     "self_attn.",
-                     true});
-        v.push_back({"tl",
-                     {"blocks."},
-                     "",
-                     ".attn.",
-                     {"W_Q"},
-                     Layout::math,
-                     {{"W_Q", "W_Q"},
-                      {"W_K", "W_K"},
-                      {"W_V", "W_V"},
-                      {"W_O", "W_O"},
-                      {"b_Q", "b_Q"},
-                      {"b_K", "b_K"},
-                      {"b_V", "b_V"},
-                      {"b_O", "b_O"}},
-                     {"W_Q", "W_K", "W_V", "W_O"},
-                     "",
-                     false});
-        return v;
-    }();
+    static const std::vector<Preset> p = {
+        gpt2_preset(), bert_preset(), llama_preset("llama"), llama_preset("mistral"), llama_preset("qwen2"),
+        mha_preset(),  tl_preset()};
     return p;
 }
 
@@ -256,96 +274,122 @@ std::string layer_range(const std::set<std::size_t>& layers) {
     return s + ")";
 }
 
+// A fact of a layer's config, with the config.json key it comes from (when there is a config.json).
+void note(LayerConfig& lc, const Config& cfg, const std::string& fact, const std::string& key) {
+    lc.facts.push_back(fact + (cfg.has() && !key.empty() ? " (config.json " + key + ")" : ""));
+}
+
+// GPT-2: causal; n_head; scale_attn_weights and scale_attn_by_inverse_layer_idx.
+void gpt2_config(const Config& cfg, std::optional<std::size_t> layer, LayerConfig& lc) {
+    lc.causal = true;
+    note(lc, cfg, "causal (GPT-2 is a decoder)", "");
+    if (auto h = cfg.count("n_head")) lc.heads = h, note(lc, cfg, "heads " + std::to_string(*h), "n_head");
+    if (cfg.flag("scale_attn_weights") == false) {
+        lc.scale = 1.0;
+        lc.scale_why = "1 (config.json scale_attn_weights false)";
+        note(lc, cfg, "scale none", "scale_attn_weights false");
+    }
+    if (cfg.flag("scale_attn_by_inverse_layer_idx") == true) {
+        const auto n_embd = cfg.count("n_embd");
+        if (!lc.heads || !n_embd || !layer)
+            cfg.fail("scale_attn_by_inverse_layer_idx", "needs n_head, n_embd and a layer number");
+        const double dk = double(*n_embd / *lc.heads);
+        lc.scale = (lc.scale ? 1.0 : 1.0 / std::sqrt(dk)) / double(*layer + 1);
+        lc.scale_why = std::string(lc.scale_why.empty() ? "1/sqrt(Dk)" : "1") +
+                       " / (layer + 1) = " + format_number(*lc.scale) +
+                       " (config.json scale_attn_by_inverse_layer_idx)";
+        note(lc, cfg, "scale divided by layer + 1 = " + std::to_string(*layer + 1), "scale_attn_by_inverse_layer_idx");
+    }
+}
+
+// BERT and RoBERTa: not causal; num_attention_heads; absolute positions only.
+void bert_config(const Config& cfg, LayerConfig& lc) {
+    lc.causal = false;
+    note(lc, cfg, "not causal (an encoder)", "");
+    if (auto h = cfg.count("num_attention_heads"))
+        lc.heads = h, note(lc, cfg, "heads " + std::to_string(*h), "num_attention_heads");
+    if (auto pe = cfg.text("position_embedding_type"); pe && *pe != "absolute")
+        cfg.fail("position_embedding_type", "'" + shown(*pe) +
+                                                "' adds a learned position term to the scores, which attnscope "
+                                                "does not model (only 'absolute' positions)");
+}
+
+// Llama's RoPE: plain (rope_scaling null or "default"), rope_theta, partial_rotary_factor.
+Rope llama_rope(const Config& cfg, LayerConfig& lc) {
+    if (auto scaling = cfg.get("rope_scaling")) {
+        std::string type = "?";
+        if (scaling->is_object())
+            for (const char* k : {"rope_type", "type"})
+                if (scaling->contains(k) && (*scaling)[k].is_string()) type = (*scaling)[k].get<std::string>();
+        if (type != "default")
+            cfg.fail("rope_scaling", "'" + shown(type) +
+                                         "' changes RoPE's frequencies, which attnscope does not model (only "
+                                         "plain RoPE: rope_scaling null)");
+    }
+    Rope rope;
+    rope.base = cfg.number("rope_theta").value_or(10000.0);
+    if (!(rope.base > 1) || !std::isfinite(rope.base))
+        cfg.fail("rope_theta", format_number(rope.base), "expected a finite number above 1");
+    note(lc, cfg, "RoPE base " + format_number(rope.base), cfg.get("rope_theta") ? "rope_theta" : "");
+    if (auto f = cfg.number("partial_rotary_factor"); f && *f != 1.0) {
+        if (!lc.head_dim) cfg.fail("partial_rotary_factor", "needs head_dim (or hidden_size) to size the rotation");
+        const double r = double(*lc.head_dim) * *f;
+        if (!(r > 0) || r != std::floor(r) || std::fmod(r, 2.0) != 0 || r > double(*lc.head_dim))
+            cfg.fail("partial_rotary_factor", format_number(*f) + " × head_dim " + std::to_string(*lc.head_dim) +
+                                                  " is not an even number of features");
+        rope.dim = std::size_t(r);
+        note(lc, cfg, "RoPE on " + std::to_string(*rope.dim) + " features", "partial_rotary_factor");
+    }
+    return rope;
+}
+
+// Sliding windows: a per-layer list (newer configs), else each family's rule.
+std::optional<std::size_t> llama_window(const Preset& p, const Config& cfg, std::optional<std::size_t> layer) {
+    std::optional<std::size_t> window;
+    if (auto types = cfg.get("layer_types"); types && types->is_array() && layer) {
+        if (*layer < types->size() && (*types)[*layer] == "sliding_attention") window = cfg.count("sliding_window");
+    } else if (p.name == "mistral") {
+        window = cfg.count("sliding_window");
+    } else if (p.name == "qwen2") {
+        // Qwen2 slides only where use_sliding_window is true, in layers from max_window_layers on.
+        if (cfg.flag("use_sliding_window") == true && layer && *layer >= cfg.count("max_window_layers").value_or(0))
+            window = cfg.count("sliding_window");
+    }
+    return window;
+}
+
+// Llama, Mistral and Qwen2: causal; heads, K/V heads and head width; RoPE; sliding windows.
+void llama_config(const Preset& p, const Config& cfg, std::optional<std::size_t> layer, LayerConfig& lc) {
+    lc.causal = true;
+    note(lc, cfg, "causal (a decoder)", "");
+    if (auto h = cfg.count("num_attention_heads"))
+        lc.heads = h, note(lc, cfg, "heads " + std::to_string(*h), "num_attention_heads");
+    if (auto g = cfg.count("num_key_value_heads"))
+        lc.kv_heads = g, note(lc, cfg, "K/V heads " + std::to_string(*g), "num_key_value_heads");
+    if (lc.heads && lc.kv_heads && *lc.heads % *lc.kv_heads != 0)
+        cfg.fail("num_key_value_heads", std::to_string(*lc.kv_heads),
+                 "does not divide num_attention_heads " + std::to_string(*lc.heads) +
+                     " (each K/V head serves H/G query heads)");
+    if (auto d = cfg.count("head_dim")) {
+        lc.head_dim = d, note(lc, cfg, "head width " + std::to_string(*d), "head_dim");
+    } else if (auto hidden = cfg.count("hidden_size"); hidden && lc.heads) {
+        lc.head_dim = *hidden / *lc.heads;
+        note(lc, cfg, "head width " + std::to_string(*lc.head_dim), "hidden_size / num_attention_heads");
+    }
+    lc.rope = llama_rope(cfg, lc);
+    const std::optional<std::size_t> window = llama_window(p, cfg, layer);
+    if (window) lc.window = window, note(lc, cfg, "sliding window " + std::to_string(*window), "sliding_window");
+}
+
 // config.json's view of a layer's attention, for preset `p` at layer `layer`.
 LayerConfig config_of(const Preset& p, const Config& cfg, std::optional<std::size_t> layer) {
     LayerConfig lc;
-    auto note = [&](const std::string& fact, const std::string& key) {
-        lc.facts.push_back(fact + (cfg.has() && !key.empty() ? " (config.json " + key + ")" : ""));
-    };
-    if (p.name == "gpt2") {
-        lc.causal = true;
-        note("causal (GPT-2 is a decoder)", "");
-        if (auto h = cfg.count("n_head")) lc.heads = h, note("heads " + std::to_string(*h), "n_head");
-        if (cfg.flag("scale_attn_weights") == false) {
-            lc.scale = 1.0;
-            lc.scale_why = "1 (config.json scale_attn_weights false)";
-            note("scale none", "scale_attn_weights false");
-        }
-        if (cfg.flag("scale_attn_by_inverse_layer_idx") == true) {
-            const auto n_embd = cfg.count("n_embd");
-            if (!lc.heads || !n_embd || !layer)
-                cfg.fail("scale_attn_by_inverse_layer_idx", "needs n_head, n_embd and a layer number");
-            const double dk = double(*n_embd / *lc.heads);
-            lc.scale = (lc.scale ? 1.0 : 1.0 / std::sqrt(dk)) / double(*layer + 1);
-            lc.scale_why = std::string(lc.scale_why.empty() ? "1/sqrt(Dk)" : "1") +
-                           " / (layer + 1) = " + format_number(*lc.scale) +
-                           " (config.json scale_attn_by_inverse_layer_idx)";
-            note("scale divided by layer + 1 = " + std::to_string(*layer + 1), "scale_attn_by_inverse_layer_idx");
-        }
-    } else if (p.name == "bert") {
-        lc.causal = false;
-        note("not causal (an encoder)", "");
-        if (auto h = cfg.count("num_attention_heads"))
-            lc.heads = h, note("heads " + std::to_string(*h), "num_attention_heads");
-        if (auto pe = cfg.text("position_embedding_type"); pe && *pe != "absolute")
-            cfg.fail("position_embedding_type", "'" + shown(*pe) +
-                                                    "' adds a learned position term to the scores, which attnscope "
-                                                    "does not model (only 'absolute' positions)");
-    } else if (p.name == "llama" || p.name == "mistral" || p.name == "qwen2") {
-        lc.causal = true;
-        note("causal (a decoder)", "");
-        if (auto h = cfg.count("num_attention_heads"))
-            lc.heads = h, note("heads " + std::to_string(*h), "num_attention_heads");
-        if (auto g = cfg.count("num_key_value_heads"))
-            lc.kv_heads = g, note("K/V heads " + std::to_string(*g), "num_key_value_heads");
-        if (lc.heads && lc.kv_heads && *lc.heads % *lc.kv_heads != 0)
-            cfg.fail("num_key_value_heads", std::to_string(*lc.kv_heads),
-                     "does not divide num_attention_heads " + std::to_string(*lc.heads) +
-                         " (each K/V head serves H/G query heads)");
-        if (auto d = cfg.count("head_dim")) {
-            lc.head_dim = d, note("head width " + std::to_string(*d), "head_dim");
-        } else if (auto hidden = cfg.count("hidden_size"); hidden && lc.heads) {
-            lc.head_dim = *hidden / *lc.heads;
-            note("head width " + std::to_string(*lc.head_dim), "hidden_size / num_attention_heads");
-        }
-        if (auto scaling = cfg.get("rope_scaling")) {
-            std::string type = "?";
-            if (scaling->is_object())
-                for (const char* k : {"rope_type", "type"})
-                    if (scaling->contains(k) && (*scaling)[k].is_string()) type = (*scaling)[k].get<std::string>();
-            if (type != "default")
-                cfg.fail("rope_scaling", "'" + shown(type) +
-                                             "' changes RoPE's frequencies, which attnscope does not model (only "
-                                             "plain RoPE: rope_scaling null)");
-        }
-        Rope rope;
-        rope.base = cfg.number("rope_theta").value_or(10000.0);
-        if (!(rope.base > 1) || !std::isfinite(rope.base))
-            cfg.fail("rope_theta", format_number(rope.base), "expected a finite number above 1");
-        note("RoPE base " + format_number(rope.base), cfg.get("rope_theta") ? "rope_theta" : "");
-        if (auto f = cfg.number("partial_rotary_factor"); f && *f != 1.0) {
-            if (!lc.head_dim) cfg.fail("partial_rotary_factor", "needs head_dim (or hidden_size) to size the rotation");
-            const double r = double(*lc.head_dim) * *f;
-            if (!(r > 0) || r != std::floor(r) || std::fmod(r, 2.0) != 0 || r > double(*lc.head_dim))
-                cfg.fail("partial_rotary_factor", format_number(*f) + " × head_dim " + std::to_string(*lc.head_dim) +
-                                                      " is not an even number of features");
-            rope.dim = std::size_t(r);
-            note("RoPE on " + std::to_string(*rope.dim) + " features", "partial_rotary_factor");
-        }
-        lc.rope = rope;
-        // Sliding windows: a per-layer list (newer configs), else each family's rule.
-        std::optional<std::size_t> window;
-        if (auto types = cfg.get("layer_types"); types && types->is_array() && layer) {
-            if (*layer < types->size() && (*types)[*layer] == "sliding_attention") window = cfg.count("sliding_window");
-        } else if (p.name == "mistral") {
-            window = cfg.count("sliding_window");
-        } else if (p.name == "qwen2") {
-            // Qwen2 slides only where use_sliding_window is true, in layers from max_window_layers on.
-            if (cfg.flag("use_sliding_window") == true && layer && *layer >= cfg.count("max_window_layers").value_or(0))
-                window = cfg.count("sliding_window");
-        }
-        if (window) lc.window = window, note("sliding window " + std::to_string(*window), "sliding_window");
-    }
+    if (p.name == "gpt2")
+        gpt2_config(cfg, layer, lc);
+    else if (p.name == "bert")
+        bert_config(cfg, lc);
+    else if (p.name == "llama" || p.name == "mistral" || p.name == "qwen2")
+        llama_config(p, cfg, layer, lc);
     return lc;
 }
 

@@ -92,9 +92,11 @@ std::string json_kind(const nlohmann::json& j) {
         case nlohmann::json::value_t::number_integer:
         case nlohmann::json::value_t::number_unsigned:
             return "the integer " + j.dump();
-        default:
-            return "an unknown value";
+        case nlohmann::json::value_t::binary:
+        case nlohmann::json::value_t::discarded:
+            break;
     }
+    return "an unknown value";
 }
 
 void Node::fail(const std::string& what) const {

@@ -11,34 +11,51 @@ namespace attnscope {
 
 namespace {
 
+// Which bytes go out as they are: printable ASCII but '"' and '\' (and, in a <script>,
+// '<', '>' and '&'). Index [in_script][byte].
+struct PlainBytes {
+    bool plain[2][256] = {};
+    constexpr PlainBytes() {
+        for (int b = 0x20; b < 0x7F; ++b) {
+            plain[0][b] = b != '"' && b != '\\';
+            plain[1][b] = plain[0][b] && b != '<' && b != '>' && b != '&';
+        }
+    }
+};
+constexpr PlainBytes kPlain;
+
+// The character at s[k] (not a plain byte) escaped, appended to `out`; the bytes it took.
+std::size_t append_escaped(std::string& out, std::string_view s, std::size_t k, bool in_script) {
+    char32_t cp = 0;
+    const std::size_t n = decode_utf8(s, k, cp);
+    const bool script_char = in_script && (cp == '<' || cp == '>' || cp == '&' || cp == 0x2028 || cp == 0x2029);
+    if (n == 0) {
+        out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+    } else if (cp == '"' || cp == '\\') {
+        out += '\\';
+        out += char(cp);
+    } else if (cp == '\n' || cp == '\t' || cp == '\r') {
+        out += cp == '\n' ? "\\n" : cp == '\t' ? "\\t" : "\\r";
+    } else if (cp < 0x20 || script_char) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(cp));
+        out += buf;
+    } else {
+        out.append(s.data() + k, n);
+    }
+    return n ? n : 1;
+}
+
 // `s` escaped as a JSON string, with its quotes, appended to `out` (put_json_string's rules).
+// Each run of plain bytes (the common case: ASCII names and words) is appended in one go.
 void append_json_string(std::string& out, std::string_view s, bool in_script) {
+    const bool* plain = kPlain.plain[in_script ? 1 : 0];
     out += '"';
     for (std::size_t k = 0; k < s.size();) {
-        const unsigned char b = static_cast<unsigned char>(s[k]);
-        if (b >= 0x20 && b < 0x7F && b != '"' && b != '\\' && !(in_script && (b == '<' || b == '>' || b == '&'))) {
-            out += char(b);  // the common case: printable ASCII as it is
-            ++k;
-            continue;
-        }
-        char32_t cp = 0;
-        const std::size_t n = decode_utf8(s, k, cp);
-        const bool script_char = in_script && (cp == '<' || cp == '>' || cp == '&' || cp == 0x2028 || cp == 0x2029);
-        if (n == 0) {
-            out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
-        } else if (cp == '"' || cp == '\\') {
-            out += '\\';
-            out += char(cp);
-        } else if (cp == '\n' || cp == '\t' || cp == '\r') {
-            out += cp == '\n' ? "\\n" : cp == '\t' ? "\\t" : "\\r";
-        } else if (cp < 0x20 || script_char) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(cp));
-            out += buf;
-        } else {
-            out.append(s.data() + k, n);
-        }
-        k += n ? n : 1;
+        std::size_t end = k;
+        while (end < s.size() && plain[static_cast<unsigned char>(s[end])]) ++end;
+        out.append(s.data() + k, end - k);
+        k = end < s.size() ? end + append_escaped(out, s, end, in_script) : end;
     }
     out += '"';
 }

@@ -4,7 +4,9 @@
 // merge. The pairs wait in a priority queue (rank, then position), as the Hugging Face
 // library does: O(n log n) per word, not a rescan after each merge. Words already seen
 // are answered from a cache.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <queue>
 
 #include "attnscope/base/errors.hpp"
@@ -89,6 +91,72 @@ class MergeTable {
     unsigned shift_ = 64;
 };
 
+// A word's hash: eight bytes at a time, each multiplied in (the cache's lookups are most of
+// the work of a word seen before, and most words are).
+std::uint64_t word_hash(std::string_view w) {
+    constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ull;
+    std::uint64_t h = 0x243F6A8885A308D3ull ^ w.size();
+    for (std::size_t k = 0; k < w.size(); k += 8) {
+        std::uint64_t chunk = 0;
+        std::memcpy(&chunk, w.data() + k, std::min<std::size_t>(8, w.size() - k));
+        h = (h ^ chunk) * kMul;
+        h ^= h >> 29;
+    }
+    return h ^ (h >> 32);
+}
+
+// The pieces of words already seen: open addressing with linear probing; the words' bytes
+// and pieces live in two pools (no allocation per word). At most kCacheWords words.
+class WordCache {
+   public:
+    // Appends the pieces of `word` to `out` when it is kept; whether it was.
+    bool find(std::string_view word, std::uint64_t h, std::vector<Piece>& out) const {
+        if (slots_.empty()) return false;
+        for (std::size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+            const Slot& e = slots_[i];
+            if (e.key_len == 0) return false;
+            if (e.hash == h && std::string_view(bytes_).substr(e.key, e.key_len) == word) {
+                out.insert(out.end(), pieces_.begin() + e.piece, pieces_.begin() + e.piece + e.count);
+                return true;
+            }
+        }
+    }
+    // Keeps `word` (not empty) and its `n` pieces, while there is room. A word two threads
+    // both add is kept twice, harmlessly: the first is found.
+    void add(std::string_view word, std::uint64_t h, const Piece* first, std::size_t n) {
+        if (size_ >= kCacheWords) return;
+        if (2 * (size_ + 1) > slots_.size()) grow();
+        const Slot e{h, std::uint32_t(bytes_.size()), std::uint32_t(word.size()), std::uint32_t(pieces_.size()),
+                     std::uint32_t(n)};
+        bytes_.append(word);
+        pieces_.insert(pieces_.end(), first, first + n);
+        place(e);
+        ++size_;
+    }
+
+   private:
+    struct Slot {
+        std::uint64_t hash = 0;
+        std::uint32_t key = 0, key_len = 0;  // in bytes_; key_len 0: an empty slot
+        std::uint32_t piece = 0, count = 0;  // in pieces_
+    };
+    void place(const Slot& e) {
+        std::size_t i = e.hash & (slots_.size() - 1);
+        while (slots_[i].key_len != 0) i = (i + 1) & (slots_.size() - 1);
+        slots_[i] = e;
+    }
+    void grow() {
+        std::vector<Slot> old(slots_.empty() ? 1024 : 2 * slots_.size());
+        old.swap(slots_);
+        for (const Slot& e : old)
+            if (e.key_len != 0) place(e);
+    }
+    std::vector<Slot> slots_;
+    std::string bytes_;
+    std::vector<Piece> pieces_;
+    std::size_t size_ = 0;
+};
+
 struct Symbol {
     std::uint32_t id;
     std::uint32_t len;  // bytes of the word; 0 once merged into its left neighbour
@@ -112,7 +180,7 @@ class Bpe final : public Model {
     bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
     std::string where_;
     mutable std::mutex mutex_;
-    mutable StringMap<std::vector<Piece>> cache_;
+    mutable WordCache cache_;
 };
 
 Bpe::Bpe(const Node& m, Budget& budget)
@@ -271,12 +339,10 @@ void Bpe::tokenize(std::string_view word, std::vector<Piece>& out) const {
             return;
         }
     const bool cacheable = word.size() <= kCachedLength;
+    const std::uint64_t h = cacheable ? word_hash(word) : 0;
     if (cacheable) {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (const auto it = cache_.find(word); it != cache_.end()) {
-            out.insert(out.end(), it->second.begin(), it->second.end());
-            return;
-        }
+        if (cache_.find(word, h, out)) return;
     }
     std::vector<Symbol> s = initial_symbols(word);
     merge_all(s);
@@ -290,8 +356,7 @@ void Bpe::tokenize(std::string_view word, std::vector<Piece>& out) const {
     }
     if (cacheable) {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (cache_.size() < kCacheWords)
-            cache_.emplace(std::string(word), std::vector<Piece>(out.begin() + std::ptrdiff_t(first), out.end()));
+        cache_.add(word, h, out.data() + first, out.size() - first);
     }
 }
 

@@ -14,19 +14,24 @@ Face layout, whose heads include a previous-token head and an induction head.
    Written as a Hugging Face tokenizer.json (ByteLevel pre-tokenizer, BPE, ByteLevel
    decoder), the format of GPT-2's own.
 3. The model: GPT-2 (pre-norm blocks, learned positions, gelu_new, tied head), 2 layers,
-   width 64, 4 heads, trained with PyTorch on windows of the text mixed with repeated
-   random token sequences (random ids, the sequence written again and again, from a range
-   of ids that grows), meant to make it form an induction head: a head of layer 0 that
-   attends the previous token, one of layer 1 the token after the earlier occurrence of
-   the current token. In STEPS steps it has not (data/README.md gives the scores).
-   Seeded, single-threaded and deterministic: the same files every run on one machine.
+   width 64, 4 heads, trained with PyTorch (AdamW, BATCH sequences of WINDOW tokens):
+   phase 1 on repeated random token sequences only (8 to 40 random ids written again and
+   again), whose later copies only an induction head can predict: at LR until the best
+   induction score reaches FORMED, then at SHARP_LR, which sharpens the previous-token head
+   the induction head reads, until both best scores reach TARGET; phase 2, MIX_STEPS steps
+   at MIX_LR with half the rows windows of the text, keeping the last checked state whose
+   heads both still score FLOOR (0.5). The heads: a previous-token head in layer 0 and an
+   induction head in layer 1 (data/README.md gives their scores). Seeded, single-threaded
+   and deterministic: the same files every run on one machine. `--phase1 FILE` keeps the
+   state at which the induction head formed, so later phases can be tried again from it.
 4. The check: for each layer, attnscope's weights (`attnscope run --model data/tiny-gpt2
    --tokens IDS --layer L --json`) against this model's own in PyTorch (≤ 1e-5: float32
    against attnscope's float64); then the best previous-token and induction scores on a
    fixed repeated random sequence (PROBE_SEED), from both.
 
-Needs build/attnscope (scripts/build; or env ATTNSCOPE_BIN) for the check. Training takes a few minutes on one
-core. data/README.md describes the model and its heads.
+Needs build/attnscope (scripts/build; or env ATTNSCOPE_BIN) for the check. Training takes
+about 20 minutes on one idle core (3,600 steps; about 45 minutes on a busy machine).
+data/README.md describes the model and its heads.
 """
 
 import argparse
@@ -56,9 +61,13 @@ CONFIG = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_siz
           "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.0,
           "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": VOCAB - 1, "eos_token_id": VOCAB - 1,
           "tie_word_embeddings": True, "torch_dtype": "float32"}
-SEED, STEPS, BATCH, LR = 0, 800, 8, 3e-3
-TEXT_ROWS = 2                      # of the BATCH rows, windows of the text; the others repeated random ids
-WINDOW = 128                       # tokens per training sequence, at a random offset half the time
+SEED, BATCH, LR, WARMUP = 0, 32, 2e-3, 50
+STEPS = 5000                       # at most, on repeated random sequences only (phase 1)
+FORMED, SHARP_LR = 0.8, 6e-3       # once the best induction score reaches FORMED, phase 1 goes on at SHARP_LR
+TARGET, EVERY = 0.55, 50           # phase 1 stops when both best scores reach TARGET (checked EVERY steps)
+MIX_STEPS, MIX_LR = 400, 5e-4      # phase 2: half the rows windows of the text, the others repeated random ids
+FLOOR = 0.5                        # phase 2 keeps its last state whose best heads both score this
+WINDOW = 80                        # tokens per training sequence (the probe's length)
 PROBE_SEED, PROBE_LEN = 1, 40      # the fixed repeated random sequence of the check
 TOL = 1e-5                         # attnscope (float64) vs PyTorch (float32) weights
 
@@ -281,60 +290,112 @@ def forward(s, ids, attentions=False, start=0):
     return (logits, weights) if attentions else logits
 
 
-def repeated_random(rng, T, top):
-    """Random ids below `top` (never <|endoftext|>), a random number of them, written again
-    and again up to T."""
-    n = int(rng.integers(4, 33))
-    return np.resize(rng.integers(0, top, n), T)
+def repeated_random(rng, T):
+    """A random number (8 to 40) of random ids (never <|endoftext|>), written again and again
+    up to T."""
+    return np.resize(rng.integers(0, VOCAB - 1, int(rng.integers(8, 41))), T)
 
 
-def batch(rng, stream, T, top):
-    """BATCH sequences of T ids: TEXT_ROWS windows of the text, then repeated random sequences
-    of ids below `top`."""
+def batch(rng, stream, T, text_rows):
+    """BATCH sequences of T ids: text_rows windows of the text, then repeated random sequences."""
     rows = []
     for b in range(BATCH):
-        if b < TEXT_ROWS:
+        if b < text_rows:
             at = int(rng.integers(0, len(stream) - T))
             rows.append(stream[at:at + T])
         else:
-            rows.append(repeated_random(rng, T, top))
+            rows.append(repeated_random(rng, T))
     return np.stack(rows)
 
 
-def train(stream):
+def probe(s):
+    """((previous-token score, layer, head), (induction score, layer, head)) of the best heads."""
+    import torch
+    with torch.no_grad():
+        _, w = forward(s, torch.tensor([probe_ids()]), attentions=True)
+    return best_heads([x[0].numpy() for x in w])
+
+
+def step_once(s, opt, ids, lr, at=0):
+    """One AdamW step at lr on the next-token loss of every position of ids (B, T + 1), read
+    at positions at, at + 1, ..."""
     import torch
     import torch.nn.functional as F
+    for g in opt.param_groups:
+        g["lr"] = lr
+    logits = forward(s, ids[:, :-1], start=at)
+    loss = F.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(s.values(), 1.0)
+    opt.step()
+    return loss.item()
+
+
+def train(stream, saved=None):
+    """Phase 1: repeated random sequences only (the loss on their later copies is what an
+    induction head lowers), at LR until the best induction score reaches FORMED, then at
+    SHARP_LR until the probe's best heads both score TARGET (at most STEPS steps in all).
+    Phase 2: MIX_STEPS steps at MIX_LR with half the rows windows of the text (every other
+    step at a random offset, so that every position reads text), checked every EVERY steps;
+    the state kept is the last checked one whose heads both score at least FLOOR.
+    `saved`: a file for the state at which the induction head formed (read when it exists,
+    so what follows can be tried again without redoing it; written otherwise)."""
+    import torch
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    gen = torch.Generator().manual_seed(SEED)
-    s = init_state(gen)
+    s = init_state(torch.Generator().manual_seed(SEED))
     for t in s.values():
         t.requires_grad_(True)
     opt = torch.optim.AdamW(s.values(), lr=LR, weight_decay=0.01, betas=(0.9, 0.98))
     rng = np.random.default_rng(SEED)
-    T, P = WINDOW, CONFIG["n_positions"]
-    start = time.time()
-    for step in range(STEPS):
-        for g in opt.param_groups:  # linear warm-up, then cosine decay to 10 %
-            warm = min(1.0, (step + 1) / 100)
-            g["lr"] = LR * warm * (0.55 + 0.45 * np.cos(np.pi * step / STEPS))
-        top = min(VOCAB - 1, 32 + 2 * step)  # random ids from a growing range: 32 at first
-        ids = torch.from_numpy(batch(rng, stream, T + 1, top))
-        at = int(rng.integers(0, P - T + 1)) if step % 2 else 0  # every position gets trained
-        logits = forward(s, ids[:, :-1], start=at)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(s.values(), 1.0)
-        opt.step()
-        if step % 100 == 0 or step == STEPS - 1:
-            with torch.no_grad():
-                _, w = forward(s, torch.tensor([probe_ids()]), attentions=True)
-            (p, pl, ph), (i, il, ih) = best_heads([x[0].numpy() for x in w])
-            print(f"  step {step:5d}  loss {loss.item():.3f}  previous-token {pl}.{ph} {p:.2f}  "
-                  f"induction {il}.{ih} {i:.2f}  {time.time() - start:.0f} s", flush=True)
-    return {k: v.detach().numpy().astype(np.float32) for k, v in s.items()}
+    start, step = time.time(), 0
+
+    def report(loss):
+        (p, pl, ph), (i, il, ih) = probe(s)
+        print(f"  step {step:5d}  loss {loss:.3f}  previous-token {pl}.{ph} {p:.2f}  "
+              f"induction {il}.{ih} {i:.2f}  {time.time() - start:.0f} s", flush=True)
+        return min(p, i)
+
+    if saved and os.path.exists(saved):
+        blob = torch.load(saved)
+        with torch.no_grad():
+            for k, v in blob["state"].items():
+                s[k].copy_(v)
+        opt.load_state_dict(blob["opt"])
+        rng.bit_generator.state, step = blob["rng"], blob["step"]
+        print(f"  phase 1 up to the induction head read from {saved} (step {step})", flush=True)
+    else:
+        while True:
+            lr = LR * min(1.0, (step + 1) / WARMUP)
+            loss = step_once(s, opt, torch.from_numpy(batch(rng, stream, WINDOW + 1, 0)), lr)
+            step += 1
+            if step % EVERY == 0 and (probe(s)[1][0] >= FORMED or step >= STEPS):
+                report(loss)
+                break
+            if step % EVERY == 0:
+                report(loss)
+        if saved:
+            torch.save({"state": {k: v.detach() for k, v in s.items()}, "opt": opt.state_dict(),
+                        "rng": rng.bit_generator.state, "step": step}, saved)
+    print(f"  the induction head has formed: on at {SHARP_LR} until both heads score {TARGET}", flush=True)
+    while step < STEPS:
+        loss = step_once(s, opt, torch.from_numpy(batch(rng, stream, WINDOW + 1, 0)), SHARP_LR)
+        step += 1
+        if step % EVERY == 0 and report(loss) >= TARGET:
+            break
+    print(f"  phase 2 (text mixed in) from step {step}", flush=True)
+    kept, end = None, step + MIX_STEPS
+    while step < end:
+        at = int(rng.integers(0, CONFIG["n_positions"] - WINDOW + 1)) if step % 2 else 0
+        loss = step_once(s, opt, torch.from_numpy(batch(rng, stream, WINDOW + 1, BATCH // 2)), MIX_LR, at)
+        step += 1
+        if step % EVERY == 0 and report(loss) >= FLOOR:
+            kept = {k: v.detach().numpy().astype(np.float32) for k, v in s.items()}
+    if kept is None:
+        raise SystemExit(f"train_model.py: no state of phase 2 kept both heads at {FLOOR} or more")
+    return kept
 
 
 # ---- files -----------------------------------------------------------------------------
@@ -440,6 +501,8 @@ def check(folder=OUT):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only check the files written against attnscope")
+    ap.add_argument("--phase1", metavar="FILE",
+                    help="keep the state at the end of phase 1 in FILE (read it if it exists: phase 2 again)")
     args = ap.parse_args(argv)
     if not args.check:
         texts = corpus()
@@ -447,7 +510,7 @@ def main(argv=None):
         bpe = Bpe(learn_merges(texts, VOCAB - 257))
         stream = np.array([i for t in texts for i in bpe.encode(t) + [bpe.vocab[EOT]]], dtype=np.int64)
         print(f"tokenizer: {len(bpe.vocab)} ids; the corpus is {len(stream)} tokens")
-        write_folder(bpe, train(stream))
+        write_folder(bpe, train(stream, args.phase1))
     print(f"check against {ATTNSCOPE}:")
     check()
 

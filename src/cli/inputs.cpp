@@ -185,7 +185,10 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
             spec.scale_source += " / temperature " + std::string(t);
         }
     }
-    std::string where = escape_control(o.checkpoint) + " " + layer.prefix + " (" + layer.preset + ")";
+    // The layer's names without their joining dot: "transformer.h.1.attn", not "…attn."
+    std::string names = layer.prefix;
+    if (!names.empty() && names.back() == '.') names.pop_back();
+    std::string where = escape_control(o.checkpoint) + " " + names + " (" + layer.preset + ")";
     bundle.source = (o.bundle.empty() ? std::string() : bundle.source + " with ") + where;
 }
 

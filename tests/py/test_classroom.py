@@ -684,12 +684,16 @@ class LessonTmux(common.CliTestCase):
                                 text=True).stdout
         self.start(80, 24, f"env ATTNSCOPE_BIN='{BIN}' NO_COLOR=1 bash scripts/demo", end="DEMO-END")
         screen = self.wait_for("[Enter: next step")
-        self.assertIn("### 1. Self-attention", screen)
-        self.assertNotIn("### 2.", screen)
+        self.assertIn("### 0. From text", screen)
+        self.assertNotIn("### 1.", screen)
         for line in screen.split("DEMO-END", 1)[1].splitlines():
             self.assertLessEqual(columns(line), 80, line)
         self.keys("Enter")
         screen = self.wait_for("[Enter: next step", after=1)
+        self.assertIn("### 1. Self-attention", screen)
+        self.assertNotIn("### 2.", screen)
+        self.keys("Enter")
+        screen = self.wait_for("[Enter: next step", after=2)
         self.assertIn("The same weights as a heatmap", screen)
         self.assertNotIn("### 2.", screen)
         self.keys("C-c")

@@ -6,13 +6,16 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/attention.hpp"
 #include "attnscope/core/view.hpp"
+#include "attnscope/report/compare_heatmap.hpp"
 #include "attnscope/report/report.hpp"
 #include "run.hpp"
+#include "run_output.hpp"
 
 namespace attnscope::cli {
 namespace {
@@ -108,6 +111,26 @@ std::vector<std::vector<std::string>> diff_table(const std::vector<StageDiff>& d
     return table;
 }
 
+// --heatmap's one batch item and head (--batch, --head: default 0), and the terminal; a
+// selection of several, or a B whose weights differ in shape from A's, is refused.
+TextOptions heatmap_options(const RunOptions& a, const Held& A, const Held& B) {
+    if (a.batches.size() > 1 || a.heads_shown.size() > 1)
+        throw UsageError(
+            "--compare with --heatmap: draws one batch item and one head; --batch and --head give one each");
+    const StageView &wa = A.view.stage(kWeights), &wb = B.view.stage(kWeights);
+    if (wa.shape != wb.shape)
+        throw UsageError("--compare '" + escape_control(a.compare) + "' --heatmap: weights of A " +
+                         shape_str(wa.shape) + " and B " + shape_str(wb.shape) +
+                         " differ in shape; B - A cannot be drawn");
+    TextOptions text = text_options(a, {});
+    text.batches = {a.batches.empty() ? 0 : a.batches[0]};
+    text.heads = {a.heads_shown.empty() ? 0 : a.heads_shown[0]};
+    check_selection(text, A.view.dims);
+    text.color = color_mode(a.color);
+    text.width = a.width ? a.width : terminal_width();
+    return text;
+}
+
 }  // namespace
 
 int run_compare(const RunOptions& a) {
@@ -115,6 +138,7 @@ int run_compare(const RunOptions& a) {
     const RunOptions b = second_run(a, delta);
     const std::size_t limit = memory_limit(a);
     const Held A = compute_all(a, limit), B = compute_all(b, limit);
+    const std::optional<TextOptions> heat = a.heatmap ? std::optional(heatmap_options(a, A, B)) : std::nullopt;
     if (a.json) {
         write_compare_json(std::cout, delta, A.view.scale, B.view.scale, compare_stages(A.view, B.view));
     } else {
@@ -125,6 +149,9 @@ int run_compare(const RunOptions& a) {
                   << B.view.scale_source << ")\n\n";
         print_table(diff_table(compare_stages(A.view, B.view)));
         std::cout << "  (inf where one run has -inf and the other a number: a mask changed)\n";
+        if (heat)
+            write_compare_heatmaps(std::cout, A.view, B.view, {"A", "B: " + escape_control(a.compare)},
+                                   heat->batches[0], heat->heads[0], *heat);
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");

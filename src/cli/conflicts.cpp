@@ -141,7 +141,6 @@ std::vector<Conflict> run_rows() {
         {Scope::run, [](const O& o) { return !o.compare.empty() && !o.html.empty(); }, "--compare",
          single_run("--html")},
         {Scope::run, [](const O& o) { return !o.compare.empty() && !o.svg.empty(); }, "--compare", single_run("--svg")},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && o.heatmap; }, "--compare", single_run("--heatmap")},
         {Scope::run, [](const O& o) { return !o.compare.empty() && o.panels; }, "--compare", single_run("--panels")},
         {Scope::run, [](const O& o) { return !o.compare.empty() && o.explain; }, "--compare", single_run("--explain")},
         {Scope::run, [](const O& o) { return !o.compare.empty() && o.diagnose; }, "--compare",
@@ -229,7 +228,8 @@ std::vector<Conflict> decode_rows() {
 const std::vector<Conflict>& conflicts() {
     static const std::vector<Conflict> kRows = [] {
         std::vector<Conflict> rows = every_rows();
-        for (auto part : {run_rows(), experiment_rows(), decode_rows()}) rows.insert(rows.end(), part.begin(), part.end());
+        for (auto part : {run_rows(), experiment_rows(), decode_rows()})
+            rows.insert(rows.end(), part.begin(), part.end());
         return rows;
     }();
     return kRows;

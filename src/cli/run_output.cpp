@@ -22,28 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Colour only for a terminal, unless asked; NO_COLOR (any value) turns "auto" off.
-ColorMode color_mode(ColorWhen when) {
-    const char* no_color = std::getenv("NO_COLOR");
-    const char* term = std::getenv("TERM");
-    bool on = when == ColorWhen::always || (when == ColorWhen::automatic && ::isatty(STDOUT_FILENO) &&
-                                            !(no_color && *no_color) && !(term && std::string(term) == "dumb"));
-    if (!on) return ColorMode::none;
-    const char* ct = std::getenv("COLORTERM");
-    std::string c = ct ? ct : "";
-    return c == "truecolor" || c == "24bit" ? ColorMode::truecolor : ColorMode::c256;
-}
-
-std::size_t terminal_width() {
-    struct winsize ws {};
-    if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
-    if (const char* c = std::getenv("COLUMNS")) {
-        long n = std::strtol(c, nullptr, 10);
-        if (n >= 20 && n <= 10000) return std::size_t(n);
-    }
-    return 80;
-}
-
 // Whether to print the report: always, unless only files were asked for (--dump, --html,
 // --svg, --jsonl FILE) and no option says what to print (a view, --stages, the report's own).
 bool report_wanted(const RunOptions& o) {
@@ -125,6 +103,28 @@ void Progress::stop() {
     }
     cv_.notify_one();
     thread_.join();
+}
+
+// Colour only for a terminal, unless asked; NO_COLOR (any value) turns "auto" off.
+ColorMode color_mode(ColorWhen when) {
+    const char* no_color = std::getenv("NO_COLOR");
+    const char* term = std::getenv("TERM");
+    bool on = when == ColorWhen::always || (when == ColorWhen::automatic && ::isatty(STDOUT_FILENO) &&
+                                            !(no_color && *no_color) && !(term && std::string(term) == "dumb"));
+    if (!on) return ColorMode::none;
+    const char* ct = std::getenv("COLORTERM");
+    std::string c = ct ? ct : "";
+    return c == "truecolor" || c == "24bit" ? ColorMode::truecolor : ColorMode::c256;
+}
+
+std::size_t terminal_width() {
+    struct winsize ws {};
+    if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
+    if (const char* c = std::getenv("COLUMNS")) {
+        long n = std::strtol(c, nullptr, 10);
+        if (n >= 20 && n <= 10000) return std::size_t(n);
+    }
+    return 80;
 }
 
 TextOptions text_options(const RunOptions& o, const std::vector<std::string>& stages) {

@@ -33,6 +33,9 @@ void check_outputs(const RunOptions& o, const std::vector<std::string>& stages);
 
 // The printed report's options (colour and width are set when it is printed).
 TextOptions text_options(const RunOptions& o, const std::vector<std::string>& stages);
+// --color as a mode for stdout (NO_COLOR, TERM=dumb, a pipe: none); the terminal's columns (COLUMNS, else 80).
+ColorMode color_mode(ColorWhen when);
+std::size_t terminal_width();
 
 // One line on stderr for each file written, unless --quiet: "attnscope: wrote r.html (HTML report)".
 void say_written(const RunOptions& o, const std::string& path, const char* what);

@@ -10,6 +10,7 @@
 #include <ostream>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/report/compare_heatmap.hpp"
 #include "attnscope/report/report.hpp"
 #include "colour.hpp"
 #include "scale.hpp"
@@ -153,15 +154,33 @@ void add_key_labels(Panel& p, const TraceView& v, const std::string& col_axis, s
 
 // One panel: matrix (b, h) of a (Tq, Tk) stage with its title, key labels, a line of
 // cells per query, and a note when keys were left out.
+// The note under a panel whose keys were not all drawn.
+void add_left_out(Panel& p, const Layout& l, std::size_t cols) {
+    if (l.keys.size() >= cols) return;
+    const std::size_t first = l.keys.size() / 2;  // the gap's position
+    std::string note = "(keys " + std::to_string(l.keys[first - 1] + 1) + ".." + std::to_string(l.keys[first + 1] - 1) +
+                       " of " + std::to_string(cols) + " left out; --full draws them)";
+    for (const auto& line : wrap(note, std::max<std::size_t>(l.line_width(), 20))) p.add(line, display_width(line));
+}
+
+// A panel's title, clipped to the wider of its cells and `budget`.
+void add_title(Panel& p, const std::string& title, const Layout& l, std::size_t budget) {
+    const std::string t = clip_label(title, std::max(l.line_width(), budget));
+    p.add(t, display_width(t));
+}
+
 Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t h, const scale::Scale& sc,
-             const TextOptions& o, std::size_t max_cols_width) {
+             const TextOptions& o, std::size_t max_cols_width, const std::string& given_title = "") {
     const std::size_t nd = s.shape.size(), rows = s.shape[nd - 2], cols = s.shape[nd - 1];
     const std::size_t off = matrix_offset(s, b, h);
     const Layout l = layout(v, s.axes[nd - 2], b, rows, cols, max_cols_width, o.full);
     Panel p;
     // 1) Title, then the key labels.
     const std::string where = matrix_title(v, s, b, h), title = s.name + (where.empty() ? "" : ", " + where);
-    p.add(title, display_width(title));
+    if (given_title.empty())
+        p.add(title, display_width(title));
+    else
+        add_title(p, given_title, l, max_cols_width);
     add_key_labels(p, v, s.axes[nd - 1], b, l);
     // 2) A line per query: its label, then a cell per key shown.
     for (std::size_t i = 0; i < rows; ++i) {
@@ -183,13 +202,7 @@ Panel render(const TraceView& v, const StageView& s, std::size_t b, std::size_t 
         p.add(line, l.line_width());
     }
     // 3) The keys left out.
-    if (l.keys.size() < cols) {
-        const std::size_t first = l.keys.size() / 2;  // the gap's position
-        std::string note = "(keys " + std::to_string(l.keys[first - 1] + 1) + ".." +
-                           std::to_string(l.keys[first + 1] - 1) + " of " + std::to_string(cols) +
-                           " left out; --full draws them)";
-        for (const auto& line : wrap(note, std::max<std::size_t>(l.line_width(), 20))) p.add(line, display_width(line));
-    }
+    add_left_out(p, l, cols);
     return p;
 }
 
@@ -280,6 +293,40 @@ void print_side_by_side(std::ostream& out, const std::vector<Panel>& panels, std
     }
 }
 
+// B − A of one cell: '-' where B is lower, '+' where higher, blank within kDiffBlank.
+std::string diff_cell(double d, std::size_t w) {
+    return std::string(w, std::fabs(d) < kDiffBlank ? ' ' : d < 0 ? '-' : '+');
+}
+
+// The panel of B − A for weights (b, h) of two runs of one shape, laid out as A's panel.
+Panel render_diff(const TraceView& va, const TraceView& vb, std::size_t b, std::size_t h, const TextOptions& o,
+                  std::size_t max_cols_width) {
+    const StageView &sa = va.stage(kWeights), &sb = vb.stage(kWeights);
+    const std::size_t nd = sa.shape.size(), rows = sa.shape[nd - 2], cols = sa.shape[nd - 1];
+    const std::size_t off = matrix_offset(sa, b, h);  // the same in B: the shapes are equal
+    const Layout l = layout(va, sa.axes[nd - 2], b, rows, cols, max_cols_width, o.full);
+    Panel p;
+    add_title(p, "B - A", l, max_cols_width);
+    add_key_labels(p, va, sa.axes[nd - 1], b, l);
+    for (std::size_t i = 0; i < rows; ++i) {
+        std::string line = pad_right(l.row_labels[i], l.label_w) + " ";
+        for (std::size_t j : l.keys) {
+            const double x = j == kGap ? 0 : sa.at(off + i * cols + j), y = j == kGap ? 0 : sb.at(off + i * cols + j);
+            if (j == kGap)
+                line += pad_right("…", l.cw);
+            else if (hidden(va, sa, x, b, h, i, j) && hidden(vb, sb, y, b, h, i, j))
+                line += masked_cell(l.cw, o.color);
+            else if (std::isnan(x) || std::isnan(y))
+                line += nan_cell(l.cw, o.color);
+            else
+                line += diff_cell(y - x, l.cw);
+        }
+        p.add(line, l.line_width());
+    }
+    add_left_out(p, l, cols);
+    return p;
+}
+
 }  // namespace
 
 bool drawn_as_heatmap(const StageView& s) { return stage_info(s.id).over_keys() || s.id == kSinkWeight; }
@@ -362,6 +409,38 @@ void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
             print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
         }
     write_legends(out, stages, scales, o.color, o.width, true);
+}
+
+}  // namespace attnscope
+
+namespace attnscope {
+
+void write_compare_heatmaps(std::ostream& out, const TraceView& va, const TraceView& vb,
+                            const std::array<std::string, 2>& titles, std::size_t b, std::size_t h,
+                            const TextOptions& o) {
+    const StageView &sa = va.stage(kWeights), &sb = vb.stage(kWeights);
+    if (sa.shape != sb.shape) throw UsageError("{heatmap}: the weights of A and B differ in shape");
+    // One scale (A's) for both runs' weights: the same colour is the same number.
+    const scale::Scale sc = scale::stage_scale(va, sa, {b}, {h}, o.range);
+    const std::size_t nd = sa.shape.size(), cols = sa.shape[nd - 1];
+    // Three panels side by side when every key fits in two columns; else each alone, stacked.
+    const std::size_t third = (o.width > 12 ? o.width - 12 : 12) / 3, whole = o.width > 4 ? o.width - 4 : 4;
+    const auto l = layout(va, sa.axes[nd - 2], b, sa.shape[nd - 2], cols, third, o.full);
+    const std::size_t budget = l.keys.size() == cols && l.cw == 2 ? third : whole;
+    const std::vector<Panel> panels = {render(va, sa, b, h, sc, o, budget, titles[0]),
+                                       render(vb, sb, b, h, sc, o, budget, titles[1]),
+                                       render_diff(va, vb, b, h, o, budget)};
+    out << "\n== weights, " << (va.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
+        << ": A | B | B - A\n\n";
+    print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
+    write_legends(out, {&sa}, {sc}, o.color, o.width, true);
+    char threshold[16];
+    std::snprintf(threshold, sizeof threshold, "%g", kDiffBlank);
+    const std::string words = "B - A  " + diff_cell(-1, 2) + " B below A, " + diff_cell(1, 2) +
+                              " B above A, blank where |B - A| < " + threshold + ", " + masked_cell(2, o.color) +
+                              " masked in both";
+    const auto lines = wrap(words, o.width > 14 ? o.width - 12 : 2);
+    for (const auto& line : lines) out << "          " << line << '\n';
 }
 
 }  // namespace attnscope

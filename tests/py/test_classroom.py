@@ -273,6 +273,84 @@ class ZeroKey(common.CliTestCase):
 
 
 
+RAMP = ".,:-=+*#%@"  # docs/usage.md: the heatmap's character ramp, 0 to 1
+
+
+def ramp_chars(w):
+    """The ramp characters a weight may be drawn with (both neighbours at a rounding tie)."""
+    t = min(max(w, 0.0), 1.0) * 9
+    return {RAMP[int(math.floor(t + 0.5 + e))] for e in (-1e-9, 1e-9) if 0 <= math.floor(t + 0.5 + e) <= 9}
+
+
+def diff_chars(d):
+    """'-' where B is lower, '+' where higher, blank within 0.01 (both at the edge)."""
+    return {" " if abs(d + e) < 0.01 else "-" if d + e < 0 else "+" for e in (-1e-9, 1e-9)}
+
+
+class CompareHeatmap(common.CliTestCase):
+    """run --compare 'OPTS' --heatmap: A, B and B - A for one head, against numpy."""
+
+    def check(self, name, delta, b, wa, wb, visible_a, visible_b, *args):
+        r = run_text("run", DATA / f"{name}.json", "--heads", "2", "--compare", delta, "--heatmap", "--color",
+                     "never", *args)
+        self.assert_ok(r)
+        text = r.out[r.out.index("== weights"):]
+        for line in text.splitlines():
+            self.assertLessEqual(len(line), 80, line)
+        lines = text.splitlines()
+        title = next(n for n, line in enumerate(lines) if line.startswith("  A "))
+        starts = [lines[title].index("A "), lines[title].index("B: " + delta), lines[title].index("B - A")]
+        labels = bundle_of(name)["query_tokens"]
+        labels = labels[b] if isinstance(labels[0], list) else labels
+        label_w = max(len(t) for t in labels)
+        rows = [line for line in lines[title + 1:] if line[2:2 + label_w + 1].rstrip() in labels and
+                line[2 + label_w] == " " and line[2:].split()[0] in labels][:len(labels)]
+        self.assertEqual(len(rows), len(labels), text)
+        for i, line in enumerate(rows):
+            for p, (w, vis) in enumerate(((wa, visible_a), (wb, visible_b), (None, None))):
+                cells = line[starts[p] + label_w + 1:starts[p] + label_w + 1 + 2 * wa.shape[-1]]
+                for j in range(wa.shape[-1]):
+                    got = cells[2 * j:2 * j + 2]
+                    if p < 2 and not vis[i, j]:
+                        self.assertEqual(got, "××", (p, i, j))
+                    elif p < 2:
+                        self.assertIn(got[0], ramp_chars(w[i, j]), (p, i, j, w[i, j]))
+                    elif not visible_a[i, j] and not visible_b[i, j]:
+                        self.assertEqual(got, "××")
+                    else:
+                        self.assertIn(got[0], diff_chars(wb[i, j] - wa[i, j]), (i, j, wb[i, j] - wa[i, j]))
+                    self.assertEqual(got[0], got[1])
+        self.assertIn("blank where |B - A| < 0.01", " ".join(text.split()))
+        return r.out
+
+    def test_scale_none_on_sentence(self):
+        bun = bundle_of("sentence")
+        _, wa = batched_weights(bun)
+        _, wb = batched_weights(bun, scale=1.0)
+        every = np.ones(wa.shape[-2:], bool)
+        out = self.check("sentence", "--scale none", 0, wa[0, 0], wb[0, 0], every, every)
+        self.assertIn("max |A - B|", out)  # the differences table stays
+
+    def test_ignore_padding_on_padded_batch_1_head_1(self):
+        bun = bundle_of("padded")
+        _, wa = batched_weights(bun)
+        _, wb = batched_weights(bun, mask=np.zeros((2, 6), bool))
+        seen = ~np.array(bun["key_padding_mask"], bool)[1][None, :].repeat(6, 0)
+        self.check("padded", "--ignore-padding", 1, wa[1, 1], wb[1, 1], seen, np.ones((6, 6), bool), "--batch", "1",
+                   "--head", "1")
+
+    def test_refusals_in_one_line(self):
+        for args, words in ((("--compare", "--heads 1"), "differ in shape"),
+                            (("--compare", "--scale none", "--head", "0,1"), "one head"),
+                            (("--compare", "--scale none", "--head", "5"), "head")):
+            with self.subTest(args=args):
+                r = run_text("run", DATA / "sentence.json", "--heads", "2", "--heatmap", *args)
+                self.assertEqual(r.code, 2, r.err)
+                self.assertEqual(len(r.err.strip().splitlines()), 1, r.err)
+                self.assertIn(words, r.err)
+                self.assertEqual(r.out, "")
+
+
 def lesson(*args, stdin="", columns=80):
     """`attnscope lesson ARGS` in a pipe, from the source tree (data/ found there)."""
     env = dict(os.environ, COLUMNS=str(columns), NO_COLOR="1")

@@ -84,7 +84,7 @@ class Conflicts(CliTestCase):
 
     def test_the_outputs_and_views_of_a_single_run_with_compare(self):
         for extra, flag in ((["--dump", self.path("d")], "--dump"), (["--html", self.path("r.html")], "--html"),
-                            (["--svg", self.path("w.svg")], "--svg"), (["--heatmap"], "--heatmap"),
+                            (["--svg", self.path("w.svg")], "--svg"),
                             (["--panels"], "--panels"), (["--explain"], "--explain"), (["--diagnose"], "--diagnose"),
                             (["--cell", "0,0,0"], "--cell"), (["--stages", "weights"], "--stages")):
             with self.subTest(flag=flag):

@@ -36,9 +36,39 @@ constexpr const char* kSchema = "attnscope.lesson/1";
 constexpr std::size_t kMaxWidth = 80;
 
 struct LessonOptions {
-    std::string topic, data;
+    std::string topic, data, bundle, model, text;
+    std::optional<std::size_t> layer, head;
     bool no_pause = false, quiz = false, json = false;
 };
+
+// The bundle or `--model DIR --text` run given, checked by running it once; none without them.
+std::optional<Subject> subject_of(const LessonOptions& o, const Topic& topic) {
+    const bool given = !o.bundle.empty() || !o.model.empty() || !o.text.empty() || o.layer || o.head;
+    if (!given) return std::nullopt;
+    std::string can;
+    for (const Topic& t : topics())
+        if (t.takes_subject) can += (can.empty() ? "" : ", ") + std::string(t.name);
+    if (!topic.takes_subject)
+        throw UsageError("lesson " + o.topic + ": takes no bundle or --model (topics that do: " + can + ")");
+    if (o.bundle.empty() == o.model.empty())
+        throw UsageError("lesson " + o.topic + ": give a bundle or --model DIR --text \"...\", one of them");
+    if (o.model.empty() != o.text.empty() || (o.layer && o.model.empty()))
+        throw UsageError("lesson " + o.topic + ": --model, --text and --layer go together");
+    const std::string& path = o.bundle.empty() ? o.model : o.bundle;
+    if (!std::filesystem::exists(path))
+        throw InputError((o.bundle.empty() ? "--model " : "") + escape_control(path) + ": no such file or folder");
+    Subject s{{o.bundle}, o.bundle, std::to_string(o.head.value_or(0))};
+    if (!o.model.empty()) {
+        s.run = {"--model", o.model, "--text", o.text};
+        if (o.layer) s.run = with(s.run, {"--layer"}), s.run.push_back(std::to_string(*o.layer));
+        s.name = "layer " + std::to_string(o.layer.value_or(0)) + " of " + o.model;
+    }
+    Args check = {"run"};
+    check.insert(check.end(), s.run.begin(), s.run.end());
+    const Captured c = capture(with(check, {"--head", s.head.c_str(), "--stages", "weights", "--json"}));
+    if (c.code != 0) throw InputError(escape_control(c.out.substr(0, c.out.find('\n'))));
+    return s;
+}
 
 std::string find_data(const std::string& given) {
     namespace fs = std::filesystem;
@@ -278,7 +308,7 @@ std::size_t teach(const LessonOptions& o, const std::vector<Step>& steps, const 
 int run_lesson(const LessonOptions& o) {
     if (o.topic.empty()) return list_topics();
     const Topic& topic = topic_of(o.topic);
-    Places p{find_data(o.data), ""};
+    Places p{find_data(o.data), "", subject_of(o, topic)};
     struct Cleanup {
         ~Cleanup() { remove_scratch(); }
     } cleanup;
@@ -297,6 +327,11 @@ Subcommand setup_lesson_command(CLI::App& parent) {
     auto* cmd = parent.add_subcommand("lesson", "A paced lesson in the terminal, with questions computed from runs");
     cmd->footer("Waits for Enter only when standard input is a terminal. docs/classroom.md has the topics.");
     cmd->add_option("topic", o->topic, "The topic (none: the list of topics)");
+    cmd->add_option("bundle", o->bundle, "A bundle the topic is taught over (keys), in place of data/'s");
+    cmd->add_option("--model", o->model, "A model folder the topic is taught over, with --text (keys)");
+    cmd->add_option("--text", o->text, "The text run through --model");
+    cmd->add_option("--layer", o->layer, "The layer of --model (default: its run's)");
+    cmd->add_option("--head", o->head, "The head shown and asked about (default: 0)");
     cmd->add_flag("--no-pause", o->no_pause, "Run straight through, answers shown");
     cmd->add_flag("--quiz", o->quiz, "Only the questions, read from standard input, and a score");
     cmd->add_flag("--json", o->json, "The questions and their answers as JSON, for a grader");

@@ -31,11 +31,19 @@ struct Step {
     std::vector<Question> questions;  // asked before the output, answered after it
 };
 
+// The run a topic that takes one is taught over: a bundle, or `--model DIR --text "…"`.
+struct Subject {
+    Args run;          // a run's arguments but "run", the stages and the head
+    std::string name;  // how the questions name it
+    std::string head;  // the head shown and asked about ("0")
+};
+
 // Where the lesson reads and writes: data/'s bundles, and a scratch folder for bundles made
 // by `attnscope make` (removed at the end, and on Ctrl-C).
 struct Places {
-    std::string data;     // "data" or --data
-    std::string scratch;  // an absolute folder ending in '/', or empty until made
+    std::string data;                // "data" or --data
+    std::string scratch;             // an absolute folder ending in '/', or empty until made
+    std::optional<Subject> subject;  // the bundle or --model run given, if any
     std::string at(const char* file) const;
     std::string made(const std::string& file);  // scratch + file (the folder made on first use)
 };
@@ -44,6 +52,7 @@ struct Topic {
     const char* name;
     const char* title;
     std::function<std::vector<Step>(Places&)> steps;
+    bool takes_subject = false;  // can be taught over Places::subject
 };
 const std::vector<Topic>& topics();
 

@@ -35,8 +35,10 @@ std::size_t argmax_row(const nlohmann::json& doc, std::size_t b, std::size_t h, 
 // ---- questions ------------------------------------------------------------------------
 
 // Which key query `q` of head 0 weights most: the label (keys sharing it tie) or its index.
-Question strongest_key(const std::string& bundle, const Args& args, std::size_t q) {
+// `head` names the run's head 0 (a run of one --head).
+Question strongest_key(const std::string& bundle, const Args& args, std::size_t q, const std::string& head = "0") {
     const nlohmann::json doc = run_json(args);
+    q = std::min(q, dim(doc, "Tq") - 1);
     const std::size_t Tk = dim(doc, "Tk"), best = argmax_row(doc, 0, 0, q);
     const auto w = [&](std::size_t j) { return at(doc, "weights", 0, 0, q, j); };
     const std::string who = label(doc, "query", 0, q), won = label(doc, "key", 0, best);
@@ -45,19 +47,19 @@ Question strongest_key(const std::string& bundle, const Args& args, std::size_t 
         if (label(doc, "key", 0, j) != won && (second == best || w(j) > w(second))) second = j;
     Question Q;
     Q.id = "strongest-key";
-    Q.text = "Which key will query '" + who + "' weight most in head 0 of " + bundle + "?";
+    Q.text = "Which key will query '" + who + "' weight most in head " + head + " of " + bundle + "?";
     Q.answer = won;
     Q.accepted = {won};
     for (std::size_t j = 0; j < Tk; ++j)
         if (label(doc, "key", 0, j) == won) Q.accepted.push_back(str(j));
-    Q.why = "Row '" + who + "' of head 0's weights: key " + str(best) + " '" + won + "' gets " + num(w(best)) +
-            " (score " + num(at(doc, "scores", 0, 0, q, best)) + ")" +
+    Q.why = "Row '" + who + "' of head " + head + "'s weights: key " + str(best) + " '" + won + "' gets " +
+            num(w(best)) + " (score " + num(at(doc, "scores", 0, 0, q, best)) + ")" +
             (second != best ? ", the runner-up '" + label(doc, "key", 0, second) + "' " + num(w(second)) : "") +
             ". The key whose k_j best matches q_i wins.";
     return Q;
 }
 
-Question softmax_axis(const Args& args) {
+Question softmax_axis(const Args& args, const std::string& head = "0") {
     const nlohmann::json doc = run_json(args);
     std::string terms;
     double sum = 0;
@@ -70,8 +72,8 @@ Question softmax_axis(const Args& args) {
     Q.text = "Is the softmax taken over the keys or over the values?";
     Q.answer = "keys";
     Q.accepted = {"keys", "key", "over the keys", "over keys"};
-    Q.why = "Each row (one query) is a softmax over the " + str(dim(doc, "Tk")) + " keys: row 0 of head 0 is " + terms +
-            " = " + num(sum) + ". Values are not in the softmax; they are mixed by its weights.";
+    Q.why = "Each row (one query) is a softmax over the " + str(dim(doc, "Tk")) + " keys: row 0 of head " + head +
+            " is " + terms + " = " + num(sum) + ". Values are not in the softmax; they are mixed by its weights.";
     return Q;
 }
 
@@ -91,12 +93,14 @@ Question scale_factor(const Args& args) {
     return Q;
 }
 
-Question scores_shape(const nlohmann::json& doc) {
+// `queries` and `keys` say what they are ("French queries"; "queries" by default).
+Question scores_shape(const nlohmann::json& doc, const std::string& queries = "queries",
+                      const std::string& keys = "keys") {
     const std::size_t Tq = dim(doc, "Tq"), Tk = dim(doc, "Tk");
     Question Q;
     Q.id = "scores-shape";
-    Q.text = "Here Tq = " + str(Tq) + " French queries and Tk = " + str(Tk) +
-             " English keys. What shape are one head's scores (rows x columns)?";
+    Q.text = "Here Tq = " + str(Tq) + " " + queries + " and Tk = " + str(Tk) + " " + keys +
+             ". What shape are one head's scores (rows x columns)?";
     Q.answer = str(Tq) + " x " + str(Tk);
     Q.accepted = {str(Tq) + "x" + str(Tk)};
     Q.numbers = true;
@@ -118,7 +122,7 @@ Question cross_keys(const nlohmann::json& doc) {
 
 std::vector<Question> cross_questions(const Args& args) {
     const nlohmann::json doc = run_json(args);
-    return {scores_shape(doc), cross_keys(doc)};
+    return {scores_shape(doc, "French queries", "English keys"), cross_keys(doc)};
 }
 
 // Batch item 1 of a padded bundle, row 0 of head 0, and what its <pad> keys get.
@@ -143,17 +147,18 @@ Question pad_weight(const Args& args) {
     return Q;
 }
 
-Question zeroed_key(const Args& args, std::size_t J) {
+Question zeroed_key(const Args& args, std::size_t J, const std::string& head = "0") {
     const nlohmann::json doc = run_json(args);
     double lo = 1, hi = 0;
-    for (std::size_t i = 0; i < dim(doc, "Tq"); ++i)
+    const bool causal = doc["config"]["causal"].get<bool>();  // rows before J do not see key J
+    for (std::size_t i = causal ? J : 0; i < dim(doc, "Tq"); ++i)
         lo = std::min(lo, at(doc, "weights", 0, 0, i, J)), hi = std::max(hi, at(doc, "weights", 0, 0, i, J));
     Question Q = yes_no("zeroed-key",
                         "--zero-key " + str(J) + " sets key '" + label(doc, "key", 0, J) +
                             "' to the zero vector, so its scores are 0. Do its weights become 0 (yes or no)?",
                         lo == 0 && hi == 0,
                         "Score 0 is not -inf: its weights are exp(0 - max)/sum, from " + num(lo) + " to " + num(hi) +
-                            " in head 0. Only a mask (key_padding_mask) makes them exactly 0.");
+                            " in head " + head + ". Only a mask (key_padding_mask) makes them exactly 0.");
     return Q;
 }
 
@@ -161,6 +166,7 @@ Question zeroed_key(const Args& args, std::size_t J) {
 // with the keys: the run's context matches the first.
 Question keys_or_values(const Args& args, std::size_t q) {
     const nlohmann::json doc = run_json(args);
+    q = std::min(q, dim(doc, "Tq") - 1);
     double by_v = 0, by_k = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) {
         by_v += at(doc, "weights", 0, 0, q, j) * at(doc, "V", 0, 0, j, 0);
@@ -184,42 +190,64 @@ Question keys_or_values(const Args& args, std::size_t q) {
 
 // ---- the topics -----------------------------------------------------------------------
 
-std::vector<Step> keys_lesson(Places& p) {
-    const std::string S = p.at("sentence.json");
-    const Args P = run_of(p.at("padded.json")), C = run_of(p.at("cross.json"));
+// `attnscope run` over the subject, its head last (shown), or without it (asked: the run's head 0).
+Args on(const Subject& s, Args more, bool shown = true) {
+    Args a = {"run"};
+    a.insert(a.end(), s.run.begin(), s.run.end());
+    a.insert(a.end(), more.begin(), more.end());
+    if (shown || s.head != "0") a.insert(a.end(), {"--head", s.head});
+    return a;
+}
+
+// The steps over the subject alone (keys, scaling, the softmax); `given` adds its shape.
+std::vector<Step> subject_steps(const Subject& s, bool given) {
+    const auto asked = [&](const char* stages, Args more = {}) {
+        return tail(on(s, with(std::move(more), {"--stages", stages}), false));
+    };
     std::vector<Step> L;
     L.push_back({"Keys and the score matrix",
                  {"Each position has a query q_i = x_i · W_Q (what it looks for) and a key k_j = x_j · W_K (an "
                   "address to match). scores = Q · Kᵀ: one row per query, one column per key. In self-attention "
                   "queries and keys come from the same sentence."},
-                 {run_of(S, {"--heads", "2", "--stages", "scores,weights", "--head", "0"})},
-                 {strongest_key(S, tail(run_of(S, {"--heads", "2", "--stages", "scores,weights"})), 2)}});
+                 {on(s, {"--stages", "scores,weights"})},
+                 {strongest_key(s.name, asked("scores,weights"), 2, s.head)}});
+    if (given) L.back().questions.push_back(scores_shape(run_json(asked("scores"))));
     L.push_back({"Scaling and Dk",
                  {"Q and K share one width, Dk, so q_i · k_j is defined. The scores are scaled before the softmax."},
-                 {run_of(S, {"--heads", "2", "--stages", "scores", "--head", "0", "--explain"})},
-                 {scale_factor(tail(run_of(S, {"--heads", "2", "--stages", "scores"})))}});
+                 {with(on(s, {"--stages", "scores"}), {"--explain"})},
+                 {scale_factor(asked("scores"))}});
     L.push_back({"Softmax over the keys",
                  {"The weights of one query come from a softmax along its row of scores."},
-                 {run_of(S, {"--heads", "2", "--stages", "weights", "--head", "0"})},
-                 {softmax_axis(tail(run_of(S, {"--heads", "2", "--stages", "weights"})))}});
-    L.push_back({"Padding masks",
-                 {"Sentences of different lengths are padded to one length; key_padding_mask (1 = PAD) hides the "
-                  "padding keys from every query."},
-                 {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
-                 {pad_weight(tail(with(P, {"--stages", "weights"})))}});
-    L.push_back({"Cross-attention",
-                 {"A translator's decoder attends the encoder's output, the memory: French target tokens ask, "
-                  "English source tokens answer."},
-                 {with(C, {"--stages", "scores", "--head", "0"})},
-                 cross_questions(tail(with(C, {"--stages", "scores"})))});
+                 {on(s, {"--stages", "weights"})},
+                 {softmax_axis(asked("weights"), s.head)}});
+    return L;
+}
+
+std::vector<Step> keys_lesson(Places& p) {
+    const bool given = p.subject.has_value();
+    const Subject s = given ? *p.subject : Subject{{p.at("sentence.json"), "--heads", "2"}, p.at("sentence.json"), "0"};
+    const Args P = run_of(p.at("padded.json")), C = run_of(p.at("cross.json"));
+    std::vector<Step> L = subject_steps(s, given);
+    if (!given) {
+        L.push_back({"Padding masks",
+                     {"Sentences of different lengths are padded to one length; key_padding_mask (1 = PAD) hides "
+                      "the padding keys from every query."},
+                     {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
+                     {pad_weight(tail(with(P, {"--stages", "weights"})))}});
+        L.push_back({"Cross-attention",
+                     {"A translator's decoder attends the encoder's output, the memory: French target tokens ask, "
+                      "English source tokens answer."},
+                     {with(C, {"--stages", "scores", "--head", "0"})},
+                     cross_questions(tail(with(C, {"--stages", "scores"})))});
+    }
     L.push_back({"A zeroed key is not a masked key",
                  {"An experiment: set one key vector to 0 and look at its column."},
-                 {run_of(S, {"--heads", "2", "--zero-key", "1", "--stages", "weights", "--head", "0"})},
-                 {zeroed_key(tail(run_of(S, {"--heads", "2", "--zero-key", "1", "--stages", "weights"})), 1)}});
+                 {on(s, {"--zero-key", "1", "--stages", "weights"})},
+                 {zeroed_key(tail(on(s, {"--zero-key", "1", "--stages", "weights"}, false)), 1, s.head)}});
     L.push_back({"Keys versus values",
                  {"Keys and values are computed from the same tokens by different matrices, W_K and W_V."},
-                 {run_of(S, {"--heads", "2", "--stages", "V,context", "--head", "0"})},
-                 {keys_or_values(tail(run_of(S, {"--heads", "2", "--stages", "K,V,weights,context"})), 2)}});
+                 {on(s, {"--stages", "V,context"})},
+                 {keys_or_values(tail(on(s, {"--stages", "K,V,weights,context"}, false)), 2)}});
     return L;
 }
 
@@ -592,7 +620,7 @@ std::vector<Step> heads_lesson(Places& p) {
 
 const std::vector<Topic>& topics() {
     static const std::vector<Topic> all = {
-        {"keys", "Keys and the score matrix, a tour of the others", keys_lesson},
+        {"keys", "Keys and the score matrix, a tour of the others", keys_lesson, true},
         {"scaling", "Scaling by 1/sqrt(Dk), and what Dk does without it", scaling_lesson},
         {"masks", "Masks: padding and causal", masks_lesson},
         {"cross", "Cross-attention: keys from the encoder's memory", cross_lesson},

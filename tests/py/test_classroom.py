@@ -786,5 +786,84 @@ class LessonTmux(common.CliTestCase):
                                text=True).stdout
         self.assertEqual(after, before)
 
+def softmax_rows(s):
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class LessonOverASubject(common.CliTestCase):
+    """`attnscope lesson keys BUNDLE` and `lesson keys --model DIR --text ...`: each answer
+    against numpy (the bundle read by numpy; the model through scripts/lm_reference.py's
+    float64 forward pass and its safetensors read by numpy), and the refusals."""
+
+    def questions(self, *args):
+        r = lesson("keys", *args, "--json")
+        self.assertEqual((r.returncode, r.stderr), (0, ""), args)
+        return {q["id"]: q for q in json.loads(r.stdout)["questions"]}
+
+    def check(self, got, w, wz, J, dk, head):
+        """w (Tq, Tk) the head's weights, wz its weights with key J zeroed (visible rows only)."""
+        self.assertEqual(set(got), {"strongest-key", "scores-shape", "scale", "softmax-axis", "zeroed-key",
+                                    "keys-vs-values"})
+        q = min(2, w.shape[0] - 1)
+        self.assertIn(str(int(w[q].argmax())), got["strongest-key"]["accepted"])
+        self.assertIn(f"in head {head} of", got["strongest-key"]["question"])
+        self.assertEqual(got["scores-shape"]["answer"], f"{w.shape[0]} x {w.shape[1]}")
+        self.assertEqual(got["scale"]["answer"], f"{1 / math.sqrt(dk):.4f}")
+        self.assertEqual(got["softmax-axis"]["answer"], "keys")
+        self.assertEqual(got["zeroed-key"]["answer"], "no")
+        self.assertEqual(got["keys-vs-values"]["answer"], "values")
+        lo, hi = re.search(r"from (\S+) to (\S+) in head " + str(head), got["zeroed-key"]["why"]).groups()
+        self.assertAlmostEqual(float(lo), wz.min(), places=4)
+        self.assertAlmostEqual(float(hi), wz.max(), places=4)
+
+    def test_a_bundle_made_by_make(self):
+        out = self.path("made.npz")
+        self.assert_ok(run_text("make", "-o", out, "--tokens", "the cat sat on the mat", "--heads", "2", "--seed",
+                                "5"))
+        b = load(Path(out))
+        b["x"], b["W_Q"], b["W_K"] = (b[k].astype(np.float64) for k in ("x", "W_Q", "W_K"))
+        _, w = batched_weights(b)
+        _, wz = batched_weights(b, zero_key=1)
+        got = self.questions(str(out))
+        self.check(got, w[0, 0], wz[0, 0, :, 1], 1, b["W_Q"].shape[1] // 2, 0)
+        self.assertIn(f"run {out} --stages scores,weights --head 0", got["strongest-key"]["command"])
+
+    def test_a_model_and_text(self):
+        import train_model  # noqa: E402  (scripts/: the .safetensors reader)
+        import lm_reference as lref  # noqa: E402  (scripts/: the numpy forward pass)
+        model, text, layer, head = ROOT / "data" / "tiny-gpt2", "The cat sat. The cat sat.", 1, 1
+        r = run_text("tokens", "--model", model, "--text", text, "--json")
+        self.assert_ok(r)
+        ids = json.loads(r.out)["ids"]
+        config, state = train_model.load_model(str(model))  # read now: the weights change this session
+        state = {k: v.astype(np.float64) for k, v in state.items()}
+        ref = lref.forward(config, state, ids)
+        w = ref["weights"][layer][head]
+        H, D, T = config["n_head"], config["n_embd"], len(ids)
+        qkv = ref["inputs"][layer] @ state[f"transformer.h.{layer}.attn.c_attn.weight"] + \
+            state[f"transformer.h.{layer}.attn.c_attn.bias"]
+        dk = D // H
+        Q, K = (t[:, head * dk:(head + 1) * dk] for t in np.split(qkv, 3, axis=1)[:2])
+        K[1] = 0
+        s = np.where(np.tril(np.ones((T, T), bool)), Q @ K.T / math.sqrt(dk), -np.inf)
+        wz = softmax_rows(s)[1:, 1]  # the rows that see key 1
+        got = self.questions("--model", str(model), "--text", text, "--layer", str(layer), "--head", str(head))
+        self.check(got, w, wz, 1, dk, head)
+        self.assertIn(f"--layer {layer} --stages weights --head {head}", got["softmax-axis"]["command"])
+
+    def test_refusals(self):
+        for args, words in [(("scaling", "data/sentence.json"), "topics that do: keys"),
+                            (("keys", "no/such.npz"), "no/such.npz: no such file"),
+                            (("keys", "--model", "no/such", "--text", "a"), "--model no/such: no such file"),
+                            (("keys", "--model", "data/tiny-gpt2"), "--model, --text and --layer go together")]:
+            with self.subTest(args=args):
+                r = lesson(*args)
+                self.assertEqual(r.returncode, 2, r)
+                self.assertEqual(r.stdout, "")
+                self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+                self.assertIn(words, r.stderr)
+
+
 if __name__ == "__main__":
     common.main("test_classroom")

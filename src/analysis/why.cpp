@@ -14,8 +14,8 @@ WhyRow why_row(const TraceView& v, std::size_t b, std::size_t h, std::size_t i) 
     WhyRow r;
     r.batch = b, r.head = h, r.query = i, r.scale = v.scale, r.rope = v.spec.rope.has_value();
     const StageView &W = v.stage(kWeights), &S = v.stage(kScores);  // (B, H, Tq, Tk)
-    const StageView &Q = v.stage(r.rope ? kQRot : kQ);              // (B, H, Tq, Dk)
-    const StageView &K = v.stage(r.rope ? kKRot : kK);              // (B, G, Tk, Dk)
+    const StageView& Q = v.stage(r.rope ? kQRot : kQ);              // (B, H, Tq, Dk)
+    const StageView& K = v.stage(r.rope ? kKRot : kK);              // (B, G, Tk, Dk)
     // 1. the winner and the runner-up: the two largest weights among the visible keys
     std::vector<std::size_t> seen;
     for (std::size_t j = 0; j < d.Tk; ++j)
@@ -25,7 +25,8 @@ WhyRow why_row(const TraceView& v, std::size_t b, std::size_t h, std::size_t i) 
                          ": the row sees " + std::to_string(seen.size()) +
                          " key(s); a winner needs a runner-up (choose a row that sees two keys or more)");
     const std::size_t wo = matrix_offset(W, b, h) + i * d.Tk;
-    std::stable_sort(seen.begin(), seen.end(), [&](std::size_t x, std::size_t y) { return W.at(wo + x) > W.at(wo + y); });
+    std::stable_sort(seen.begin(), seen.end(),
+                     [&](std::size_t x, std::size_t y) { return W.at(wo + x) > W.at(wo + y); });
     r.winner = seen[0], r.runner = seen[1];
     r.weight_win = W.at(wo + r.winner), r.weight_run = W.at(wo + r.runner);
     r.score_win = S.at(matrix_offset(S, b, h) + i * d.Tk + r.winner);

@@ -1,9 +1,10 @@
 // `run --why B,H,I` (docs/classroom.md, "Why this key"): the run computed with the stages
 // the breakdown reads, then one row's winner against its runner-up, feature by feature.
+#include "attnscope/analysis/why.hpp"
+
 #include <iostream>
 #include <string>
 
-#include "attnscope/analysis/why.hpp"
 #include "attnscope/base/errors.hpp"
 #include "attnscope/core/attention.hpp"
 #include "attnscope/core/view.hpp"

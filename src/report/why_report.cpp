@@ -44,16 +44,21 @@ void narrate(std::ostream& out, const WhyRow& r) {
 
 void write_why_text(std::ostream& out, const TraceView& v, const WhyRow& r, bool explain) {
     const std::size_t b = v.batched ? r.batch : 0;
-    out << "attnscope: why query " << r.query << label(v.query_tokens, b, r.query) << " (batch " << r.batch
-        << ", head " << r.head << ") weights key " << r.winner << label(v.key_tokens, b, r.winner) << " most\n"
+    out << "attnscope: why query " << r.query << label(v.query_tokens, b, r.query) << " (batch " << r.batch << ", head "
+        << r.head << ") weights key " << r.winner << label(v.key_tokens, b, r.winner) << " most\n"
         << "  winner     key " << r.winner << label(v.key_tokens, b, r.winner) << "  weight" << num(r.weight_win, 0)
         << "  score" << num(r.score_win, 0) << "\n  runner-up  key " << r.runner << label(v.key_tokens, b, r.runner)
         << "  weight" << num(r.weight_run, 0) << "  score" << num(r.score_run, 0) << "\n  gap       "
-        << num(r.score_win - r.score_run, 0) << " = sum_d s * q_d * (k_win,d - k_run,d), s = scale"
-        << num(r.scale, 0) << "\n"
+        << num(r.score_win - r.score_run, 0) << " = sum_d s * q_d * (k_win,d - k_run,d), s = scale" << num(r.scale, 0)
+        << "\n"
         << (r.rope ? "  q and k are Q_rot's and K_rot's (RoPE)\n" : "") << '\n';
     if (explain) narrate(out, r);
-    out << "     d" << "        q_d" << "    k_win,d" << "    k_run,d" << "  s*q*k_win" << "  s*q*k_run"
+    out << "     d"
+        << "        q_d"
+        << "    k_win,d"
+        << "    k_run,d"
+        << "  s*q*k_win"
+        << "  s*q*k_run"
         << " difference\n";
     double win = 0, run = 0;
     for (const WhyFeature& f : r.features) {

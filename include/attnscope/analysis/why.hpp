@@ -30,7 +30,8 @@ struct WhyRow {
 
 // The stages it reads: Q and K (Q_rot and K_rot with RoPE), scores, weights; masks from
 // the view's rule. UsageError naming {why} when the row sees fewer than two keys.
-inline const StageSet kWhyNeeds = StageSet().set(kQ).set(kK).set(kQRot).set(kKRot).set(kScores).set(kBias).set(kWeights);
+inline const StageSet kWhyNeeds =
+    StageSet().set(kQ).set(kK).set(kQRot).set(kKRot).set(kScores).set(kBias).set(kWeights);
 WhyRow why_row(const TraceView& view, std::size_t b, std::size_t h, std::size_t i);
 
 }  // namespace attnscope

@@ -185,9 +185,11 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
             spec.scale_source += " / temperature " + std::string(t);
         }
     }
-    // The layer's names without their joining dot: "transformer.h.1.attn", not "…attn."
+    // The layer's names without their joining dot ("transformer.h.1.attn"); a model run from
+    // text (--model) names its layer by number, which keeps the header within 80 columns.
     std::string names = layer.prefix;
     if (!names.empty() && names.back() == '.') names.pop_back();
+    if (!o.model_text.model.empty() && layer.layer) names = "layer " + std::to_string(*layer.layer);
     std::string where = escape_control(o.checkpoint) + " " + names + " (" + layer.preset + ")";
     bundle.source = (o.bundle.empty() ? std::string() : bundle.source + " with ") + where;
 }

@@ -80,25 +80,18 @@ void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const ch
 void write_run_header(std::ostream& out, const TraceView& v, const TextOptions& o) {
     const std::size_t width = o.width;
     const Dims& d = v.dims;
-    // Lines that may be long wrap under their first word's column, within the width.
-    const auto field = [&out, width](const char* name, const std::string& text) {
-        const auto lines = wrap(text, width > 30 ? width - 10 : 20);
-        for (std::size_t k = 0; k < lines.size(); ++k) out << (k ? "          " : name) << lines[k] << '\n';
-    };
-    const std::string what = std::string("attnscope: ") + (v.cross ? "cross-attention" : "self-attention") + ", " +
-                             std::to_string(d.H) + (d.H == 1 ? " head" : " heads") + ", " + v.dtype;
-    const std::string source = escape_control(v.source);
-    if (what.size() + 2 + display_width(source) <= width) {
-        out << what << ", " << source << '\n';
-    } else {  // a long source (a model folder and its layer's names) on its own line
-        out << what << '\n';
-        field("  source  ", source);
-    }
+    out << "attnscope: " << (v.cross ? "cross-attention" : "self-attention") << ", " << d.H
+        << (d.H == 1 ? " head" : " heads") << ", " << v.dtype << ", " << escape_control(v.source) << '\n';
     out << "  sizes   " << dims_line(d) << '\n';
     if (!v.batched) out << "          (x is 2-D: the results have no batch axis)\n";
     char scale[32];
     std::snprintf(scale, sizeof scale, "%.6g", v.scale);
     out << "  scale   " << scale << " = " << v.scale_source << '\n';
+    // Lines that may be long wrap under their first word's column, within the width.
+    const auto field = [&out, width](const char* name, const std::string& text) {
+        const auto lines = wrap(text, width > 30 ? width - 10 : 20);
+        for (std::size_t k = 0; k < lines.size(); ++k) out << (k ? "          " : name) << lines[k] << '\n';
+    };
     if (!v.given_from.empty())
         field("  given   ", escape_control(v.given_from) + " (the run starts at Q, K and V: no x, no weights)");
     field("  masks   ",

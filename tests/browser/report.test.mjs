@@ -39,7 +39,11 @@ function near(got, want, tol, what) {
 }
 
 // ---- inputs and runs ----
-function tmpdir() { return fs.mkdtempSync(path.join(os.tmpdir(), "attnscope-browser-")); }
+// Every folder a test makes (inputs, Chromium's profile) lives under one scratch root,
+// removed when the process exits, whether the test passed or not.
+const SCRATCH = fs.mkdtempSync(path.join(os.tmpdir(), "attnscope-browser-"));
+process.on("exit", () => fs.rmSync(SCRATCH, { recursive: true, force: true }));
+function tmpdir() { return fs.mkdtempSync(path.join(SCRATCH, "t-")); }
 function rng(seed) {  // mulberry32, then Box-Muller
   let a = seed >>> 0;
   const u = () => {

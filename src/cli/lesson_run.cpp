@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,9 +87,13 @@ std::string label(const nlohmann::json& doc, const char* side, std::size_t b, st
     return escape_control((doc["config"]["batched"].get<bool>() ? t[b] : t)[i].get<std::string>());
 }
 
+// Four decimals, as the tables print; an exact zero as "0" (a masked key's weight), and a
+// number four decimals would show as 0.0000 in scientific notation, so that a weight of
+// 3e-07 is not read as exactly zero.
 std::string num(double x) {
     char s[32];
-    std::snprintf(s, sizeof s, "%.4f", x);
+    if (x == 0.0) return "0";
+    std::snprintf(s, sizeof s, std::fabs(x) < 5e-5 ? "%.1e" : "%.4f", x);
     return s;
 }
 

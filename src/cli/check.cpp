@@ -54,14 +54,10 @@ int run_check(const CheckArgs& a) {
 
     Problem<double> problem = make_problem<double>(bundle, spec);
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
-    Compute how;
-    how.keep = all_stages();
-    how.threads = a.run.threads;
-    check_memory_limit(bundle, problem, how, limit);
-    const Trace<double> trace = attend(problem, how);
-    const TraceView view = view_of(bundle.source, problem, trace);
+    const auto run = attend_checked(bundle, std::move(problem), all_stages(), a.run.threads, limit);
+    const TraceView& view = run->view;
 
-    const CheckResult result = check_tensors(view, problem, bundle, theirs, options);
+    const CheckResult result = check_tensors(view, run->problem, bundle, theirs, options);
     if (a.json)
         write_check_json(std::cout, result, view, theirs.source);
     else

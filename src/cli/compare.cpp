@@ -49,21 +49,10 @@ RunOptions second_run(const RunOptions& a, const std::vector<std::string>& delta
     return b;
 }
 
-// A computed run with every stage, kept alive behind a type-erased handle.
-struct Held {
-    TraceView view;
-    std::shared_ptr<void> keep;
-};
-
+// A computed run with every stage.
 template <typename T>
 Held compute_all(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit) {
-    auto state = std::make_shared<std::pair<Problem<T>, Trace<T>>>();
-    state->first = problem_of<T>(o, bundle, spec, limit);
-    Compute how;
-    how.threads = o.threads;
-    check_memory_limit(bundle, state->first, how, limit);
-    state->second = attend(state->first, how);
-    return {view_of(bundle.source, state->first, state->second), state};
+    return held(attend_checked(bundle, problem_of<T>(o, bundle, spec, limit), Compute().keep, o.threads, limit));
 }
 
 Held compute_all(const RunOptions& o, std::size_t limit) {

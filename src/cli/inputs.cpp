@@ -7,6 +7,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
+#include "attnscope/core/attention.hpp"
 #include "attnscope/io/checkpoint.hpp"
 #include "attnscope/io/read.hpp"
 #include "attnscope/model/checkpoint_layer.hpp"
@@ -205,5 +206,24 @@ Problem<T> problem_of(const RunOptions& o, const Bundle& bundle, const Spec& spe
 
 template Problem<float> problem_of<float>(const RunOptions&, const Bundle&, const Spec&, std::size_t);
 template Problem<double> problem_of<double>(const RunOptions&, const Bundle&, const Spec&, std::size_t);
+
+template <typename T>
+std::shared_ptr<const Attended<T>> attend_checked(const Bundle& bundle, Problem<T> problem, StageSet keep,
+                                                  std::size_t threads, std::size_t limit) {
+    auto a = std::make_shared<Attended<T>>();
+    a->problem = std::move(problem);
+    Compute how;
+    how.keep = keep;
+    how.threads = threads;
+    check_memory_limit(bundle, a->problem, how, limit);
+    a->trace = attend(a->problem, how);
+    a->view = view_of(bundle.source, a->problem, a->trace);
+    return a;
+}
+
+template std::shared_ptr<const Attended<float>> attend_checked<float>(const Bundle&, Problem<float>, StageSet,
+                                                                      std::size_t, std::size_t);
+template std::shared_ptr<const Attended<double>> attend_checked<double>(const Bundle&, Problem<double>, StageSet,
+                                                                        std::size_t, std::size_t);
 
 }  // namespace attnscope::cli

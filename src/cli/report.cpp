@@ -34,23 +34,14 @@ struct ReportArgs {
     std::vector<std::string> bundles;
 };
 
-// One computed layer, kept alive behind a type-erased handle.
-struct Layer {
-    TraceView view;
-    std::shared_ptr<void> keep;
-};
+// One computed layer.
+using Layer = Held;
 
 template <typename T>
 Layer compute(const Bundle& bundle, const Spec& spec, std::size_t threads, std::size_t limit) {
-    auto state = std::make_shared<std::pair<Problem<T>, Trace<T>>>();
-    state->first = make_problem<T>(bundle, spec);
-    for (const auto& w : state->first.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
-    Compute how;
-    how.keep = StageSet().set(kWeights) | kHeatmapNeeds;
-    how.threads = threads;
-    check_memory_limit(bundle, state->first, how, limit);
-    state->second = attend(state->first, how);
-    return {view_of(bundle.source, state->first, state->second), state};
+    Problem<T> problem = make_problem<T>(bundle, spec);
+    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
+    return held(attend_checked(bundle, std::move(problem), StageSet().set(kWeights) | kHeatmapNeeds, threads, limit));
 }
 
 // One bundle of the page: its file, and the name its row is labelled with.

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 
+#include "attnscope/core/stages.hpp"
+#include "attnscope/core/view.hpp"
 #include "attnscope/io/array.hpp"
 #include "attnscope/model/model.hpp"
 #include "options.hpp"
@@ -22,6 +25,29 @@ Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec);
 // The run's problem: from the bundle's x and weights, or from {qkv}'s own Q, K and V.
 template <typename T>
 Problem<T> problem_of(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit);
+// A computed run: the problem, its trace, and the view that points into both (so it is
+// held by a pointer, never copied).
+template <typename T>
+struct Attended {
+    Problem<T> problem;
+    Trace<T> trace;
+    TraceView view;
+};
+// `problem` attended on `threads` threads with the stages `keep` kept, once its memory plan
+// is within `limit` (a LimitError before any work otherwise). The one way check, compare,
+// report, --sweep and --why compute; `run` itself streams, dumps and times its stages.
+template <typename T>
+std::shared_ptr<const Attended<T>> attend_checked(const Bundle& bundle, Problem<T> problem, StageSet keep,
+                                                  std::size_t threads, std::size_t limit);
+// A computed run's view, its problem and trace kept alive behind a type-erased handle.
+struct Held {
+    TraceView view;
+    std::shared_ptr<const void> keep;
+};
+template <typename T>
+Held held(std::shared_ptr<const Attended<T>> a) {
+    return {a->view, a};
+}
 // The options `bundle`'s config record carries, applied under those given on the command
 // line (`given.given`), and `spec` recomputed from them with the record of what came from
 // where (Spec::bundle_options); `given` as it is when the bundle has no config.

@@ -122,13 +122,8 @@ Bundle with_dk(const Bundle& b, const Spec& spec, std::size_t dk, std::size_t li
 template <typename T>
 RowStats run_stats(const RunOptions& o, const Bundle& b, const Spec& spec, std::size_t limit, double& scale,
                    Dims& dims) {
-    const Problem<T> p = problem_of<T>(o, b, spec, limit);
-    Compute how;
-    how.keep = kDiagnoseNeeds;
-    how.threads = o.threads;
-    check_memory_limit(b, p, how, limit);
-    const Trace<T> t = attend(p, how);
-    const TraceView v = view_of(b.source, p, t);
+    const auto run = attend_checked(b, problem_of<T>(o, b, spec, limit), kDiagnoseNeeds, o.threads, limit);
+    const TraceView& v = run->view;
     TextOptions chosen;
     chosen.batches = o.batches, chosen.heads = o.heads_shown;
     check_selection(chosen, v.dims);

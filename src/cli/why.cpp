@@ -17,7 +17,7 @@ namespace {
 
 template <typename T>
 void why_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit) {
-    const Problem<T> p = problem_of<T>(o, bundle, spec, limit);
+    Problem<T> p = problem_of<T>(o, bundle, spec, limit);
     const std::size_t n = o.why.size(), want = p.batched ? 3 : 2;
     if (n != want)
         throw UsageError("{why}: expected " + std::string(p.batched ? "B,H,I" : "H,I (x is 2-D)") + ", found " +
@@ -28,12 +28,8 @@ void why_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std:
         throw UsageError("{why} " + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(i) +
                          ": expected batch < " + std::to_string(d.B) + ", head < " + std::to_string(d.H) +
                          ", query < " + std::to_string(d.Tq));
-    Compute how;
-    how.keep = kWhyNeeds;
-    how.threads = o.threads;
-    check_memory_limit(bundle, p, how, limit);
-    const Trace<T> t = attend(p, how);
-    const TraceView v = view_of(bundle.source, p, t);
+    const auto run = attend_checked(bundle, std::move(p), kWhyNeeds, o.threads, limit);
+    const TraceView& v = run->view;
     const WhyRow r = why_row(v, b, h, i);
     if (o.json)
         write_why_json(std::cout, v, r);

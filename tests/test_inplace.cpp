@@ -152,7 +152,7 @@ TEST_CASE("io: copy_numbers gives float32 data to a float run bit for bit, where
     v[4500] = -std::numeric_limits<float>::infinity();
     const std::string npy = npy_of(v, "(5000,)");
 
-    for (std::size_t offset : {0, 1, 2, 3}) {  // members of an .npz start at any byte
+    for (std::size_t offset = 0; offset < 4; ++offset) {  // members of an .npz start at any byte
         CAPTURE(offset);
         auto buffer = std::make_shared<const std::string>(std::string(offset, 'z') + npy);
         Array a = parse_npy(std::string_view(*buffer).substr(offset), "a", kNoLimit, buffer);

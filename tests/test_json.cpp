@@ -256,7 +256,8 @@ TEST_CASE("io: JSON keys, strings and numbers reach messages escaped, clipped, o
     // JSON spells control characters as \u escapes; the reader decodes them.
     auto json_string = [](const std::string& s) {
         std::string out = "\"";
-        for (unsigned char c : s) {
+        for (const char ch : s) {
+            const auto c = static_cast<unsigned char>(ch);
             char buf[8];
             std::snprintf(buf, sizeof buf, "\\u%04x", c);
             out += c < 0x20 ? std::string(buf) : std::string(1, char(c));

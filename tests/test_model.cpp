@@ -228,7 +228,7 @@ TEST_CASE("shape errors say what was expected and found") {
     }
     SUBCASE("a padding mask with other values than 0/1") {
         Bundle b = ok;
-        b.arrays["key_padding_mask"] = arr({4}, {0, 0, -INFINITY, 0});
+        b.arrays["key_padding_mask"] = arr({4}, {0, 0, -std::numeric_limits<double>::infinity(), 0});
         std::string m = message([&] { make_problem<double>(b, Spec{}); });
         CHECK(m.find("an additive float mask is an attn_mask") != std::string::npos);
     }

@@ -115,7 +115,9 @@ double DecodeDiff::max() const { return std::max({weights, sink_weight, context,
 namespace {
 
 // |a - b|, 0 when both are the same infinity or both NaN, infinity when only one is NaN.
-double absdiff(double a, double b) {
+template <typename T>
+double absdiff(T a_, T b_) {
+    const double a = static_cast<double>(a_), b = static_cast<double>(b_);
     if (a == b || (std::isnan(a) && std::isnan(b))) return 0;
     const double e = std::fabs(a - b);
     return std::isnan(e) ? std::numeric_limits<double>::infinity() : e;

@@ -31,7 +31,7 @@ AtomicFile::AtomicFile(std::string target, bool replace) : target_(std::move(tar
     for (int attempt = 0;; ++attempt) {
         char suffix[32];
         std::snprintf(suffix, sizeof suffix, ".tmp-%06x",
-                      unsigned(::getpid() * 2654435761u + counter++ * 40503u) & 0xffffffu);
+                      (unsigned(::getpid()) * 2654435761u + counter++ * 40503u) & 0xffffffu);
         temp_ = target_ + suffix;
         slot_ = register_unfinished(temp_, false);
         fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

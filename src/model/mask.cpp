@@ -6,12 +6,12 @@
 
 namespace attnscope {
 
-MaskRule::MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, MaskParts parts)
-    : B_(B), Tq_(Tq), Tk_(Tk), p_(std::move(parts)) {}
+MaskRule::MaskRule(std::size_t /*B*/, std::size_t Tq, std::size_t Tk, MaskParts parts)
+    : Tq_(Tq), Tk_(Tk), p_(std::move(parts)) {}
 
-MaskRule::MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, std::optional<xt::xtensor<bool, 2>> key_padding,
+MaskRule::MaskRule(std::size_t /*B*/, std::size_t Tq, std::size_t Tk, std::optional<xt::xtensor<bool, 2>> key_padding,
                    bool causal, CausalAlign align)
-    : B_(B), Tq_(Tq), Tk_(Tk) {
+    : Tq_(Tq), Tk_(Tk) {
     p_.key_padding = std::move(key_padding);
     p_.causal = causal;
     p_.align = align;

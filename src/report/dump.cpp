@@ -83,7 +83,7 @@ std::string make_temp_dir(const std::string& path, int& slot) {
     for (int attempt = 0;; ++attempt) {
         char suffix[32];
         std::snprintf(suffix, sizeof suffix, ".tmp-%06x",
-                      unsigned(::getpid() * 2654435761u + counter++ * 40503u) & 0xffffffu);
+                      (unsigned(::getpid()) * 2654435761u + counter++ * 40503u) & 0xffffffu);
         const std::string dir = path + suffix;
         slot = register_unfinished(dir, true);
         if (::mkdir(dir.c_str(), 0777) == 0) return dir;

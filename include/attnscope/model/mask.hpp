@@ -41,6 +41,7 @@ struct MaskParts {
 class MaskRule {
    public:
     MaskRule() = default;  // nothing hidden
+    // B: the batch the rule serves (its parts carry it in their shapes; the rule keeps Tq, Tk).
     MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, MaskParts parts);
     // The classic rule: key padding and the causal mask.
     MaskRule(std::size_t B, std::size_t Tq, std::size_t Tk, std::optional<xt::xtensor<bool, 2>> key_padding,
@@ -79,7 +80,7 @@ class MaskRule {
     std::string words() const;
 
    private:
-    std::size_t B_ = 0, Tq_ = 0, Tk_ = 0;
+    std::size_t Tq_ = 0, Tk_ = 0;
     MaskParts p_;
 };
 

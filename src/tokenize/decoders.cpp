@@ -70,15 +70,25 @@ void fuse(Tokens& tokens) {
     tokens.assign(1, all);
 }
 
+// The first `from` in `s` at or after `at`, or npos. Looked for by its second byte: in the
+// patterns decoding replaces (" .", " n't", "\u2581") the first is a space or a lead byte,
+// found every few bytes of a text, the second far less often.
+std::size_t find_from(const std::string& s, std::string_view from, std::size_t at) {
+    if (from.size() < 2) return s.find(from, at);
+    for (std::size_t q = s.find(from[1], at + 1); q != std::string::npos; q = s.find(from[1], q + 1))
+        if (s.compare(q - 1, from.size(), from) == 0) return q - 1;
+    return std::string::npos;
+}
+
 // Left to right, matches not overlapping; built anew, so that a text with many matches
 // costs one pass (a replace in place moves the rest of the text each time).
 std::string replace_all(std::string s, std::string_view from, std::string_view to) {
-    std::size_t at = from.empty() ? std::string::npos : s.find(from);
+    std::size_t at = from.empty() ? std::string::npos : find_from(s, from, 0);
     if (at == std::string::npos) return s;
     std::string out;
     out.reserve(s.size());
     std::size_t done = 0;
-    for (; at != std::string::npos; at = s.find(from, done)) {
+    for (; at != std::string::npos; at = find_from(s, from, done)) {
         out.append(s, done, at - done).append(to);
         done = at + from.size();
     }

@@ -14,7 +14,7 @@
 
 namespace attnscope::tok {
 
-char32_t decode_at(std::string_view s, std::size_t k, std::size_t& len) {
+char32_t decode_multibyte_at(std::string_view s, std::size_t k, std::size_t& len) {
     char32_t cp = 0;
     len = next_code_point(s, k, cp);
     return cp;
@@ -23,13 +23,17 @@ char32_t decode_at(std::string_view s, std::size_t k, std::size_t& len) {
 std::string utf8_lossy(std::string_view s) {
     std::string out;
     out.reserve(s.size());
+    std::size_t run = 0;  // the well-formed bytes [run, k) are appended in one go
     for (std::size_t k = 0; k < s.size();) {
-        const std::size_t n = utf8_sequence_length(s, k);
-        if (n > 0) {
-            out.append(s, k, n);
+        if (static_cast<unsigned char>(s[k]) < 0x80) {
+            ++k;
+            continue;
+        }
+        if (const std::size_t n = utf8_sequence_length(s, k); n > 0) {
             k += n;
             continue;
         }
+        out.append(s, run, k - run);
         // The maximal prefix of a well-formed sequence at k (Unicode's "maximal subpart"):
         // the lead byte and the continuation bytes that could still follow it.
         const unsigned char c = static_cast<unsigned char>(s[k]);
@@ -49,7 +53,9 @@ std::string utf8_lossy(std::string_view s) {
         }
         out += "\xEF\xBF\xBD";
         k += m;
+        run = k;
     }
+    out.append(s, run, std::string_view::npos);
     return out;
 }
 

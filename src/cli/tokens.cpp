@@ -2,13 +2,14 @@
 // [--json] [--no-special-tokens]`: a model's own tokenizer (tokenize layer) on a text, or
 // ids back to text. Exit 0, or 2 for bad input (with --jsonl-input, when any line failed).
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
@@ -32,13 +33,16 @@ struct TokensArgs {
     CLI::Option *text_opt = nullptr, *file_opt = nullptr, *jsonl_opt = nullptr, *decode_opt = nullptr;
 };
 
-// `v` right-aligned in `width` columns (0: as it is).
+// `v` in decimal, right-aligned in `width` columns (0: as it is). Its digits are made from
+// the last: a 1 MB text has a million numbers to write.
 void put_right(std::string& s, std::uint64_t v, std::size_t width) {
-    char digits[24];
-    const auto r = std::to_chars(digits, digits + sizeof digits, v);
-    const std::size_t n = std::size_t(r.ptr - digits);
+    char digits[20];
+    char* first = std::end(digits);
+    do *--first = char('0' + v % 10);
+    while ((v /= 10) != 0);
+    const auto n = std::size_t(std::end(digits) - first);
     if (n < width) s.append(width - n, ' ');
-    s.append(digits, n);
+    s.append(first, n);
 }
 
 // Each id's first members as JSON (`"id":464,"piece":"\u0120the"`), written once per id by
@@ -69,16 +73,17 @@ class TokenHeads {
 // in decimal, plain ASCII keys), with no writer call per member.
 const std::string& token_members(std::string& s, const std::string& head, const std::optional<ByteSpan>& at,
                                  bool special) {
+    using namespace std::string_view_literals;  // no strlen per member
     s.assign(head);
     if (at) {  // null for an added special token
-        s += ",\"start\":";
+        s += ",\"start\":"sv;
         put_right(s, at->start, 0);
-        s += ",\"end\":";
+        s += ",\"end\":"sv;
         put_right(s, at->end, 0);
     } else {
-        s += ",\"start\":null,\"end\":null";
+        s += ",\"start\":null,\"end\":null"sv;
     }
-    s += special ? ",\"special\":true" : ",\"special\":false";
+    s += special ? ",\"special\":true"sv : ",\"special\":false"sv;
     return s;
 }
 

@@ -13,23 +13,24 @@ using Tokens = std::vector<std::string>;
 
 // Every token's characters back to GPT-2's bytes (a token with a character outside the
 // table stays as its own bytes), all joined into one string, ill-formed UTF-8 replaced.
+// Written in place: a character gives at most as many bytes as it takes.
 void byte_level(Tokens& tokens) {
     std::size_t total = 0;
     for (const std::string& t : tokens) total += t.size();
-    std::string bytes;
-    bytes.reserve(total);
+    std::string bytes(total, '\0');
+    std::size_t size = 0;
     for (const std::string& t : tokens) {
-        const std::size_t mark = bytes.size();
+        const std::size_t mark = size;
         for (std::size_t k = 0, n = 0; k < t.size(); k += n) {
             const int b = char_byte(decode_at(t, k, n));
             if (b < 0) {  // not the table's: the token's own bytes
-                bytes.resize(mark);
-                bytes += t;
+                size = mark + t.copy(bytes.data() + mark, t.size());
                 break;
             }
-            bytes += char(b);
+            bytes[size++] = char(b);
         }
     }
+    bytes.resize(size);
     tokens.assign(1, utf8_lossy(bytes));
 }
 

@@ -13,8 +13,9 @@ Each repetition runs these whole subprocesses in rotating order, stdout to a fil
     attnscope --ids-only  BINARY tokens --model GPT2 --text-file TEXT --ids-only
                           (when its `tokens --help` lists --ids-only: the ids alone, for scripts)
     reference             node tests/tokenizers/reference.mjs GPT2 --text-file TEXT
-and each once on a 1-byte text: its wall and CPU time (process start, tokenizer load) are
-taken off the 1 MB ones for the tokenizing rates. CPU time (user + system, from the
+and each, just before, on a 1-byte text: the medians of its wall and CPU times there
+(process start, tokenizer load) are taken off the 1 MB ones for the tokenizing rates (one
+run on the 1-byte text was too noisy a figure: 0.10 to 0.20 s of CPU from run to run). CPU time (user + system, from the
 rusage os.wait4 returns) is the figure to trust on a busy machine; wall time shows what a
 user waits. The programs are started by a small helper process (SPAWNER), not by this one:
 Linux counts in a child's peak RSS (ru_maxrss) the resident size of the process it was
@@ -162,13 +163,14 @@ def run_case(binary, reps, log):
         programs = programs_of(binary)
         runs = {p: [] for p in programs}
         timings = has_timings(binary)
-        start = {p: timed(spawner, cmd, out_file(workdir, p))
-                 for p, cmd in commands(binary, tiny, timings=timings).items() if p in programs}
+        starts = {p: [] for p in programs}
+        tiny_cmds = commands(binary, tiny, timings=timings)
         check = None
         for rep in range(reps):
             order = programs[rep % len(programs):] + programs[:rep % len(programs)]
             cmds = commands(binary, text, ids=rep == 0, timings=timings)
             for prog in order:
+                starts[prog].append(timed(spawner, tiny_cmds[prog], out_file(workdir, prog)))
                 r = timed(spawner, cmds[prog], out_file(workdir, prog))
                 if prog == "reference" and r["rc"] == 0:
                     r["encode"] = json.loads(out_file(workdir, prog).read_text())["encode_seconds"]
@@ -181,8 +183,10 @@ def run_case(binary, reps, log):
                           if p in runs and runs[p][0]["rc"] == 0]
                 differ = [c for c in checks if not c.startswith("ids equal")]
                 check = "; ".join(differ or checks) if checks else None
+        start = {p: {"wall": statistics.median(r["wall"] for r in starts[p]),
+                     "cpu": statistics.median(r["cpu"] for r in starts[p])} for p in programs}
         raw = {"bytes": text.stat().st_size, "sha256": sha, "runs": runs, "startup": start,
-               "check": check}
+               "startup_runs": starts, "check": check}
         return table(raw), raw
     finally:
         spawner.close()
@@ -232,7 +236,7 @@ def table(raw):
         "## tokenize", "",
         f"GPT-2's tokenizer.json on {raw['bytes']:,} bytes of English (the repository's docs, "
         f"repeated; sha256 {raw['sha256'][:16]}…), {n} runs each, rotating. Start-up = wall / "
-        "CPU seconds on a 1-byte text (process, tokenizer load), taken off for the rates.", "",
+        "CPU seconds on a 1-byte text, medians (process, tokenizer load), taken off for the rates.", "",
         "| program | wall s median (min–max) | start-up s, wall / CPU | CPU s median | "
         "MB/s net, wall | MB/s net, CPU | peak RSS MiB |",
         "|---|---:|---:|---:|---:|---:|---:|", *rows, "",

@@ -13,10 +13,15 @@ Each repetition runs these whole subprocesses in rotating order, stdout to a fil
     attnscope --ids-only  BINARY tokens --model GPT2 --text-file TEXT --ids-only
                           (when its `tokens --help` lists --ids-only: the ids alone, for scripts)
     reference             node tests/tokenizers/reference.mjs GPT2 --text-file TEXT
-and each once on a 1-byte text: its wall and CPU time (process start, tokenizer load) are
-taken off the 1 MB ones for the tokenizing rates. CPU time (user + system, from the
+and each, just before, on a 1-byte text: the medians of its wall and CPU times there
+(process start, tokenizer load) are taken off the 1 MB ones for the tokenizing rates (one
+run on the 1-byte text was too noisy a figure: 0.10 to 0.20 s of CPU from run to run). CPU time (user + system, from the
 rusage os.wait4 returns) is the figure to trust on a busy machine; wall time shows what a
-user waits. The reference also times its own encode() call (performance.now around it);
+user waits. The programs are started by a small helper process (SPAWNER), not by this one:
+Linux counts in a child's peak RSS (ru_maxrss) the resident size of the process it was
+forked from, and this one holds the ~30 MB JSON document it compares, so that every
+program started after the comparison showed at least its size. A program's peak is thus
+its own, or the helper's ~10 MiB when smaller. The reference also times its own encode() call (performance.now around it);
 attnscope its phases when its `tokens --help` lists --timings (a `timings: load=...
 compute=... output=...` line on stderr, as `run --timings` prints). MB = 10^6 bytes. The
 first repetition's ids are compared (the reference's --ids).
@@ -24,13 +29,11 @@ first repetition's ids are compared (the reference's --ids).
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,18 +56,48 @@ def make_text(workdir):
     return path, tiny, hashlib.sha256(data).hexdigest()
 
 
-def timed(cmd, stdout_path):
-    """Whole-subprocess wall and CPU seconds, peak RSS MiB, exit code, stderr tail."""
-    with open(stdout_path, "wb") as out, tempfile.TemporaryFile() as err:
+# Runs each command it reads on stdin ({"cmd": [...], "stdout": PATH}, a JSON line) and
+# answers with its wall and CPU seconds, peak RSS, exit status and stderr (a JSON line).
+SPAWNER = r"""
+import json, os, subprocess, sys, tempfile, time
+for line in sys.stdin:
+    job = json.loads(line)
+    with open(job["stdout"], "wb") as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        proc = subprocess.Popen(job["cmd"], stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         err.seek(0)
         text = err.read().decode("utf-8", "replace")
+    print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_kib": usage.ru_maxrss,
+                      "rc": os.waitstatus_to_exitcode(status), "stderr": text}), flush=True)
+"""
+
+
+class Spawner:
+    """The helper process that starts the programs (SPAWNER); started while this one is small."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(["/usr/bin/python3", "-c", SPAWNER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def run(self, cmd, stdout_path):
+        self.proc.stdin.write(json.dumps({"cmd": [str(c) for c in cmd], "stdout": str(stdout_path)}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def timed(spawner, cmd, stdout_path):
+    """Whole-subprocess wall and CPU seconds, peak RSS MiB (the program's own), exit code,
+    stderr tail."""
+    done = spawner.run(cmd, stdout_path)
+    text = done["stderr"]
     lines = [ln for ln in text.strip().splitlines() if not TIMINGS_RE.search(ln)]
-    run = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
-           "maxrss_mib": usage.ru_maxrss / 1024, "rc": os.waitstatus_to_exitcode(status),
+    run = {"wall": done["wall"], "cpu": done["cpu"], "maxrss_mib": done["maxrss_kib"] / 1024, "rc": done["rc"],
            "stderr": lines[-1][-300:] if lines else ""}
     m = TIMINGS_RE.search(text)
     if m:       # attnscope's own phases, when its `tokens` has --timings
@@ -124,19 +157,21 @@ def run_case(binary, reps, log):
         return ("## tokenize\n\nskipped: needs node and tests/tokenizers/node_modules "
                 "(scripts/setup)\n", {"skipped": True})
     workdir = Path(tempfile.mkdtemp(prefix="attnscope-bench-tok-"))
+    spawner = Spawner()
     try:
         text, tiny, sha = make_text(workdir)
         programs = programs_of(binary)
         runs = {p: [] for p in programs}
         timings = has_timings(binary)
-        start = {p: timed(cmd, out_file(workdir, p))
-                 for p, cmd in commands(binary, tiny, timings=timings).items() if p in programs}
+        starts = {p: [] for p in programs}
+        tiny_cmds = commands(binary, tiny, timings=timings)
         check = None
         for rep in range(reps):
             order = programs[rep % len(programs):] + programs[:rep % len(programs)]
             cmds = commands(binary, text, ids=rep == 0, timings=timings)
             for prog in order:
-                r = timed(cmds[prog], out_file(workdir, prog))
+                starts[prog].append(timed(spawner, tiny_cmds[prog], out_file(workdir, prog)))
+                r = timed(spawner, cmds[prog], out_file(workdir, prog))
                 if prog == "reference" and r["rc"] == 0:
                     r["encode"] = json.loads(out_file(workdir, prog).read_text())["encode_seconds"]
                 runs[prog].append(r)
@@ -148,10 +183,13 @@ def run_case(binary, reps, log):
                           if p in runs and runs[p][0]["rc"] == 0]
                 differ = [c for c in checks if not c.startswith("ids equal")]
                 check = "; ".join(differ or checks) if checks else None
+        start = {p: {"wall": statistics.median(r["wall"] for r in starts[p]),
+                     "cpu": statistics.median(r["cpu"] for r in starts[p])} for p in programs}
         raw = {"bytes": text.stat().st_size, "sha256": sha, "runs": runs, "startup": start,
-               "check": check}
+               "startup_runs": starts, "check": check}
         return table(raw), raw
     finally:
+        spawner.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -198,7 +236,7 @@ def table(raw):
         "## tokenize", "",
         f"GPT-2's tokenizer.json on {raw['bytes']:,} bytes of English (the repository's docs, "
         f"repeated; sha256 {raw['sha256'][:16]}…), {n} runs each, rotating. Start-up = wall / "
-        "CPU seconds on a 1-byte text (process, tokenizer load), taken off for the rates.", "",
+        "CPU seconds on a 1-byte text, medians (process, tokenizer load), taken off for the rates.", "",
         "| program | wall s median (min–max) | start-up s, wall / CPU | CPU s median | "
         "MB/s net, wall | MB/s net, CPU | peak RSS MiB |",
         "|---|---:|---:|---:|---:|---:|---:|", *rows, "",

@@ -131,20 +131,6 @@ JsonWriter& JsonWriter::key(std::string_view name) {
     return *this;
 }
 
-void JsonWriter::put(std::string_view s) {
-    if (text_)
-        text_->append(s);
-    else
-        out_->write(s.data(), std::streamsize(s.size()));
-}
-
-void JsonWriter::put(char c) {
-    if (text_)
-        *text_ += c;
-    else
-        out_->put(c);
-}
-
 void JsonWriter::integer(long long n) {
     char buf[24];
     const auto r = std::to_chars(buf, buf + sizeof buf, n);
@@ -161,15 +147,7 @@ void JsonWriter::indent(std::size_t levels) {
     for (std::size_t k = 0; k < levels * std::size_t(style_.indent); ++k) put(' ');
 }
 
-void JsonWriter::separate() {
-    if (after_key_) {  // a member's value: after its name, on its line
-        after_key_ = false;
-        return;
-    }
-    if (!first_.empty()) {
-        if (!first_.back()) put(',');
-        first_.back() = false;
-    }
+void JsonWriter::break_line() {
     if (style_.indent && !first_.empty()) {
         put('\n');
         indent(first_.size());

@@ -2,13 +2,14 @@
 // [--json] [--no-special-tokens]`: a model's own tokenizer (tokenize layer) on a text, or
 // ids back to text. Exit 0, or 2 for bad input (with --jsonl-input, when any line failed).
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
@@ -32,32 +33,65 @@ struct TokensArgs {
     CLI::Option *text_opt = nullptr, *file_opt = nullptr, *jsonl_opt = nullptr, *decode_opt = nullptr;
 };
 
-// Each id's piece as a JSON string, written once per id by a JsonWriter: a 1 MB text has
-// ~340k tokens but a few thousand distinct ids, and escaping is most of a token's cost.
-class PieceJson {
+// `v` in decimal, right-aligned in `width` columns (0: as it is). Its digits are made from
+// the last: a 1 MB text has a million numbers to write.
+void put_right(std::string& s, std::uint64_t v, std::size_t width) {
+    char digits[20];
+    char* first = std::end(digits);
+    do *--first = char('0' + v % 10);
+    while ((v /= 10) != 0);
+    const auto n = std::size_t(std::end(digits) - first);
+    if (n < width) s.append(width - n, ' ');
+    s.append(first, n);
+}
+
+// Each id's first members as JSON (`"id":464,"piece":"\u0120the"`), written once per id by
+// a JsonWriter: a 1 MB text has ~340k tokens but a few thousand distinct ids, and these
+// members (the escaped piece most of all) are most of a token's cost.
+class TokenHeads {
    public:
-    explicit PieceJson(std::size_t ids) : piece_(ids), json_(ids) {}
+    explicit TokenHeads(std::size_t ids) : piece_(ids), json_(ids) {}
     const std::string& of(std::uint32_t id, const std::string& piece) {
-        if (id >= piece_.size()) return render(scratch_, piece);
-        if (json_[id].empty() || piece_[id] != piece) piece_[id] = piece, render(json_[id], piece);
+        if (id >= piece_.size()) return render(scratch_, id, piece);
+        if (json_[id].empty() || piece_[id] != piece) piece_[id] = piece, render(json_[id], id, piece);
         return json_[id];
     }
 
    private:
-    static const std::string& render(std::string& json, const std::string& piece) {
+    static const std::string& render(std::string& json, std::uint32_t id, const std::string& piece) {
         json.clear();
-        JsonWriter(json).value(piece);
+        JsonWriter(json).begin_object().key("id").value(id).key("piece").value(piece);
+        json.erase(0, 1);  // the members without the object's '{'
         return json;
     }
-    std::vector<std::string> piece_, json_;  // by id: the piece last rendered, its JSON
+    std::vector<std::string> piece_, json_;  // by id: the piece last rendered, its members
     std::string scratch_;
 };
+
+// A token's members as JSON into `s` (emptied): its id's (`head`), then its bytes and
+// special mark, `,"start":1,"end":5,"special":false`, as JsonWriter spells them (numbers
+// in decimal, plain ASCII keys), with no writer call per member.
+const std::string& token_members(std::string& s, const std::string& head, const std::optional<ByteSpan>& at,
+                                 bool special) {
+    using namespace std::string_view_literals;  // no strlen per member
+    s.assign(head);
+    if (at) {  // null for an added special token
+        s += ",\"start\":"sv;
+        put_right(s, at->start, 0);
+        s += ",\"end\":"sv;
+        put_right(s, at->end, 0);
+    } else {
+        s += ",\"start\":null,\"end\":null"sv;
+    }
+    s += special ? ",\"special\":true"sv : ",\"special\":false"sv;
+    return s;
+}
 
 // One document (attnscope.tokens/1) on one line: the ids, each token's piece and bytes, the
 // decoded text. Written into a string handed to `out` a megabyte at a time: a 1 MB text
 // has ~340k tokens, and a stream call per value would cost more than tokenizing them.
 void write_encoding(std::ostream& out, const Tokenizer& t, const Encoding& e, const std::string& model) {
-    std::string text;
+    std::string text, members;
     const auto hand_on = [&](std::size_t above) {
         if (text.size() <= above) return;
         out.write(text.data(), std::streamsize(text.size()));
@@ -66,14 +100,10 @@ void write_encoding(std::ostream& out, const Tokenizer& t, const Encoding& e, co
     JsonWriter w(text);
     w.begin_object().key("schema").value(kSchema).key("model").value(model).key("ids").list(e.ids);
     w.key("tokens").begin_array();
-    PieceJson pieces(t.vocab_size());
+    TokenHeads heads(t.vocab_size());
     for (std::size_t i = 0; i < e.size(); ++i) {
-        w.begin_object().key("id").value(e.ids[i]).key("piece").raw(pieces.of(e.ids[i], e.pieces[i]));
-        if (const auto& at = e.offsets[i])  // null for an added special token
-            w.key("start").value(at->start).key("end").value(at->end);
-        else
-            w.key("start").value(nullptr).key("end").value(nullptr);
-        w.key("special").value(bool(e.special[i])).end_object();
+        const std::string& head = heads.of(e.ids[i], e.pieces[i]);
+        w.begin_object().members(token_members(members, head, e.offsets[i], e.special[i])).end_object();
         hand_on(std::size_t(1) << 20);
     }
     w.end_array().key("decoded").value(t.decode(e.ids, false)).end_object();
@@ -101,22 +131,25 @@ std::string shown_text(const std::string& s) {
     return out;
 }
 
-// `v` right-aligned in `width` columns.
-void put_right(std::string& s, std::uint64_t v, std::size_t width) {
-    char digits[24];
-    const auto r = std::to_chars(digits, digits + sizeof digits, v);
-    const std::size_t n = std::size_t(r.ptr - digits);
-    if (n < width) s.append(width - n, ' ');
-    s.append(digits, n);
-}
-
-// Each id's readable piece and its display width, made once per id: a 1 MB text has
-// ~340k tokens but a few thousand distinct ids.
+// Each id's readable piece and its display width, and its cells of the table (the id and
+// the piece padded to the piece column's width), made once per id: a 1 MB text has ~340k
+// tokens but a few thousand distinct ids.
 class ShownPieces {
    public:
     explicit ShownPieces(const Tokenizer& t) : t_(t), made_(t.vocab_size(), false), text_(t.vocab_size()) {}
     const std::string& text(std::uint32_t id) { return make(id), text_[id]; }
     std::size_t width(std::uint32_t id) { return make(id), width_[id]; }
+    // "       464  ␣the    " (the id in 10 columns, the piece in `column`, two spaces after
+    // each); `column` is the same for every call of one table.
+    const std::string& cells(std::uint32_t id, std::size_t column) {
+        if (cells_.empty()) cells_.resize(made_.size());
+        std::string& c = cells_[id];
+        if (c.empty()) {
+            put_right(c, id, 10);
+            c.append("  ").append(text(id)).append(column - std::min(column, width(id)), ' ').append("  ");
+        }
+        return c;
+    }
 
    private:
     void make(std::uint32_t id) {
@@ -128,13 +161,13 @@ class ShownPieces {
     }
     const Tokenizer& t_;
     std::vector<bool> made_;
-    std::vector<std::string> text_;
+    std::vector<std::string> text_, cells_;
     std::vector<std::size_t> width_;
 };
 
 // The table for a person, built in one string and written at once: a 1 MB text has
 // ~340k rows, so a row is appended field by field with no formatting library and each
-// id's piece is made once.
+// id's cells are made once.
 void write_text(std::ostream& out, const Tokenizer& t, const Encoding& e) {
     ShownPieces shown(t);
     std::size_t width = 5;
@@ -144,11 +177,7 @@ void write_text(std::ostream& out, const Tokenizer& t, const Encoding& e) {
     s.reserve(s.size() + e.size() * (width + 32));
     for (std::size_t i = 0; i < e.size(); ++i) {
         put_right(s, i, 5);
-        put_right(s, e.ids[i], 10);
-        s += "  ";
-        s += shown.text(e.ids[i]);
-        s.append(width - std::min(width, shown.width(e.ids[i])), ' ');
-        s += "  ";
+        s += shown.cells(e.ids[i], width);
         const std::size_t at = s.size();
         if (e.offsets[i]) {
             put_right(s, e.offsets[i]->start, 0);

@@ -13,23 +13,24 @@ using Tokens = std::vector<std::string>;
 
 // Every token's characters back to GPT-2's bytes (a token with a character outside the
 // table stays as its own bytes), all joined into one string, ill-formed UTF-8 replaced.
+// Written in place: a character gives at most as many bytes as it takes.
 void byte_level(Tokens& tokens) {
     std::size_t total = 0;
     for (const std::string& t : tokens) total += t.size();
-    std::string bytes;
-    bytes.reserve(total);
+    std::string bytes(total, '\0');
+    std::size_t size = 0;
     for (const std::string& t : tokens) {
-        const std::size_t mark = bytes.size();
+        const std::size_t mark = size;
         for (std::size_t k = 0, n = 0; k < t.size(); k += n) {
             const int b = char_byte(decode_at(t, k, n));
             if (b < 0) {  // not the table's: the token's own bytes
-                bytes.resize(mark);
-                bytes += t;
+                size = mark + t.copy(bytes.data() + mark, t.size());
                 break;
             }
-            bytes += char(b);
+            bytes[size++] = char(b);
         }
     }
+    bytes.resize(size);
     tokens.assign(1, utf8_lossy(bytes));
 }
 
@@ -70,15 +71,25 @@ void fuse(Tokens& tokens) {
     tokens.assign(1, all);
 }
 
+// The first `from` in `s` at or after `at`, or npos. Looked for by its second byte: in the
+// patterns decoding replaces (" .", " n't", "\u2581") the first is a space or a lead byte,
+// found every few bytes of a text, the second far less often.
+std::size_t find_from(const std::string& s, std::string_view from, std::size_t at) {
+    if (from.size() < 2) return s.find(from, at);
+    for (std::size_t q = s.find(from[1], at + 1); q != std::string::npos; q = s.find(from[1], q + 1))
+        if (s.compare(q - 1, from.size(), from) == 0) return q - 1;
+    return std::string::npos;
+}
+
 // Left to right, matches not overlapping; built anew, so that a text with many matches
 // costs one pass (a replace in place moves the rest of the text each time).
 std::string replace_all(std::string s, std::string_view from, std::string_view to) {
-    std::size_t at = from.empty() ? std::string::npos : s.find(from);
+    std::size_t at = from.empty() ? std::string::npos : find_from(s, from, 0);
     if (at == std::string::npos) return s;
     std::string out;
     out.reserve(s.size());
     std::size_t done = 0;
-    for (; at != std::string::npos; at = s.find(from, done)) {
+    for (; at != std::string::npos; at = find_from(s, from, done)) {
         out.append(s, done, at - done).append(to);
         done = at + from.size();
     }

@@ -81,7 +81,13 @@ struct Budget {
 std::string json_kind(const nlohmann::json& j);
 
 // The code point at s[k] (valid UTF-8 assumed; a stray byte counts as one) and its length.
-char32_t decode_at(std::string_view s, std::size_t k, std::size_t& len);
+// Inline for ASCII: every character of a text and of its pieces goes through it.
+char32_t decode_multibyte_at(std::string_view s, std::size_t k, std::size_t& len);
+inline char32_t decode_at(std::string_view s, std::size_t k, std::size_t& len) {
+    const auto c = static_cast<unsigned char>(s[k]);
+    if (c < 0x80) return len = 1, c;
+    return decode_multibyte_at(s, k, len);
+}
 
 // ---- text with its places in the input ----------------------------------------------
 

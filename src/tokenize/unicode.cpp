@@ -14,7 +14,7 @@
 
 namespace attnscope::tok {
 
-char32_t decode_at(std::string_view s, std::size_t k, std::size_t& len) {
+char32_t decode_multibyte_at(std::string_view s, std::size_t k, std::size_t& len) {
     char32_t cp = 0;
     len = next_code_point(s, k, cp);
     return cp;
@@ -23,13 +23,17 @@ char32_t decode_at(std::string_view s, std::size_t k, std::size_t& len) {
 std::string utf8_lossy(std::string_view s) {
     std::string out;
     out.reserve(s.size());
+    std::size_t run = 0;  // the well-formed bytes [run, k) are appended in one go
     for (std::size_t k = 0; k < s.size();) {
-        const std::size_t n = utf8_sequence_length(s, k);
-        if (n > 0) {
-            out.append(s, k, n);
+        if (static_cast<unsigned char>(s[k]) < 0x80) {
+            ++k;
+            continue;
+        }
+        if (const std::size_t n = utf8_sequence_length(s, k); n > 0) {
             k += n;
             continue;
         }
+        out.append(s, run, k - run);
         // The maximal prefix of a well-formed sequence at k (Unicode's "maximal subpart"):
         // the lead byte and the continuation bytes that could still follow it.
         const unsigned char c = static_cast<unsigned char>(s[k]);
@@ -49,7 +53,9 @@ std::string utf8_lossy(std::string_view s) {
         }
         out += "\xEF\xBF\xBD";
         k += m;
+        run = k;
     }
+    out.append(s, run, std::string_view::npos);
     return out;
 }
 
@@ -167,11 +173,16 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
     std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> data(
         pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
     std::vector<std::pair<std::size_t, std::size_t>> out;
-    std::uint32_t options = 0;  // the subject's UTF-8 is checked on the first call only
+    // The subject's UTF-8 is checked on the first call only; the later ones go straight to
+    // the compiled code when there is some (pcre2_match's own checks cost as much as a
+    // match of GPT-2's pattern, and a megabyte has 250,000 matches).
+    std::size_t jit_size = 0;
+    pcre2_pattern_info(code, PCRE2_INFO_JITSIZE, &jit_size);
+    const auto match = jit_size > 0 ? pcre2_jit_match : pcre2_match;
     for (std::size_t pos = 0; pos <= s.size();) {
-        const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, options, data.get(),
-                                   static_cast<pcre2_match_context*>(context_));
-        options = PCRE2_NO_UTF_CHECK;
+        const int rc = (pos == 0 ? pcre2_match : match)(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos,
+                                                        pos == 0 ? 0 : PCRE2_NO_UTF_CHECK, data.get(),
+                                                        static_cast<pcre2_match_context*>(context_));
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0)
             throw InputError(where_ + ": the regular expression failed on the text at byte " + std::to_string(pos) +

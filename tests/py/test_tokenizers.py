@@ -320,6 +320,27 @@ class Gpt2Megabyte(CliTestCase):
         self.assertEqual(r.code, 2, r)
 
 
+class BenchPeakRss(unittest.TestCase):
+    """scripts/bench --tokenize's peak RSS is each program's own: Linux counts in a child's
+    ru_maxrss the resident size of the process it was forked from, so the programs are
+    started by a small helper (tokenize_case.Spawner), not by the bench, which holds the
+    large JSON document it compares."""
+
+    def test_peak_is_the_programs_own(self):
+        sys.path.insert(0, str(ROOT / "bench"))
+        import tokenize_case
+        held = bytearray(300 * 1024 * 1024)     # the bench grown large, as after a comparison
+        for k in range(0, len(held), 4096):
+            held[k] = 1
+        spawner = tokenize_case.Spawner()
+        try:
+            r = tokenize_case.timed(spawner, ["/bin/true"], "/dev/null")
+        finally:
+            spawner.close()
+        self.assertEqual(r["rc"], 0, r)
+        self.assertLess(r["maxrss_mib"], 100, f"/bin/true's peak RSS shows the bench's 300 MiB: {r}")
+
+
 class Refusals(CliTestCase):
     """Text that is not UTF-8 or not text: one line naming the byte, exit 2. Needs no
     reference (the BERT fixture is committed)."""

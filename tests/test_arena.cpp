@@ -38,7 +38,7 @@ TEST_CASE("core: an Arena gives distinct aligned slices and reuses its block onc
     CHECK(a.capacity() == 0);
     CHECK(a.take(100) == nullptr);
     a.reserve(5 * kMiB, 2);
-    if (a.capacity() == 0) return;  // sanitizer build: every allocation stays its own
+    if (a.capacity() == 0) return;    // sanitizer build: every allocation stays its own
     CHECK(a.capacity() == 6 * kMiB);  // rounded up to 2 MiB
     auto s1 = a.take(100), s2 = a.take(3 * kMiB);
     REQUIRE(s1);

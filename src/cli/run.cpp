@@ -99,6 +99,7 @@ Compute plan(const RunOptions& o, const Problem<T>& problem, const Bundle& bundl
     Compute how;
     how.keep = kept_stages(o, stages);
     how.threads = o.threads;
+    if (layer) how.arena = layer->arena;
     if (o.summary) how.summary = SummarySpec{o.topk, o.sink_keys, o.local};
     check_memory_limit(bundle, problem, how, limit);
     if (layer && layer->jsonl) {
@@ -211,12 +212,14 @@ int run_every_layer(const RunOptions& o, const Spec& spec, std::size_t limit, Cl
         json.emplace(std::cout);
         json->begin_object().key("schema").value("attnscope.layers/1").key("layers").begin_array();
     }
+    Arena arena;  // each layer's stages are freed before the next: one block for them all
     for (std::size_t l = 0; l < n; ++l) {
         Spec layer_spec = spec;
         Bundle bundle;
         model.add_layer(l, bundle, layer_spec);
-        const LayerRun layer{l, n, json ? &*json : nullptr, jsonl ? &*jsonl : nullptr,
-                             o.explain ? model.describe(l) : std::string()};
+        const LayerRun layer{
+            l,     n, json ? &*json : nullptr, jsonl ? &*jsonl : nullptr, o.explain ? model.describe(l) : std::string(),
+            &arena};
         const RunOptions c = layer_options(o, l, n);
         if (o.dtype == Precision::float32)
             run_typed<float>(c, bundle, layer_spec, limit, t0, &layer);

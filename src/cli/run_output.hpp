@@ -26,6 +26,7 @@ struct LayerRun {
     JsonWriter* json = nullptr;    // --json: the open "layers" list of attnscope.layers/1
     JsonlOutput* jsonl = nullptr;  // --jsonl: one file for every layer
     std::string explain;           // --explain: how the layer's x was made
+    Arena* arena = nullptr;        // lent to every layer's attend(): its pages touched once
 };
 
 // Existing outputs are kept unless --force: checked before any work is done.

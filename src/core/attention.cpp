@@ -180,6 +180,8 @@ class Attention {
     }
 
     Trace<T> run() {
+        Arena own;  // this run's, unless the caller lends one (its blocks outlive it in the trace)
+        plan_memory(s_.how.arena ? *s_.how.arena : own);
         project_all();  // 1) Q, K, V (and Q_rot, K_rot)
         mask();         // 2) mask, fully masked rows
         if (!s_.need[kScores]) return std::move(s_.tr);
@@ -197,6 +199,45 @@ class Attention {
     }
 
    private:
+    // Each kept stage's own place (Compute::place), asked once before anything is computed,
+    // and the arena: room for every other kept stage and the working buffers, touched on
+    // the run's threads.
+    void plan_memory(Arena& arena) {
+        const Dims& d = s_.d;
+        s_.arena = &arena;
+        for (std::size_t k = 0; k < kStageCount; ++k)
+            if (s_.keep[k] && s_.how.place && s_.stage_bytes(Stage(k)) > 0)
+                s_.placed[k] = s_.how.place(Stage(k), s_.stage_bytes(Stage(k)));
+        // With nothing masked, masked_scores equals scores: when both are kept, hold one
+        // (unless masked_scores has a place of its own, e.g. its dump file).
+        s_.tr.masked_is_scores =
+            s_.keep[kMaskedScores] && s_.keep[kScores] && s_.p.masked_is_scores() && !s_.placed[kMaskedScores];
+        std::size_t bytes = 0;
+        for (std::size_t k = 0; k < kStageCount; ++k)
+            if (s_.keep[k] && !s_.placed[k] && !(k == kMaskedScores && s_.tr.masked_is_scores))
+                bytes += Arena::footprint(s_.stage_bytes(Stage(k)));
+        // qf, kf, vf and merged (project_all, allocate_tile_stages)
+        const std::size_t G = d.G;
+        for (auto [stage, n] : {std::pair{kQ, d.B * d.Tq * d.H * d.Dk},
+                                {kK, d.B * d.Tk * G * d.Dk},
+                                {kV, d.B * d.Tk * G * d.Dv},
+                                {kContext, d.B * d.Tq * d.H * d.Dv}})
+            if (s_.need[stage]) bytes += Arena::footprint(n * sizeof(T));
+        // each dense-tile worker's scores and/or weights when not kept (dense_tiles.cpp)
+        if (s_.need[kScores] && wants_dense_tiles(s_.keep, s_.how.summary.has_value())) {
+            const std::size_t rows = dense_rows(s_), tiles = (d.Tq + rows - 1) / rows;
+            const std::size_t buffers = std::size_t(!s_.keep[kScores]) + (s_.keep[kScores] && !s_.keep[kWeights]);
+            bytes += std::min(s_.threads, d.B * d.H * tiles) * buffers * Arena::footprint(rows * d.Tk * sizeof(T));
+        }
+        arena.reserve(bytes, s_.threads);
+    }
+
+    // Flat buffer `out` sized to n elements, in the arena unless it has storage already.
+    void take_buffer(Buffer<T>& out, std::size_t n) {
+        PlaceNext at(out.empty() ? s_.scratch(n * sizeof(T)) : nullptr);
+        out.resize(n);
+    }
+
     // The progress counter's total: the tiles of both kinds this run computes.
     void count_tiles(bool dense) const {
         const Dims& d = s_.d;
@@ -245,7 +286,7 @@ class Attention {
     // (B, T, H*D) flat -> the kept stage (B, H, T, D) (H: the stage's heads, H or G).
     void keep_heads(Stage s, const Buffer<T>& flat, std::size_t T_, std::size_t H, std::size_t D, Tensor<T, 4>& out) {
         if (!s_.keep[s]) return;
-        PlaceNext at(s_.place(s, s_.d.B * H * T_ * D, sizeof(T)));
+        PlaceNext at(s_.place(s));
         out = split_heads(flat, s_.d.B, T_, H, D);
         check_shape(out, std::array{s_.d.B, H, T_, D}, stage_name(s).c_str());
     }
@@ -267,7 +308,7 @@ class Attention {
                       const std::optional<Tensor<T, 1>>& appended, std::size_t D, Buffer<T>& out) {
         const Dims& d = s_.d;
         const std::size_t width = d.G * D, n = d.source_keys();
-        out.resize(d.B * d.Tk * width);
+        take_buffer(out, d.B * d.Tk * width);
         if (!d.extra_keys) {
             project(src.data(), d.B * n, d.Dkv, W, b, out.data(), s_.threads);
             return;
@@ -292,12 +333,12 @@ class Attention {
         const Dims& d = s_.d;
         const Tensor<T, 3>& src = s_.p.src();
         blas_threads(1);  // every product below runs on our threads, one BLAS call each
-        auto given = [](const Tensor<T, 3>& t, Buffer<T>& out) {  // run --qkv: no projection
-            out.resize(t.size());
+        auto given = [this](const Tensor<T, 3>& t, Buffer<T>& out) {  // run --qkv: no projection
+            take_buffer(out, t.size());
             std::copy(t.begin(), t.end(), out.data());
         };
         if (s_.need[kQ]) {
-            s_.qf.resize(d.B * d.Tq * d.H * d.Dk);
+            take_buffer(s_.qf, d.B * d.Tq * d.H * d.Dk);
             if (s_.p.given_q)
                 given(*s_.p.given_q, s_.qf);
             else
@@ -342,7 +383,7 @@ class Attention {
         steps::Flags row;
         row.resize(d.Tk);
         if (s_.keep[kMask]) {
-            PlaceNext at(s_.place(kMask, d.B * d.Tq * d.Tk, sizeof(bool)));
+            PlaceNext at(s_.place(kMask));
             s_.tr.mask = Tensor<bool, 3>::from_shape({d.B, d.Tq, d.Tk});
         }
         // The rows with no key: from the key span alone when it is exact (no pass over Tk keys).
@@ -363,28 +404,25 @@ class Attention {
 
     Tensor<T, 4> allocate(Stage s, std::size_t last) const {
         if (!s_.keep[s]) return Tensor<T, 4>();
-        PlaceNext at(s_.place(s, s_.d.B * s_.d.H * s_.d.Tq * last, sizeof(T)));
+        PlaceNext at(s_.place(s));
         return Tensor<T, 4>::from_shape({s_.d.B, s_.d.H, s_.d.Tq, last});
     }
 
     void allocate_tile_stages() {
         const Dims& d = s_.d;
         s_.tr.scores = allocate(kScores, d.Tk);
-        // With nothing masked, masked_scores equals scores: when both are kept, hold one
-        // (unless masked_scores has a place of its own, e.g. its dump file).
-        if (s_.keep[kMaskedScores]) {
-            PlaceNext at(s_.place(kMaskedScores, d.B * d.H * d.Tq * d.Tk, sizeof(T)));
-            s_.tr.masked_is_scores = s_.p.masked_is_scores() && s_.keep[kScores] && !at.placing();
-            if (!s_.tr.masked_is_scores) s_.tr.masked_scores = Tensor<T, 4>::from_shape({d.B, d.H, d.Tq, d.Tk});
+        if (s_.keep[kMaskedScores] && !s_.tr.masked_is_scores) {
+            PlaceNext at(s_.place(kMaskedScores));
+            s_.tr.masked_scores = Tensor<T, 4>::from_shape({d.B, d.H, d.Tq, d.Tk});
         }
         s_.tr.bias = allocate(kBias, d.Tk);
         s_.tr.weights = allocate(kWeights, d.Tk);
         if (s_.keep[kSinkWeight]) {
-            PlaceNext at(s_.place(kSinkWeight, d.B * d.H * d.Tq, sizeof(T)));
+            PlaceNext at(s_.place(kSinkWeight));
             s_.tr.sink_weight = Tensor<T, 3>::from_shape({d.B, d.H, d.Tq});
         }
         s_.tr.context = allocate(kContext, d.Dv);
-        if (s_.need[kContext]) s_.merged.resize(d.B * d.Tq * d.H * d.Dv);  // (B, Tq, H*Dv)
+        if (s_.need[kContext]) take_buffer(s_.merged, d.B * d.Tq * d.H * d.Dv);  // (B, Tq, H*Dv)
     }
 
     // 4) Per-head outputs: head_output[b, t, h, :] = context_h[b, t, :] · W_O[h·Dv : (h+1)·Dv, :]
@@ -392,7 +430,7 @@ class Attention {
     void head_output() {
         const Dims& d = s_.d;
         {
-            PlaceNext at(s_.place(kHeadOutput, d.B * d.Tq * d.H * d.Dout, sizeof(T)));
+            PlaceNext at(s_.place(kHeadOutput));
             s_.tr.head_output = Tensor<T, 4>::from_shape({d.B, d.Tq, d.H, d.Dout});
         }
         T* out = s_.tr.head_output.data();
@@ -416,7 +454,7 @@ class Attention {
     void output() {
         const Dims& d = s_.d;
         {
-            PlaceNext at(s_.place(kOutput, d.B * d.Tq * d.Dout, sizeof(T)));
+            PlaceNext at(s_.place(kOutput));
             s_.tr.output = Tensor<T, 3>::from_shape({d.B, d.Tq, d.Dout});
         }
         if (s_.p.W_O)

@@ -40,7 +40,8 @@ class DenseTiles {
 
    private:
     struct Scratch {
-        std::vector<T> s, w, bias;
+        Buffer<T> s, w;  // in the run's arena (Attention::plan_memory counts them)
+        std::vector<T> bias;
         steps::Flags visible;
     };
 
@@ -86,9 +87,12 @@ class DenseTiles {
 
     // Rows i0.. of a kept (B, H, Tq, Tk) stage, or this worker's scratch when it is not kept.
     T* tile_buffer(Stage s, Tensor<T, 4>& stage, std::size_t b, std::size_t h, std::size_t i0,
-                   std::vector<T>& scratch) const {
+                   Buffer<T>& scratch) const {
         if (s_.keep[s]) return &stage(b, h, i0, 0);
-        scratch.resize(rows_ * s_.d.Tk);
+        if (scratch.empty()) {
+            PlaceNext at(s_.scratch(rows_ * s_.d.Tk * sizeof(T)));
+            scratch.resize(rows_ * s_.d.Tk);
+        }
         return scratch.data();
     }
 

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "attnscope/core/arena.hpp"
 #include "attnscope/core/attention.hpp"
 
 namespace attnscope::run {
@@ -117,11 +118,20 @@ struct State {
         if (!first || s < first->stage || (s == first->stage && at < first->at)) first = {{s, at, rank}};
     }
 
-    // Where a kept stage of n elements of `size` bytes is to live (Compute::place; null:
-    // ordinary memory). A PlaceNext holding it applies it to the stage's allocation.
-    std::shared_ptr<Placement> place(Stage s, std::size_t n, std::size_t size) const {
-        return how.place && n > 0 ? how.place(s, n * size) : nullptr;
+    // Where each kept stage lives when Compute::place gives it a place of its own (e.g.
+    // its dump file), asked once per stage before anything is computed; else null.
+    std::array<std::shared_ptr<Placement>, kStageCount> placed;
+    Arena* arena = nullptr;  // where everything else kept or worked in lives
+
+    // Bytes of stage s in this run (the stage table's elements, in T or as bools).
+    std::size_t stage_bytes(Stage s) const {
+        return stage_info(s).elements(d) * (stage_info(s).value == ValueKind::boolean ? sizeof(bool) : sizeof(T));
     }
+    // Where kept stage s is to live: its own place, else the arena (null: ordinary
+    // memory). A PlaceNext holding it applies it to the stage's allocation.
+    std::shared_ptr<Placement> place(Stage s) const { return placed[s] ? placed[s] : scratch(stage_bytes(s)); }
+    // Where a working buffer of `bytes` is to live: the arena (null: ordinary memory).
+    std::shared_ptr<Placement> scratch(std::size_t bytes) const { return arena ? arena->take(bytes) : nullptr; }
 
    private:
     std::mutex nonfinite_lock_;

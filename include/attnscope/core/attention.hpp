@@ -42,6 +42,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include "attnscope/base/buffer.hpp"
+#include "attnscope/core/arena.hpp"
 #include "attnscope/core/stages.hpp"
 #include "attnscope/core/summary.hpp"
 #include "attnscope/model/model.hpp"
@@ -69,6 +70,11 @@ struct Compute {
     // file it will be dumped to), or null for ordinary memory. Called on the calling
     // thread, once per kept stage, before that stage is computed.
     std::function<std::shared_ptr<Placement>(Stage, std::size_t bytes)> place;
+    // Optional: where every kept stage without such a place, and the working buffers, are
+    // to live (arena.hpp); null: an arena of this run's own. Lend one Arena to attend()
+    // after attend() (layers, steps), dropping each Trace before the next call, and its
+    // pages are touched once: its block is reused when nothing taken from it is alive.
+    Arena* arena = nullptr;
     // Optional: per-row summaries of the weights (summary.hpp), computed tile by tile; the
     // weights need not be kept. When no (B, H, Tq, Tk) stage is kept, a tile's keys are
     // only those the mask rule can let its rows see (causal: tiles above the diagonal are

@@ -17,6 +17,7 @@ weights + the kept stages + 100 MiB.
 import os
 import shutil
 import statistics
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -158,7 +159,10 @@ def run_memory(binary, reps, threads, env, workdir, run_once, log):
         s = lm_models.SHAPES[name]
         model = Path(workdir) / name
         log(f"bench: {name}: writing the model (F16)")
-        lm_models.write_model(model, name, "F16", seed=2, repeat_layers=True)
+        # In a child: a child's peak RSS (wait4) counts its parent's at the fork, and writing
+        # the model here would leave this process's at hundreds of MB.
+        subprocess.run([PYTHON, str(ROOT / "bench" / "lm_models.py"), str(model), name, "F16", "--seed", "2",
+                        "--repeat-layers"], check=True, stdout=subprocess.DEVNULL)
         ids = token_ids(s["V"], MEMORY_TOKENS)
         try:
             raw[name] = []
@@ -176,8 +180,8 @@ def run_memory(binary, reps, threads, env, workdir, run_once, log):
         peaks[name] = max(r["maxrss_kib"] for r in raw[name]) / 1024.0
     s = lm_models.SHAPES[MEMORY_MODELS[0]]
     layer = lm_models.layer_weight_bytes(MEMORY_MODELS[0], 4) / 2**20
-    # kept: the largest model's attention inputs (float64, every layer) and one layer's weights stage
-    kept = (lm_models.SHAPES[MEMORY_MODELS[-1]]["L"] * MEMORY_TOKENS * s["D"] * 8
+    # kept: the largest model's attention inputs (every layer, in the run's float32) and one layer's weights stage
+    kept = (lm_models.SHAPES[MEMORY_MODELS[-1]]["L"] * MEMORY_TOKENS * s["D"] * 4
             + s["H"] * MEMORY_TOKENS ** 2 * 4) / 2**20
     bound = layer + kept + 100
     small, large = (peaks[n] for n in MEMORY_MODELS)

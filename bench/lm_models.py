@@ -126,5 +126,13 @@ def layer_weight_bytes(name, itemsize):
     return itemsize * sum(int(np.prod(shape)) for _, shape, _ in layer_tensors(s, 0))
 
 
-if __name__ == "__main__":  # write_model DIR NAME [F32|F16]
-    print(write_model(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "F32"))
+if __name__ == "__main__":  # write_model DIR NAME [F32|F16] [--seed N] [--repeat-layers]
+    import argparse
+    p = argparse.ArgumentParser(description="write a synthetic model folder")
+    p.add_argument("directory")
+    p.add_argument("name", choices=sorted(SHAPES))
+    p.add_argument("dtype", nargs="?", default="F32", choices=sorted(NUMPY_OF))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat-layers", action="store_true")
+    a = p.parse_args()
+    print(write_model(a.directory, a.name, a.dtype, seed=a.seed, repeat_layers=a.repeat_layers))

@@ -9,10 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
@@ -40,9 +43,13 @@ void check_against_npy(const TensorSource& src, const std::string& dir) {
         std::size_t count = 1;
         for (std::size_t d : t.shape) count *= d;
         CHECK(a.count() == count);
-        if (t.dtype == "float32" || t.dtype == "float64") {
-            // Kept as stored, in place, not widened.
-            CHECK(a.held == (t.dtype == "float32" ? Array::Held::float32 : Array::Held::float64));
+        const std::map<std::string, Array::Held> floats = {{"float64", Array::Held::float64},
+                                                           {"float32", Array::Held::float32},
+                                                           {"float16", Array::Held::float16},
+                                                           {"bfloat16", Array::Held::bfloat16}};
+        if (floats.count(t.dtype)) {
+            // Kept as stored, in place, not widened (halves are widened as they are read out).
+            CHECK(a.held == floats.at(t.dtype));
             CHECK(a.values.empty());
             CHECK(a.keep != nullptr);
             CHECK(a.stored.size() == t.bytes);
@@ -419,11 +426,56 @@ TEST_CASE("safetensors: a file truncated by another process while mapped: one li
         exit_on_changed_mappings();
         const auto src = open_safetensors(path);  // mapped, data not read
         if (::truncate(path.c_str(), 4096) != 0) return 3;
-        src->read("a");  // widens every float16: touches the pages past the new end
+        src->read("a").doubles();  // widens every float16: touches the pages past the new end
         return 0;
     });
     CHECK(status == 2);
     CHECK(slurp(err) == "attnscope: error: " + path +
                             ": the file changed while it was read (truncated by another process?); nothing more "
                             "was read\n");
+}
+
+namespace {
+// IEEE 754 binary16 (1, 5, 10 bits) and bfloat16 (1, 8, 7 bits) values from their fields,
+// as the standard defines them (independent of the reader's bit manipulation).
+double ieee_value(std::uint16_t b, int exp_bits, int mant_bits) {
+    const int bias = (1 << (exp_bits - 1)) - 1, top = (1 << exp_bits) - 1;
+    const int exp = (b >> mant_bits) & top, mant = b & ((1 << mant_bits) - 1);
+    const double sign = (b >> 15) ? -1.0 : 1.0;
+    if (exp == top) return mant ? std::nan("") : sign * HUGE_VAL;
+    if (exp == 0) return sign * std::ldexp(double(mant), 1 - bias - mant_bits);
+    return sign * std::ldexp(double(mant + (1 << mant_bits)), exp - bias - mant_bits);
+}
+}  // namespace
+
+TEST_CASE("safetensors: every F16 and BF16 number, held in place, widens exactly to float and double") {
+    std::string data;  // the 65,536 bit patterns in order, little-endian
+    for (std::uint32_t b = 0; b < 65536; ++b) data += char(b & 0xff), data += char(b >> 8);
+    const std::string header = R"({"h":{"dtype":"F16","shape":[65536],"data_offsets":[0,131072]},)"
+                               R"("b":{"dtype":"BF16","shape":[65536],"data_offsets":[131072,262144]}})";
+    auto bytes = std::make_shared<const std::string>(st_file(header, data + data));
+    const auto src = parse_safetensors(*bytes, "all.safetensors", kNoLimit, bytes);
+    for (const auto& [name, exp_bits] : {std::pair<std::string, int>{"h", 5}, {"b", 8}}) {
+        CAPTURE(name);
+        const Array a = src->read(name);
+        CHECK(a.held == (exp_bits == 5 ? Array::Held::float16 : Array::Held::bfloat16));
+        std::vector<float> f(65536);
+        std::vector<double> d(65536);
+        const NonFinite nf = copy_numbers<float>(a, f.data());
+        copy_numbers<double>(a, d.data());
+        std::size_t nonfinite = 0;
+        for (std::uint32_t b = 0; b < 65536; ++b) {
+            const double want = ieee_value(std::uint16_t(b), exp_bits, 15 - exp_bits);
+            if (!std::isfinite(want)) ++nonfinite;
+            if (std::isnan(want)) {
+                CHECK(std::isnan(f[b]));
+                CHECK(std::isnan(d[b]));
+                CHECK(std::isnan(a.value(b)));
+                continue;
+            }
+            if (double(f[b]) != want || d[b] != want || a.value(b) != want || std::signbit(d[b]) != std::signbit(want))
+                FAIL_CHECK("bits " << b << ": " << f[b] << ", " << d[b] << ", " << a.value(b) << " for " << want);
+        }
+        CHECK(nf.count == nonfinite);
+    }
 }

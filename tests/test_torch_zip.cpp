@@ -115,6 +115,10 @@ TEST_CASE("torch zip: the names of a GPT-2-like, a Llama-like and an nn.Multihea
     CHECK(src->tensors()[2].dtype == "bfloat16");
     CHECK(src->tensors()[2].shape == std::vector<std::size_t>{4, 8});
     CHECK(src->tensors()[2].bytes == 4 * 8 * 2);
+    const Array k = src->read(src->tensors()[2].name);  // held as stored, widened as read out
+    CHECK(k.held == Array::Held::bfloat16);
+    CHECK(k.values.empty());
+    CHECK(k.count() == 4 * 8);
 }
 
 TEST_CASE("torch zip: contiguous float32 and float64 stay in place in the file's bytes; views are gathered") {

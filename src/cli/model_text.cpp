@@ -43,15 +43,6 @@ Array text_array(const std::vector<std::string>& labels) {
     return a;
 }
 
-Array x_array(const Tensor<double, 2>& x, const std::string& origin) {
-    Array a;
-    a.dtype = "float64";
-    a.shape = {x.shape(0), x.shape(1)};
-    a.values.assign(x.begin(), x.end());
-    a.origin = origin;
-    return a;
-}
-
 // The top K of each logits row, as probabilities (softmax over the vocabulary).
 void print_predictions(const ForwardResult& f, const Tokens& t, std::size_t k, const std::string& where) {
     for (std::size_t r = 0; r < f.logit_rows.size(); ++r) {
@@ -195,11 +186,12 @@ void maybe_predict(const RunOptions& o, const LanguageModel& model, const Forwar
 
 // Layer `layer`'s attention input (T, Dm) as x, the tokens as labels, and its weights and
 // options as --checkpoint gives them.
-void add_layer_of(const RunOptions& o, std::size_t limit, const Tensor<double, 2>& x, const Tokens& t,
-                  std::size_t layer, Bundle& bundle, Spec& spec) {
+void add_layer_of(const RunOptions& o, std::size_t limit, const Array& x, const Tokens& t, std::size_t layer,
+                  Bundle& bundle, Spec& spec) {
     const std::string& dir = o.model_text.model;
     bundle.source = dir;
-    bundle.arrays["x"] = x_array(x, dir + ": layer " + std::to_string(layer) + "'s input");
+    bundle.arrays["x"] = x;  // its numbers shared, not copied
+    bundle.arrays["x"].origin = dir + ": layer " + std::to_string(layer) + "'s input";
     bundle.arrays["query_tokens"] = text_array(t.labels);
     RunOptions c = o;
     c.checkpoint = dir;
@@ -210,10 +202,11 @@ void add_layer_of(const RunOptions& o, std::size_t limit, const Tensor<double, 2
 
 void save_forward(const RunOptions& o, const ForwardResult& f, const Tokens& t, std::size_t layer) {
     const std::vector<std::int64_t> ids(t.ids.begin(), t.ids.end());
-    const Tensor<double, 2>& x = f.attention_inputs[layer];  // (T, Dm)
+    const Array& a = f.attention_inputs[layer];  // (T, Dm)
+    const std::vector<double> x = a.doubles();   // exact for float32
     AtomicFile file(o.model_text.save_forward, o.force);
     write_npz(file, {{"ids", {ids.size()}, DType::int64, ids.data()},
-                     {"x", {x.shape(0), x.shape(1)}, DType::float64, x.data()},
+                     {"x", {a.shape[0], a.shape[1]}, DType::float64, x.data()},
                      {"logits", {f.logits.shape(0), f.logits.shape(1)}, DType::float64, f.logits.data()}});
     file.commit();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
+#include "bytes.hpp"
 
 namespace attnscope {
 
@@ -77,6 +78,18 @@ void copy_stored(const char* p, T* out, std::size_t m, std::size_t b, S largest,
     }
 }
 
+// Copies m stored half-precision numbers (float16 or bfloat16, unaligned bytes at p,
+// widened exactly by `to_float`) to out[b, b + m) as T, and scans them as floats.
+template <typename T, typename F>
+void copy_halves(const char* p, T* out, std::size_t m, std::size_t b, F to_float, NonFinite& nf) {
+    std::uint16_t bits[kChunk];
+    float buf[kChunk];
+    std::memcpy(bits, p, m * sizeof(std::uint16_t));
+    for (std::size_t k = 0; k < m; ++k) buf[k] = to_float(bits[k]);
+    for (std::size_t k = 0; k < m; ++k) out[b + k] = static_cast<T>(buf[k]);
+    scan(buf, m, b, std::numeric_limits<float>::max(), nf);
+}
+
 }  // namespace
 
 double Array::value(std::size_t k) const {
@@ -85,6 +98,10 @@ double Array::value(std::size_t k) const {
             return double(load_at<float>(stored.data(), k));
         case Held::float64:
             return load_at<double>(stored.data(), k);
+        case Held::float16:
+            return io_detail::half_to_double(load_at<std::uint16_t>(stored.data(), k));
+        case Held::bfloat16:
+            return io_detail::bf16_to_double(load_at<std::uint16_t>(stored.data(), k));
         case Held::doubles:
             break;
     }
@@ -120,6 +137,12 @@ NonFinite copy_numbers(const Array& a, T* out) {
                 break;
             case Array::Held::float64:
                 copy_stored<double>(a.stored.data() + b * sizeof(double), out, m, b, double(largest), nf);
+                break;
+            case Array::Held::float16:
+                copy_halves(a.stored.data() + b * 2, out, m, b, io_detail::half_to_float, nf);
+                break;
+            case Array::Held::bfloat16:
+                copy_halves(a.stored.data() + b * 2, out, m, b, io_detail::bf16_to_float, nf);
                 break;
         }
     }

@@ -58,20 +58,23 @@ inline std::size_t held_bytes(const Array& a) {
 // UTF-8 of a code point: base's (text.hpp).
 using attnscope::append_utf8;
 
-// IEEE half precision (float16) to double: exact.
-inline double half_to_double(std::uint16_t h) {
-    const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    double v;
-    if (exp == 0)
-        v = std::ldexp(double(mant), -24);
-    else if (exp == 31)
-        v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-    else
-        v = std::ldexp(double(mant | 0x400), exp - 25);
-    return (h & 0x8000) ? -v : v;
+// IEEE half precision (float16) to float: exact (every half is a float), by its bits.
+inline float half_to_float(std::uint16_t h) {
+    const std::uint32_t sign = std::uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    if (exp == 0) {  // zero or subnormal: mant · 2^-24
+        const float v = float(mant) * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) {
+        const float v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+        return sign ? -v : v;
+    }
+    return std::bit_cast<float>(sign | (exp + 112) << 23 | mant << 13);  // rebias 15 -> 127
 }
+inline double half_to_double(std::uint16_t h) { return double(half_to_float(h)); }
 
 // bfloat16 is the high half of a float32: exact.
-inline double bf16_to_double(std::uint16_t b) { return double(std::bit_cast<float>(std::uint32_t(b) << 16)); }
+inline float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(std::uint32_t(b) << 16); }
+inline double bf16_to_double(std::uint16_t b) { return double(bf16_to_float(b)); }
 
 }  // namespace attnscope::io_detail

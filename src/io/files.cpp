@@ -201,6 +201,11 @@ void drop_mapped_pages(std::string_view bytes) {
     if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+std::shared_ptr<const void> keep_until_dropped(std::shared_ptr<const void> keep, std::string_view bytes) {
+    const void* p = keep.get();
+    return std::shared_ptr<const void>(p, [keep = std::move(keep), bytes](const void*) { drop_mapped_pages(bytes); });
+}
+
 void exit_on_changed_mappings() {
     struct sigaction on {};
     on.sa_sigaction = on_sigbus;

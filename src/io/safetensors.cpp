@@ -34,6 +34,7 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -106,23 +107,45 @@ const Dtype* find_dtype(std::string_view name) {
     return nullptr;
 }
 
+// How an Array holds the floats of this kind in place as stored; none for those widened.
+std::optional<Array::Held> held_of(Kind kind) {
+    switch (kind) {
+        case Kind::f64:
+            return Array::Held::float64;
+        case Kind::f32:
+            return Array::Held::float32;
+        case Kind::f16:
+            return Array::Held::float16;
+        case Kind::bf16:
+            return Array::Held::bfloat16;
+        case Kind::i64:
+        case Kind::i32:
+        case Kind::i16:
+        case Kind::i8:
+        case Kind::u64:
+        case Kind::u32:
+        case Kind::u16:
+        case Kind::u8:
+        case Kind::boolean:
+        case Kind::unsupported:
+            break;
+    }
+    return std::nullopt;
+}
+
 // The little-endian n-byte unsigned integer at p.
 template <int n>
 std::uint64_t le_at(const char* p) {
     return io_detail::load_le(std::string_view(p, n), 0, n);
 }
 
-// `count` elements of little-endian data at p, widened to double in out: exactly, except
-// 64-bit integers beyond 2^53, rounded to the nearest double (as numpy's astype does).
+// `count` integers or bools of little-endian data at p (floats are held as stored), widened to double in out: exactly,
+// except 64-bit integers beyond 2^53, rounded to the nearest double (as numpy's astype does).
 void widen(const char* p, Kind kind, std::size_t count, double* out) {
     const auto each = [&](std::size_t size, auto f) {
         for (std::size_t k = 0; k < count; ++k) out[k] = f(p + k * size);
     };
     switch (kind) {
-        case Kind::f16:
-            return each(2, [](const char* q) { return io_detail::half_to_double(std::uint16_t(le_at<2>(q))); });
-        case Kind::bf16:
-            return each(2, [](const char* q) { return io_detail::bf16_to_double(std::uint16_t(le_at<2>(q))); });
         case Kind::i64:
             return each(8, [](const char* q) { return double(std::int64_t(le_at<8>(q))); });
         case Kind::i32:
@@ -141,8 +164,10 @@ void widen(const char* p, Kind kind, std::size_t count, double* out) {
             return each(1, [](const char* q) { return double(std::uint8_t(*q)); });
         case Kind::boolean:
             return each(1, [](const char* q) { return *q != 0 ? 1.0 : 0.0; });
-        case Kind::f32:  // float32 and float64 are kept as stored; the unsupported ones are refused
-        case Kind::f64:
+        case Kind::f64:  // the floats are kept as stored; the unsupported ones are refused
+        case Kind::f32:
+        case Kind::f16:
+        case Kind::bf16:
         case Kind::unsupported:
             return;
     }
@@ -605,13 +630,16 @@ class SafetensorsFile : public TensorSource {
         a.shape = t.shape;
         a.dtype = t.dtype;
         a.origin = origin;
-        if (d.kind == Kind::f32 || d.kind == Kind::f64) {
+        if (const auto held = held_of(d.kind)) {
             // In place in the mapping (the rest of the code only memcpy's stored numbers,
-            // so they need no alignment); copied when nothing keeps the bytes alive.
-            a.held = d.kind == Kind::f32 ? Array::Held::float32 : Array::Held::float64;
+            // so they need no alignment; halves are widened as they are read out); copied
+            // when nothing keeps the bytes alive.
+            a.held = *held;
             if (keep_) {
                 a.stored = bytes;
-                a.keep = mapped_ ? pages_given_back(bytes) : keep_;
+                // once its last copy is gone, the tensor's pages leave the process's memory
+                // (a forward pass holds one layer's at a time)
+                a.keep = mapped_ ? keep_until_dropped(keep_, bytes) : keep_;
             } else {
                 auto copy = std::make_shared<const std::string>(bytes);
                 a.stored = *copy;
@@ -623,13 +651,6 @@ class SafetensorsFile : public TensorSource {
         widen(bytes.data(), d.kind, count, a.values.data());
         if (mapped_) drop_mapped_pages(bytes);  // converted: the file's pages are no longer needed
         return a;
-    }
-
-    // keep_, for an array read in place from the mapping: once its last copy is gone, the
-    // tensor's pages leave the process's memory (a forward pass holds one layer's at a time).
-    std::shared_ptr<const void> pages_given_back(std::string_view bytes) const {
-        return std::shared_ptr<const void>(keep_.get(),
-                                           [keep = keep_, bytes](const void*) { drop_mapped_pages(bytes); });
     }
 
     std::string src_;  // the file, as shown in messages

@@ -40,6 +40,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -115,6 +116,31 @@ T load(const char* p) {
     T v;
     std::memcpy(&v, p, sizeof(T));
     return v;
+}
+
+// How an Array holds the floats of this type in place as stored; none for those widened.
+std::optional<Array::Held> held_of(Elem e) {
+    switch (e) {
+        case Elem::f32:
+            return Array::Held::float32;
+        case Elem::f64:
+            return Array::Held::float64;
+        case Elem::f16:
+            return Array::Held::float16;
+        case Elem::bf16:
+            return Array::Held::bfloat16;
+        case Elem::i64:
+        case Elem::i32:
+        case Elem::i16:
+        case Elem::i8:
+        case Elem::u8:
+        case Elem::b1:
+        case Elem::u16:
+        case Elem::u32:
+        case Elem::u64:
+            break;
+    }
+    return std::nullopt;
 }
 
 // The element at p as double: exact for every type but 64-bit integers beyond 2^53.
@@ -912,11 +938,25 @@ void gather(const Entry& en, Put put) {
     }
 }
 
+// Whether the tensor's elements lie in C order, one after the other, in its storage.
+bool is_contiguous(const Entry& en) {
+    for (std::size_t d = en.size.size(), want = 1; d-- > 0;) {
+        if (en.size[d] != 1 && en.stride[d] != want) return false;
+        want *= std::size_t(en.size[d]);
+    }
+    return true;
+}
+
 class TorchZipSource final : public TensorSource {
    public:
+    // `mapped`: `bytes` are a read-only mapping of the file (FileBytes::mapped).
     TorchZipSource(std::string_view bytes, const std::string& source, std::size_t max_bytes,
-                   std::shared_ptr<const void> keep)
-        : bytes_(bytes), source_(source), keep_(std::move(keep)), zip_(bytes_, source_, "a valid PyTorch zip archive") {
+                   std::shared_ptr<const void> keep, bool mapped = false)
+        : bytes_(bytes),
+          source_(source),
+          keep_(std::move(keep)),
+          mapped_(mapped && keep_),
+          zip_(bytes_, source_, "a valid PyTorch zip archive") {
         open(max_bytes);
     }
     TorchZipSource(const TorchZipSource&) = delete;
@@ -936,6 +976,7 @@ class TorchZipSource final : public TensorSource {
     std::string source_;
     SharedText file_{source_};  // every tensor's TensorInfo::file
     std::shared_ptr<const void> keep_;
+    bool mapped_ = false;
     ZipReader zip_;
     std::vector<Member> members_;
     std::vector<ZipReader::Span> spans_;
@@ -1093,45 +1134,44 @@ Array TorchZipSource::read(const std::string& name, std::size_t max_bytes) const
     a.shape = ti.shape;
     a.dtype = e.numpy;
     a.origin = origin;
-    const bool is_float = en.elem == Elem::f32 || en.elem == Elem::f64;
-    bool contiguous = true;
-    for (std::size_t d = en.size.size(), want = 1; d-- > 0;) {
-        if (en.size[d] != 1 && en.stride[d] != want) contiguous = false;
-        want *= std::size_t(en.size[d]);
-    }
-    if (is_float) a.held = e.size == 4 ? Array::Held::float32 : Array::Held::float64;
+    const std::optional<Array::Held> held = held_of(en.elem);
+    if (held) a.held = *held;
+    // Read from the mapped file: its pages leave the process's memory once they are copied,
+    // or once the last copy of an array read in place is gone (one layer's at a time).
+    const bool give_back = mapped_ && !inflated;
 
-    // 3a. Contiguous float32/float64: kept as stored, in place when the bytes stay alive
-    //     and the start is aligned for its type; else one copy.
+    // 3a. Contiguous floats: kept as stored, in place when the bytes stay alive and the
+    //     start is aligned for its type; else one copy.
     const std::size_t nbytes = en.count * e.size;
-    if (is_float && contiguous) {
-        const std::shared_ptr<const void>& owner = inflated ? inflated : keep_;
-        if (owner && reinterpret_cast<std::uintptr_t>(base) % e.size == 0) {
+    if (held && is_contiguous(en)) {
+        if (reinterpret_cast<std::uintptr_t>(base) % e.size == 0 && (inflated || keep_)) {
             a.stored = std::string_view(base, nbytes);
-            a.keep = owner;
+            a.keep = inflated ? inflated : give_back ? keep_until_dropped(keep_, storage) : keep_;
         } else {
             auto copy = std::make_shared<const std::string>(base, nbytes);
             a.stored = *copy;
             a.keep = std::move(copy);
+            if (give_back) drop_mapped_pages(storage);
         }
         return a;
     }
 
-    // 3b. Anything else gathered into C order: float32/float64 into a buffer of their own
+    // 3b. Anything else gathered into C order: floats into a buffer of their own stored
     //     type, every other type widened to double. Each position was checked at open.
     //     The last axis is walked by its stride; the outer axes by an odometer.
     const char* start = storage.data();
-    if (is_float) {
+    if (held) {
         auto buffer = std::make_shared<std::string>(nbytes, '\0');
         char* out = buffer->data();
         gather(en,
                [&](std::size_t k, std::uint64_t pos) { std::memcpy(out + k * e.size, start + pos * e.size, e.size); });
         a.stored = *buffer;
         a.keep = std::move(buffer);
-        return a;
+    } else {
+        a.values.resize(en.count);
+        gather(en, [&](std::size_t k, std::uint64_t pos) { a.values[k] = widen(start + pos * e.size, en.elem); });
     }
-    a.values.resize(en.count);
-    gather(en, [&](std::size_t k, std::uint64_t pos) { a.values[k] = widen(start + pos * e.size, en.elem); });
+    if (give_back) drop_mapped_pages(storage);
     return a;
 }
 
@@ -1139,7 +1179,7 @@ Array TorchZipSource::read(const std::string& name, std::size_t max_bytes) const
 
 std::unique_ptr<TensorSource> open_torch_zip(const std::string& path, std::size_t max_bytes) {
     FileBytes file = map_file_lazily(path, max_bytes);
-    return std::make_unique<TorchZipSource>(file.bytes, path, max_bytes, std::move(file.keep));
+    return std::make_unique<TorchZipSource>(file.bytes, path, max_bytes, std::move(file.keep), file.mapped);
 }
 
 std::unique_ptr<TensorSource> parse_torch_zip(std::string_view bytes, const std::string& source, std::size_t max_bytes,

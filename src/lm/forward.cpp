@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -67,48 +68,71 @@ namespace {
 const char* width_key(const LmConfig& m) { return m.family == LmFamily::gpt2 ? "n_embd" : "hidden_size"; }
 const char* mlp_key(const LmConfig& m) { return m.family == LmFamily::gpt2 ? "n_inner" : "intermediate_size"; }
 
+// Block l's names: "h.3." (gpt2), "encoder.layer.3." (bert), "layers.3." (llama), after the prefix.
+std::string block_prefix(const LmConfig& m, std::size_t l) {
+    const char* kind = m.family == LmFamily::gpt2 ? "h." : m.family == LmFamily::bert ? "encoder.layer." : "layers.";
+    return m.prefix + kind + std::to_string(l) + ".";
+}
+
 }  // namespace
 
 template <class T>
-Block<T> read_block(const Weights& w, const LmConfig& m, std::size_t l) {
-    const std::size_t D = m.hidden, F = m.mlp;
-    const std::string wd = std::string("config.json ") + width_key(m), fd = std::string("config.json ") + mlp_key(m);
+Block<T> read_norms(const Weights& w, const LmConfig& m, std::size_t l) {
+    const std::size_t D = m.hidden;
+    const std::string wd = std::string("config.json ") + width_key(m), p = block_prefix(m, l);
     Block<T> b;
     if (m.family == LmFamily::gpt2) {
-        const std::string p = m.prefix + "h." + std::to_string(l) + ".";
         b.norm1 = w.norm<T>(p + "ln_1", D, m.eps, false, wd);
         b.norm2 = w.norm<T>(p + "ln_2", D, m.eps, false, wd);
-        b.up = w.linear<T>(p + "mlp.c_fc", D, F, false, true, wd, fd);
-        b.down = w.linear<T>(p + "mlp.c_proj", F, D, false, true, fd, wd);
     } else if (m.family == LmFamily::bert) {
-        const std::string p = m.prefix + "encoder.layer." + std::to_string(l) + ".";
         b.norm1 = w.norm<T>(p + "attention.output.LayerNorm", D, m.eps, false, wd);
         b.norm2 = w.norm<T>(p + "output.LayerNorm", D, m.eps, false, wd);
-        b.up = w.linear<T>(p + "intermediate.dense", D, F, true, true, wd, fd);
-        b.down = w.linear<T>(p + "output.dense", F, D, true, true, fd, wd);
     } else {
-        const std::string p = m.prefix + "layers." + std::to_string(l) + ".";
         b.norm1 = w.norm<T>(p + "input_layernorm", D, m.eps, true, wd);
         b.norm2 = w.norm<T>(p + "post_attention_layernorm", D, m.eps, true, wd);
-        b.gate = w.linear<T>(p + "mlp.gate_proj", D, F, true, m.mlp_bias, wd, fd);
-        b.up = w.linear<T>(p + "mlp.up_proj", D, F, true, m.mlp_bias, wd, fd);
-        b.down = w.linear<T>(p + "mlp.down_proj", F, D, true, m.mlp_bias, fd, wd);
     }
     return b;
 }
 
-// The MLP of block b on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)).
 template <class T>
-Tensor<T, 2> mlp(const Block<T>& b, Activation act, const Tensor<T, 2>& x) {
-    Tensor<T, 2> u = apply(b.up, x);  // (T, Dff)
-    if (b.gate) {
-        Tensor<T, 2> g = apply(*b.gate, x);  // (T, Dff)
+Mlp<T> read_mlp(const Weights& w, const LmConfig& m, std::size_t l) {
+    const std::size_t D = m.hidden, F = m.mlp;
+    const std::string wd = std::string("config.json ") + width_key(m), fd = std::string("config.json ") + mlp_key(m);
+    const std::string p = block_prefix(m, l);
+    Mlp<T> f;
+    if (m.family == LmFamily::gpt2) {
+        f.up = w.linear<T>(p + "mlp.c_fc", D, F, false, true, wd, fd);
+        f.down = w.linear<T>(p + "mlp.c_proj", F, D, false, true, fd, wd);
+    } else if (m.family == LmFamily::bert) {
+        f.up = w.linear<T>(p + "intermediate.dense", D, F, true, true, wd, fd);
+        f.down = w.linear<T>(p + "output.dense", F, D, true, true, fd, wd);
+    } else {
+        f.gate = w.linear<T>(p + "mlp.gate_proj", D, F, true, m.mlp_bias, wd, fd);
+        f.up = w.linear<T>(p + "mlp.up_proj", D, F, true, m.mlp_bias, wd, fd);
+        f.down = w.linear<T>(p + "mlp.down_proj", F, D, true, m.mlp_bias, fd, wd);
+    }
+    return f;
+}
+
+template <class T>
+Block<T> read_block(const Weights& w, const LmConfig& m, std::size_t l) {
+    Block<T> b = read_norms<T>(w, m, l);
+    b.mlp = read_mlp<T>(w, m, l);
+    return b;
+}
+
+// The MLP on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)).
+template <class T>
+Tensor<T, 2> mlp(const Mlp<T>& f, Activation act, const Tensor<T, 2>& x) {
+    Tensor<T, 2> u = apply(f.up, x);  // (T, Dff)
+    if (f.gate) {
+        Tensor<T, 2> g = apply(*f.gate, x);  // (T, Dff)
         activate(act, g);
         u *= g;
     } else {
         activate(act, u);
     }
-    return apply(b.down, u);  // (T, Dm)
+    return apply(f.down, u);  // (T, Dm)
 }
 
 namespace {
@@ -143,18 +167,26 @@ Problem<T> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, 
     Bundle bundle;
     bundle.source = c.path;
     bundle.arrays = std::move(cl.arrays);
-    Array x;  // (T, Dm), held as double (exact for float)
-    x.shape = {a.shape(0), a.shape(1)};
-    x.dtype = "float64";
-    x.origin = c.path + ": layer " + std::to_string(l) + "'s attention input";
-    x.values.assign(a.begin(), a.end());
-    bundle.arrays["x"] = std::move(x);
+    bundle.arrays["x"] = held_array(a, c.path + ": layer " + std::to_string(l) + "'s attention input");
     Problem<T> p = make_problem<T>(bundle, spec);
     if (p.dims.Dout != m.hidden)
         throw InputError(escape_control(c.path) + ": " + escape_control(cl.prefix) + "'s output has " +
                          std::to_string(p.dims.Dout) + " features, expected config.json " + width_key(m) + " " +
                          std::to_string(m.hidden));
     return p;
+}
+
+template <class T>
+Array held_array(const Tensor<T, 2>& a, const std::string& origin) {
+    auto bytes = std::make_shared<std::string>(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(T));
+    Array x;
+    x.shape = {a.shape(0), a.shape(1)};
+    x.dtype = std::is_same_v<T, float> ? "float32" : "float64";
+    x.held = std::is_same_v<T, float> ? Array::Held::float32 : Array::Held::float64;
+    x.origin = origin;
+    x.stored = *bytes;
+    x.keep = std::move(bytes);
+    return x;
 }
 
 template <class T>
@@ -172,12 +204,12 @@ void add_attention(const Block<T>& b, const LmConfig& m, const Tensor<T, 3>& out
     std::transform(h.begin(), h.end(), out.begin(), h.begin(), std::plus<>());
     if (m.family == LmFamily::bert) {  // post-norm: h = LN(h + attn(h)); h = LN(h + mlp(h))
         apply(b.norm1, h);
-        h += mlp(b, m.act, h);
+        h += mlp(b.mlp, m.act, h);
         apply(b.norm2, h);
     } else {  // pre-norm: h += mlp(norm2(h))
         Tensor<T, 2> n = h;
         apply(b.norm2, n);
-        h += mlp(b, m.act, n);
+        h += mlp(b.mlp, m.act, n);
     }
 }
 
@@ -279,10 +311,13 @@ Tensor<T, 2> head(const Weights& w, const LmConfig& m, Tensor<T, 2> h) {
     template Linear<T> Weights::linear<T>(const std::string&, std::size_t, std::size_t, bool, bool,                  \
                                           const std::string&, const std::string&) const;                             \
     template Norm<T> Weights::norm<T>(const std::string&, std::size_t, double, bool, const std::string&) const;      \
+    template Block<T> read_norms<T>(const Weights&, const LmConfig&, std::size_t);                                   \
+    template Mlp<T> read_mlp<T>(const Weights&, const LmConfig&, std::size_t);                                       \
     template Block<T> read_block<T>(const Weights&, const LmConfig&, std::size_t);                                   \
-    template Tensor<T, 2> mlp<T>(const Block<T>&, Activation, const Tensor<T, 2>&);                                  \
+    template Tensor<T, 2> mlp<T>(const Mlp<T>&, Activation, const Tensor<T, 2>&);                                    \
     template Problem<T> layer_problem<T>(const Checkpoint&, const LmConfig&, std::size_t, const Tensor<T, 2>&,       \
                                          std::size_t);                                                               \
+    template Array held_array<T>(const Tensor<T, 2>&, const std::string&);                                           \
     template Tensor<T, 2> attention_input<T>(const Block<T>&, const LmConfig&, const Tensor<T, 2>&);                 \
     template void add_attention<T>(const Block<T>&, const LmConfig&, const Tensor<T, 3>&, Tensor<T, 2>&);            \
     template Tensor<T, 2> embed<T>(const Weights&, const LmConfig&, const std::vector<std::uint32_t>&, std::size_t); \
@@ -330,7 +365,7 @@ void LanguageModel::check_ids(const std::vector<std::uint32_t>& ids) const {
 namespace attnscope {
 namespace {
 
-// A (T, Dm) or (R, V) result in double: as is for a float64 run, widened (exactly) for float32.
+// The logits (R, V) in double: as is for a float64 run, widened (exactly) for float32.
 template <class T>
 Tensor<double, 2> widened(Tensor<T, 2>&& a) {
     if constexpr (std::is_same_v<T, double>)
@@ -339,8 +374,8 @@ Tensor<double, 2> widened(Tensor<T, 2>&& a) {
         return xt::cast<double>(a);
 }
 
-// The forward pass in T: every step (weights, hidden states, attention, logits) in T, the
-// results widened to double.
+// The forward pass in T: every step (weights, hidden states, attention, logits) in T; the
+// logits widened to double, the attention inputs held as T.
 template <class T>
 ForwardResult forward_in(const LmConfig& m, const Checkpoint& c, std::size_t max_bytes,
                          const std::vector<std::uint32_t>& ids, const ForwardRequest& r) {
@@ -353,15 +388,19 @@ ForwardResult forward_in(const LmConfig& m, const Checkpoint& c, std::size_t max
     const std::size_t end = r.logits ? m.layers : r.stop_after ? *r.stop_after + 1 : 0;
     if (r.traces) out.traces.resize(m.layers);
     for (std::size_t l = 0; l < end; ++l) {
-        const Block<T> b = read_block<T>(w, m, l);
+        // One layer's weights at a time, and of those the attention's or the MLP's: the
+        // attention's are freed (with its problem) before the MLP's are read.
+        Block<T> b = read_norms<T>(w, m, l);
         Tensor<T, 2> a = attention_input(b, m, h);  // (T, Dm)
-        if (r.every_input || r.stop_after == l) out.attention_inputs[l] = widened(Tensor<T, 2>(a));
+        if (r.every_input || r.stop_after == l)
+            out.attention_inputs[l] = held_array(a, c.path + ": layer " + std::to_string(l) + "'s input");
         if (!r.logits && r.stop_after == l) break;
         Compute how;
         how.keep = StageSet().set(kOutput);
         if (r.traces) how.keep.set(kWeights).set(kContext).set(kSinkWeight);
         how.threads = r.threads;
         Trace<T> tr = attend(layer_problem(c, m, l, a, max_bytes), how);
+        b.mlp = read_mlp<T>(w, m, l);
         add_attention(b, m, tr.output, h);
         if constexpr (std::is_same_v<T, double>)
             if (r.traces) out.traces[l] = std::move(tr);

@@ -88,23 +88,37 @@ class Weights {
     std::size_t max_bytes_;
 };
 
-// One block's weights other than the attention's.
+// A block's MLP weights.
 template <class T>
-struct Block {
-    Norm<T> norm1, norm2;           // pre-norms (gpt2, llama), or the post-norms after attention and MLP (bert)
+struct Mlp {
     Linear<T> up, down;             // gpt2 c_fc / c_proj; bert intermediate / output; llama up_proj / down_proj
     std::optional<Linear<T>> gate;  // llama's gate_proj
 };
+// One block's weights other than the attention's.
+template <class T>
+struct Block {
+    Norm<T> norm1, norm2;  // pre-norms (gpt2, llama), or the post-norms after attention and MLP (bert)
+    Mlp<T> mlp;
+};
+// Block l's norms and MLP; read_norms leaves the MLP empty, read_mlp reads it alone (a
+// forward pass reads it once the layer's attention, and its weights, are done with).
+template <class T>
+Block<T> read_norms(const Weights& w, const LmConfig& m, std::size_t l);
+template <class T>
+Mlp<T> read_mlp(const Weights& w, const LmConfig& m, std::size_t l);
 template <class T>
 Block<T> read_block(const Weights& w, const LmConfig& m, std::size_t l);
-// The MLP of block b on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)).
+// The MLP on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)).
 template <class T>
-Tensor<T, 2> mlp(const Block<T>& b, Activation act, const Tensor<T, 2>& x);
+Tensor<T, 2> mlp(const Mlp<T>& f, Activation act, const Tensor<T, 2>& x);
 
 // h (T, Dm): the embeddings of `ids` at positions start, start + 1, ... (token, plus position
 // and token-type embeddings and BERT's LayerNorm where the family has them; BERT: start 0).
 template <class T>
 Tensor<T, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids, std::size_t start = 0);
+// a (T, Dm) as an Array of its own, its numbers held as T (Held::float32 or float64).
+template <class T>
+Array held_array(const Tensor<T, 2>& a, const std::string& origin);
 // The attention's input a (T, Dm) of block b on h: the pre-norm (gpt2, llama) or h itself (bert).
 template <class T>
 Tensor<T, 2> attention_input(const Block<T>& b, const LmConfig& m, const Tensor<T, 2>& h);

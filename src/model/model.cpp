@@ -256,7 +256,7 @@ Array rows_of(const Array& a, std::size_t r0, std::size_t n) {
     if (a.held == Array::Held::doubles) {
         s.values.assign(a.values.begin() + std::ptrdiff_t(r0 * per), a.values.begin() + std::ptrdiff_t((r0 + n) * per));
     } else {
-        const std::size_t size = a.held == Array::Held::float32 ? 4 : 8;
+        const std::size_t size = Array::item_size(a.held);
         s.stored = a.stored.substr(r0 * per * size, n * per * size);
     }
     return s;

@@ -83,7 +83,7 @@ inline void check_array(const Array& a) {
         ATTNSCOPE_FUZZ_CHECK(a.count() == n && a.strings.empty());
         // Numbers kept as stored are whole elements of their dtype.
         if (a.held != Array::Held::doubles)
-            ATTNSCOPE_FUZZ_CHECK(a.values.empty() && a.stored.size() == n * (a.held == Array::Held::float32 ? 4 : 8));
+            ATTNSCOPE_FUZZ_CHECK(a.values.empty() && a.stored.size() == n * Array::item_size(a.held));
     }
 }
 

@@ -17,14 +17,19 @@ namespace attnscope {
 //
 // Numbers are held one of two ways. A .npy's little-endian, C-order float32 or float64
 // data is kept as stored, in place in the file's bytes (`stored`, kept alive by `keep`):
-// no widening, no copy, and a float32 input reaches a float32 run bit for bit. Every other
-// numeric array (JSON, integers, bool, float16, big-endian, Fortran order) is widened to
-// double in `values`; widening is exact for every accepted dtype (integers beyond 2^53
-// excepted). Read the numbers through count(), value(), doubles() or copy_numbers(),
-// which serve both ways alike. Arrays of text (numpy '<U' dtype, JSON lists of strings)
-// keep `strings` instead.
+// no widening, no copy, and a float32 input reaches a float32 run bit for bit; so is a
+// checkpoint's float16 and bfloat16 data (safetensors, PyTorch zip), converted (exactly)
+// only as it is read out, straight to the run's dtype. Every other numeric array (JSON,
+// integers, bool, a .npy's float16, big-endian, Fortran order) is widened to double in
+// `values`; widening is exact for every accepted dtype (integers beyond 2^53 excepted). Read the numbers through
+// count(), value(), doubles() or copy_numbers(), which serve both ways alike. Arrays of text (numpy '<U' dtype, JSON
+// lists of strings) keep `strings` instead.
 struct Array {
-    enum class Held : unsigned char { doubles, float32, float64 };
+    enum class Held : unsigned char { doubles, float32, float64, float16, bfloat16 };
+    // The bytes of one stored number (0 for doubles, held in `values`).
+    static constexpr std::size_t item_size(Held h) {
+        return h == Held::float32 ? 4 : h == Held::float64 ? 8 : h == Held::doubles ? 0 : 2;
+    }
 
     std::vector<std::size_t> shape;
     std::vector<double> values;        // numeric arrays held as doubles
@@ -32,15 +37,13 @@ struct Array {
     std::string dtype;                 // as found: "float32", "bool", "int64", "text", "json"…
     std::string origin;                // where it came from, for messages: "data/x.npz: W_Q"
     Held held = Held::doubles;
-    std::string_view stored;           // held float32/float64: the raw little-endian bytes
+    std::string_view stored;           // held as stored: the raw little-endian bytes
     std::shared_ptr<const void> keep;  // owns the bytes `stored` points into
 
     bool is_text() const { return dtype == "text"; }
     std::size_t ndim() const { return shape.size(); }
     // How many numbers the array holds (0 for text).
-    std::size_t count() const {
-        return held == Held::doubles ? values.size() : stored.size() / (held == Held::float32 ? 4 : 8);
-    }
+    std::size_t count() const { return held == Held::doubles ? values.size() : stored.size() / item_size(held); }
     double value(std::size_t k) const;    // the k-th number (C order), as double
     std::vector<double> doubles() const;  // every number, as double
 };

@@ -55,9 +55,11 @@ class TensorSource {
     virtual ~TensorSource() = default;
     // Every tensor, in the order the container lists them.
     virtual const std::vector<TensorInfo>& tensors() const = 0;
-    // One tensor as an Array whose origin is "FILE: NAME". Little-endian, C-order float32
-    // and float64 data stay in place in the mapped file (Array::Held::float32/float64);
-    // float16, bfloat16, integers and bool are widened exactly to double. InputError when
+    // One tensor as an Array whose origin is "FILE: NAME". Little-endian, C-order float64,
+    // float32, float16 and bfloat16 data stay in place in the mapped file (Array::Held),
+    // widened exactly as they are read out; integers and bool are widened exactly to
+    // double. A mapped file's pages are given back once the tensor's last copy is gone
+    // (drop_mapped_pages). InputError when
     // the name is unknown (naming it) or the tensor cannot be read; MemoryLimitError before
     // allocating more than `max_bytes`.
     virtual Array read(const std::string& name, std::size_t max_bytes = kNoLimit) const = 0;

@@ -82,6 +82,9 @@ FileBytes map_file_lazily(const std::string& path, std::size_t max_bytes = kNoLi
 // it once a tensor's bytes are converted or no longer referenced, so that a forward pass
 // over many layers holds one layer's pages at a time.
 void drop_mapped_pages(std::string_view bytes);
+// `keep` (which holds a mapping alive) for an array read in place from `bytes` of it: once
+// the returned owner's last copy is gone, drop_mapped_pages(bytes).
+std::shared_ptr<const void> keep_until_dropped(std::shared_ptr<const void> keep, std::string_view bytes);
 
 // From now on, a mapped file found truncated while it is read (SIGBUS) ends the process
 // with exit code 2 and one line on standard error naming the file ("attnscope: error:

@@ -21,8 +21,9 @@
 // reads (model/checkpoint_layer.hpp): its heads, K/V heads, RoPE, window, biases and scale.
 // Everything runs in the request's precision: float64, or float32 (ForwardRequest::float32:
 // weights converted from their stored dtype straight to float, hidden states, attention and
-// logits in float); the results are handed back as double either way (widening float is
-// exact). Weights are read one layer at a time from the mapped checkpoint.
+// logits in float); the logits and traces are handed back as double either way (widening
+// float is exact), the attention inputs as the run holds them. Weights are read one layer at a time from the mapped
+// checkpoint.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,7 @@
 
 #include "attnscope/base/buffer.hpp"
 #include "attnscope/core/attention.hpp"
+#include "attnscope/io/array.hpp"
 #include "attnscope/io/checkpoint.hpp"
 
 namespace attnscope {
@@ -75,8 +77,9 @@ struct ForwardRequest {
 
 struct ForwardResult {
     // Layer l's attention input (T, Dm): what its attention's x is (after the pre-norm for
-    // gpt2 and llama). Empty for layers not asked for.
-    std::vector<Tensor<double, 2>> attention_inputs;
+    // gpt2 and llama), held in the run's precision (Array::Held float32 or float64: every
+    // layer's, kept, costs what the run computes in). Empty for layers not asked for.
+    std::vector<Array> attention_inputs;
     Tensor<double, 2> logits;  // (rows, V): the rows of logit_rows, or every position
     std::vector<std::size_t> logit_rows;
     // With ForwardRequest::traces, layer l's attention: weights (1, H, T, T), sink_weight,

@@ -108,6 +108,34 @@ std::optional<std::size_t> query_width(const CheckpointLayer& l) {
     return l.layout == Layout::torch ? it->second.shape[0] : it->second.shape[1];
 }
 
+// Heads: the config's (or the weights'), or --heads; never a silent single head. `width`:
+// the query projection's outputs, checked against heads × the config's head width.
+void apply_heads(const RunOptions& o, const Checkpoint& c, const CheckpointLayer& layer,
+                 std::optional<std::size_t> width, Spec& spec) {
+    const LayerConfig& cfg = layer.config;
+    const auto given = [&o](const char* flag) { return o.given.count(flag) > 0; };
+    if (cfg.heads) {
+        if (given("--heads") && o.heads != *cfg.heads)
+            throw UsageError("--heads " + std::to_string(o.heads) + ": the checkpoint says " +
+                             std::to_string(*cfg.heads) + " (" + facts_text(cfg) + ")");
+        spec.heads = *cfg.heads;
+    } else if (!given("--heads")) {
+        throw UsageError("--heads: " + escape_control(o.checkpoint) +
+                         (c.config_path.empty() ? " has no config.json" : "'s config.json does not say") +
+                         ", and a state dict does not record the number of heads; give --heads");
+    }
+    if (cfg.kv_heads) {
+        if (given("--kv-heads") && o.kv_heads != cfg.kv_heads)
+            throw UsageError("--kv-heads " + std::to_string(*o.kv_heads) + ": the checkpoint says " +
+                             std::to_string(*cfg.kv_heads));
+        spec.kv_heads = cfg.kv_heads;
+    }
+    if (cfg.head_dim && width && *width != spec.heads * *cfg.head_dim)
+        throw InputError(escape_control(o.checkpoint) + ": " + layer.prefix + " query projection has " +
+                         std::to_string(*width) + " outputs, expected heads " + std::to_string(spec.heads) +
+                         " × head width " + std::to_string(*cfg.head_dim));
+}
+
 }  // namespace
 
 void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec) {
@@ -144,27 +172,7 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
     const std::optional<std::size_t> width = query_width(layer);
     for (auto& [name, array] : layer.arrays) bundle.arrays[name] = std::move(array);
 
-    // Heads: the config's (or the weights'), or --heads; never a silent single head.
-    if (cfg.heads) {
-        if (given("--heads") && o.heads != *cfg.heads)
-            throw UsageError("--heads " + std::to_string(o.heads) + ": the checkpoint says " +
-                             std::to_string(*cfg.heads) + " (" + facts_text(cfg) + ")");
-        spec.heads = *cfg.heads;
-    } else if (!given("--heads")) {
-        throw UsageError("--heads: " + escape_control(o.checkpoint) +
-                         (c.config_path.empty() ? " has no config.json" : "'s config.json does not say") +
-                         ", and a state dict does not record the number of heads; give --heads");
-    }
-    if (cfg.kv_heads) {
-        if (given("--kv-heads") && o.kv_heads != cfg.kv_heads)
-            throw UsageError("--kv-heads " + std::to_string(*o.kv_heads) + ": the checkpoint says " +
-                             std::to_string(*cfg.kv_heads));
-        spec.kv_heads = cfg.kv_heads;
-    }
-    if (cfg.head_dim && width && *width != spec.heads * *cfg.head_dim)
-        throw InputError(escape_control(o.checkpoint) + ": " + layer.prefix + " query projection has " +
-                         std::to_string(*width) + " outputs, expected heads " + std::to_string(spec.heads) +
-                         " × head width " + std::to_string(*cfg.head_dim));
+    apply_heads(o, c, layer, width, spec);
     // What the model does and no option said otherwise: masks, positions, scale.
     if (cfg.causal && !given("--causal")) spec.causal = *cfg.causal;
     if (cfg.rope) {

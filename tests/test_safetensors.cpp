@@ -455,7 +455,10 @@ TEST_CASE("safetensors: every F16 and BF16 number, held in place, widens exactly
                                R"("b":{"dtype":"BF16","shape":[65536],"data_offsets":[131072,262144]}})";
     auto bytes = std::make_shared<const std::string>(st_file(header, data + data));
     const auto src = parse_safetensors(*bytes, "all.safetensors", kNoLimit, bytes);
-    for (const auto& [name, exp_bits] : {std::pair<std::string, int>{"h", 5}, {"b", 8}}) {
+    // (No structured binding: clang 14 cannot capture one in CAPTURE's lambda.)
+    for (const std::pair<std::string, int>& kind : {std::pair<std::string, int>{"h", 5}, {"b", 8}}) {
+        const std::string& name = kind.first;
+        const int exp_bits = kind.second;
         CAPTURE(name);
         const Array a = src->read(name);
         CHECK(a.held == (exp_bits == 5 ? Array::Held::float16 : Array::Held::bfloat16));

@@ -52,7 +52,7 @@ RunOptions second_run(const RunOptions& a, const std::vector<std::string>& delta
 // A computed run with every stage.
 template <typename T>
 Held compute_all(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit) {
-    return held(attend_checked(bundle, problem_of<T>(o, bundle, spec, limit), Compute().keep, o.threads, limit));
+    return held(attend_checked(bundle, problem_of<T>(o, bundle, spec, limit), default_stages(), o.threads, limit));
 }
 
 Held compute_all(const RunOptions& o, std::size_t limit) {

@@ -217,9 +217,12 @@ int run_every_layer(const RunOptions& o, const Spec& spec, std::size_t limit, Cl
         Spec layer_spec = spec;
         Bundle bundle;
         model.add_layer(l, bundle, layer_spec);
-        const LayerRun layer{
-            l,     n, json ? &*json : nullptr, jsonl ? &*jsonl : nullptr, o.explain ? model.describe(l) : std::string(),
-            &arena};
+        const LayerRun layer{.layer = l,
+                             .count = n,
+                             .json = json ? &*json : nullptr,
+                             .jsonl = jsonl ? &*jsonl : nullptr,
+                             .explain = o.explain ? model.describe(l) : std::string(),
+                             .arena = &arena};
         const RunOptions c = layer_options(o, l, n);
         if (o.dtype == Precision::float32)
             run_typed<float>(c, bundle, layer_spec, limit, t0, &layer);

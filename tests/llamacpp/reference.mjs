@@ -2,14 +2,13 @@
 // prebuilt CPU build node-llama-cpp ships, installed by scripts/setup into
 // tests/llamacpp/node_modules), run on a GGUF file.
 //
-//   node reference.mjs MODEL.gguf --tokens ID,ID,... [--threads N]
-//       evaluates the ids as one sequence (no BOS added) and prints one JSON object:
-//       {"n_vocab": V, "ids": [...], "logprobs": [[V numbers] per position]}: at position
-//       t, the natural log of llama.cpp's probability of every vocabulary token being
-//       next (the softmax of its raw logits); null where that probability is 0.
-//   node reference.mjs MODEL.gguf --text TEXT
-//       prints {"ids": [...]}: llama.cpp's tokens of TEXT, with the special tokens the
-//       file's tokenizer.ggml.add_bos_token / add_eos_token ask for.
+//   node reference.mjs MODEL.gguf [--tokens ID,ID,...] [--text TEXT] [--threads N]
+//       prints one JSON object. With --tokens: the ids evaluated as one sequence (no BOS
+//       added), {"n_vocab": V, "ids": [...], "logprobs": [[V numbers] per position]}: at
+//       position t, the natural log of llama.cpp's probability of every vocabulary token
+//       being next (the softmax of its raw logits); null where that probability is 0.
+//       With --text: "text_ids", llama.cpp's tokens of TEXT (its tokenizer from the file's
+//       tokenizer.ggml.* metadata; special-token text not parsed, no BOS or EOS added).
 //
 // Precision: the weights as the file stores them, a float32 KV cache (llama.cpp's default
 // is float16) and flash attention off. Only the CPU build is used (gpu: false), and
@@ -36,8 +35,8 @@ function parseArgs(argv) {
     else if (!arg.startsWith("--") && a.model === null) a.model = arg;
     else fail(`unexpected argument ${JSON.stringify(arg)}`);
   }
-  if (a.model === null || (a.tokens == null) === (a.text == null))
-    fail("usage: reference.mjs MODEL.gguf (--tokens ID,ID,... [--threads N] | --text TEXT)");
+  if (a.model === null || (a.tokens == null && a.text == null))
+    fail("usage: reference.mjs MODEL.gguf [--tokens ID,ID,...] [--text TEXT] [--threads N]");
   if (!Number.isInteger(a.threads) || a.threads < 1) fail("--threads: expected a positive integer");
   return a;
 }
@@ -60,6 +59,8 @@ async function evaluate(model, ids, threads) {
   const nVocab = model.fileInfo.metadata?.tokenizer?.ggml?.tokens?.length;
   if (!Number.isInteger(nVocab)) fail(`${model.filename}: no tokenizer.ggml.tokens`);
   for (const t of ids) if (t >= nVocab) fail(`--tokens: id ${t} is outside the vocabulary (${nVocab})`);
+  // Room past the last token: a context the sequence fills exactly gets shifted before
+  // the last position is evaluated (its probabilities then are not the sequence's).
   const context = await model.createContext({
     contextSize: ids.length + 16, batchSize: ids.length + 16, sequences: 1, threads,
     flashAttention: false, experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
@@ -77,9 +78,9 @@ async function evaluate(model, ids, threads) {
 const args = parseArgs(process.argv.slice(2));
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
 const model = await llama.loadModel({ modelPath: args.model, gpuLayers: 0 });
-let result;
-if (args.text != null) result = { ids: Array.from(model.tokenize(args.text, false)) };
-else result = await evaluate(model, parseIds(args.tokens), args.threads);
+let result = {};
+if (args.text != null) result.text_ids = Array.from(model.tokenize(args.text, false));
+if (args.tokens != null) Object.assign(result, await evaluate(model, parseIds(args.tokens), args.threads));
 process.stdout.write(JSON.stringify(result) + "\n");
 await model.dispose();
 await llama.dispose();

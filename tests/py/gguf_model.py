@@ -207,33 +207,79 @@ def gguf_tensors(family, config, state):
 # ---- the tokenizer ----------------------------------------------------------------------------
 
 def tokenizer_metadata(folder, vocab_size, config):
-    """tokenizer.ggml.* of a byte-level BPE tokenizer.json ("gpt2" model, as llama.cpp calls
-    it): every id below vocab_size, the ones the file lacks as "[PAD<id>]" (UNUSED), added
-    tokens CONTROL when special else USER_DEFINED; merges as "a b"; BOS/EOS; add_bos_token
-    true where the post-processor puts a special token first."""
+    """tokenizer.ggml.* of the folder's tokenizer.json, a BPE tokenizer of one of two kinds:
+    byte-level (GPT-2's; llama.cpp's "gpt2" model: tokens and merges) or SentencePiece-style
+    with byte fallback (Llama 2's; llama.cpp's "llama" model: tokens and scores, no merges).
+    Every id below vocab_size is written, those the file lacks as "[PAD<id>]" (UNUSED);
+    added tokens are CONTROL when special, else USER_DEFINED. BOS is the special token the
+    post-processor puts first (add_bos_token true), else config.json's bos_token_id."""
     path = Path(folder) / "tokenizer.json"
     tok = json.loads(path.read_text(encoding="utf-8"))
     model = tok.get("model") or {}
-    if model.get("type") != "BPE" or not byte_level(tok.get("pre_tokenizer")):
-        raise ConversionError(f"{path}: not a byte-level BPE tokenizer (the one \"gpt2\" model written here)")
-    tokens, types = [f"[PAD{i}]" for i in range(vocab_size)], [UNUSED] * vocab_size
-    for text, i in model["vocab"].items():
-        if i < vocab_size:
-            tokens[i], types[i] = text, NORMAL
-    for t in tok.get("added_tokens", []):
-        if t["id"] < vocab_size:
-            tokens[t["id"]], types[t["id"]] = t["content"], CONTROL if t.get("special") else USER_DEFINED
+    if model.get("type") == "BPE" and byte_level(tok.get("pre_tokenizer")):
+        meta = [("tokenizer.ggml.model", STRING, "gpt2"), ("tokenizer.ggml.pre", STRING, "gpt-2")]
+    elif model.get("type") == "BPE" and model.get("byte_fallback"):
+        meta = [("tokenizer.ggml.model", STRING, "llama"), ("tokenizer.ggml.pre", STRING, "default")]
+    else:
+        raise ConversionError(f"{path}: neither a byte-level BPE tokenizer nor a BPE one with byte fallback")
+    tokens, types = vocabulary(tok, vocab_size)
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    meta += [("tokenizer.ggml.tokens", (ARRAY, STRING), tokens), ("tokenizer.ggml.token_type", (ARRAY, I32), types)]
+    if meta[0][2] == "gpt2":
+        meta.append(("tokenizer.ggml.merges", (ARRAY, STRING), merges))
+    else:
+        meta += sentencepiece_metadata(tok, tokens, types, merges)
     first = first_special(tok.get("post_processor"))
-    meta = [("tokenizer.ggml.model", STRING, "gpt2"), ("tokenizer.ggml.pre", STRING, "gpt-2"),
-            ("tokenizer.ggml.tokens", (ARRAY, STRING), tokens), ("tokenizer.ggml.token_type", (ARRAY, I32), types),
-            ("tokenizer.ggml.merges", (ARRAY, STRING), merges)]
     bos = first if first is not None else config.get("bos_token_id")
     for key, value in (("bos_token_id", bos), ("eos_token_id", config.get("eos_token_id"))):
         if isinstance(value, int) and 0 <= value < vocab_size:
             meta.append((f"tokenizer.ggml.{key}", U32, value))
     meta.append(("tokenizer.ggml.add_bos_token", BOOL, first is not None))
     return meta
+
+
+def vocabulary(tok, vocab_size):
+    """(tokens, token types) by id, vocab_size of each."""
+    tokens, types = [f"[PAD{i}]" for i in range(vocab_size)], [UNUSED] * vocab_size
+    for text, i in tok["model"]["vocab"].items():
+        if i < vocab_size:
+            tokens[i], types[i] = text, NORMAL
+    for t in tok.get("added_tokens", []):
+        if t["id"] < vocab_size:
+            tokens[t["id"]], types[t["id"]] = t["content"], CONTROL if t.get("special") else USER_DEFINED
+    return tokens, types
+
+
+def sentencepiece_metadata(tok, tokens, types, merges):
+    """The "llama" model's scores, byte and unknown tokens, and space prefix. llama.cpp's
+    SentencePiece tokenizer merges, among adjacent pieces whose concatenation is a token, the
+    one whose token scores highest: a token made by merge number r scores -r, so merges come
+    in the order tokenizer.json lists them; tokens no merge makes score 0."""
+    scores = [0.0] * len(tokens)
+    ids = {t: i for i, t in enumerate(tokens)}
+    for rank, m in enumerate(merges):
+        made = ids.get(m.replace(" ", "", 1))
+        if made is not None and scores[made] == 0.0:
+            scores[made] = -float(rank + 1)
+    unk = tok["model"].get("unk_token")
+    for i, t in enumerate(tokens):
+        if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", t):
+            types[i] = BYTE
+        elif t == unk:
+            types[i] = UNKNOWN
+    meta = [("tokenizer.ggml.scores", (ARRAY, F32), scores),
+            ("tokenizer.ggml.add_space_prefix", BOOL, prepends_space(tok.get("normalizer")))]
+    if unk in ids:
+        meta.append(("tokenizer.ggml.unknown_token_id", U32, ids[unk]))
+    return meta
+
+
+def prepends_space(normalizer):
+    """Whether the normalizer puts "▁" before the text (Prepend, as Llama 2's does)."""
+    if not normalizer:
+        return False
+    parts = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
+    return any(n.get("type") == "Prepend" and n.get("prepend") == "\u2581" for n in parts)
 
 
 def byte_level(pre):

@@ -2,7 +2,8 @@
 """`attnscope run --model DIR --text ... --dtype float32` against llama.cpp itself.
 
 Small random gpt2, llama and qwen2 models are written in Hugging Face layout (F32
-model.safetensors, a byte-level BPE tokenizer.json), and data/tiny-gpt2 is used as it is.
+model.safetensors, a byte-level BPE tokenizer.json, or for one llama model a Llama-2-style
+one with byte fallback), and data/tiny-gpt2 is used as it is.
 attnscope runs each from text in float32 (--save-forward: the ids, the logits). The folder
 is turned into GGUF by tests/py/gguf_model.py (llama.cpp's layout, Q/K rows permuted for
 llama), and llama.cpp (node-llama-cpp's prebuilt CPU build, tests/llamacpp/reference.mjs:
@@ -79,9 +80,11 @@ class LlamaCppCase(CliTestCase):
             self.skipTest(reason)
         super().setUp()
 
-    def write_model(self, arch, config_over=None, state_over=None, seed=0):
-        """A random model in HF layout (F32); its folder, config and state (float64)."""
-        config, state = lref.make_model(arch, seed)
+    def write_model(self, arch, config_over=None, state_over=None, seed=0, tokenizer=None):
+        """A random model in HF layout (F32); its folder, config and state (float64).
+        `tokenizer`: a tokenizer.json document (default: the byte-level BPE fixture)."""
+        vocab = 40 if tokenizer is None else len(tokenizer["model"]["vocab"])
+        config, state = lref.make_model(arch, seed, vocab=vocab)
         config.update(config_over or {})
         state.update(state_over or {})
         if config.get("tie_word_embeddings"):
@@ -91,8 +94,11 @@ class LlamaCppCase(CliTestCase):
         d.mkdir()
         (d / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
         cref.write_safetensors(d / "model.safetensors", state, "F32")
-        for f in TOKENIZER.iterdir():
-            shutil.copy(f, d / f.name)
+        if tokenizer is None:
+            for f in TOKENIZER.iterdir():
+                shutil.copy(f, d / f.name)
+        else:
+            (d / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
         return d, config, state
 
     def ours(self, model, text):
@@ -117,7 +123,10 @@ class LlamaCppCase(CliTestCase):
         finally:
             family.permute_qk = saved
         theirs = llamacpp(gguf, ids, text)
-        self.assertEqual(theirs["text_ids"], ids, f"{name}: llama.cpp's tokens of {text!r}")
+        tokenizer = json.loads((model / "tokenizer.json").read_text(encoding="utf-8"))
+        bos = gguf_model.first_special(tokenizer.get("post_processor"))  # add_bos_token: llama.cpp's BOS first
+        self.assertEqual(([] if bos is None else [bos]) + theirs["text_ids"], ids,
+                         f"{name}: llama.cpp's tokens of {text!r}")
         d, (t, v) = common.max_difference(mine, theirs["logprobs"], rtol=1)
         print(f"  {name}: {len(ids)} tokens, largest |Δ log p| / (1 + |log p|) = {d:.2e} at position {t}, "
               f"token {v} (ours {mine[t, v]:.7f}, llama.cpp {theirs['logprobs'][t, v]:.7f})", file=sys.stderr)
@@ -169,6 +178,17 @@ class Families(LlamaCppCase):
             over[p + "o_proj.weight"] = rng.standard_normal((D, H * dk)) * 0.3
         model, _, _ = self.write_model("llama", {"head_dim": dk}, over)
         self.compare("llama head_dim", model, TOL)
+
+    def test_llama_sentencepiece_tokenizer(self):
+        """A Llama-2-style tokenizer (BPE with byte fallback, "▁" for spaces, BOS first) as
+        llama.cpp's "llama" model: the fixture's, with all 256 byte tokens (llama.cpp looks
+        some up when it loads)."""
+        tok = json.loads((TOKENIZER.parent / "sentencepiece_bpe" / "tokenizer.json").read_text(encoding="utf-8"))
+        vocab = tok["model"]["vocab"]
+        for b in range(256):
+            vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+        model, config, state = self.write_model("llama", tokenizer=tok, seed=1)
+        self.compare("llama sentencepiece", model, TOL, text="Hi there the\ntherethe é  Hix 日本", reference=(config, state))
 
     def test_qwen2_biases_tied_head(self):
         # llama.cpp's qwen2 has no sliding window (released Qwen2 configs turn it off)

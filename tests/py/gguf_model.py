@@ -134,7 +134,10 @@ FAMILIES = {
                    transposed=("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"),
                    ignored=(r".*\.attn\.(masked_)?bias",)),
     "llama": Family("llama", LLAMA_KEYS, LLAMA_TENSORS, permute_qk=True),
-    "qwen2": Family("qwen2", LLAMA_KEYS, LLAMA_TENSORS),
+    # llama.cpp runs Mistral as llama, and neither it nor its qwen2 has a sliding window
+    "mistral": Family("llama", LLAMA_KEYS, LLAMA_TENSORS, permute_qk=True,
+                      refused=("rope_scaling", "sliding_window")),
+    "qwen2": Family("qwen2", LLAMA_KEYS, LLAMA_TENSORS, refused=("rope_scaling", "use_sliding_window")),
 }
 
 
@@ -364,7 +367,8 @@ def convert(folder, out, tokenizer=True):
     family = FAMILIES[kind]
     for key in family.refused:
         if config.get(key):
-            raise ConversionError(f"config.json: {key} is not written to GGUF here")
+            raise ConversionError(f"config.json: {key} {config[key]!r}: llama.cpp's {family.arch} has no such "
+                                  "setting here")
     state = read_safetensors(folder / "model.safetensors")
     tensors = gguf_tensors(family, config, state)
     vocab = dict(tensors)["token_embd.weight"].shape[0]

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`attnscope run --model DIR --text ... --dtype float32` against llama.cpp itself.
 
-Small random gpt2, llama and qwen2 models are written in Hugging Face layout (F32
+Small random gpt2, llama, mistral and qwen2 models are written in Hugging Face layout (F32
 model.safetensors, a byte-level BPE tokenizer.json, or for one llama model a Llama-2-style
 one with byte fallback), and data/tiny-gpt2 is used as it is.
 attnscope runs each from text in float32 (--save-forward: the ids, the logits). The folder
@@ -11,7 +11,7 @@ float32 KV cache, no flash attention) tokenizes the same text from the file's
 tokenizer.ggml.* metadata, then evaluates the ids. Compared: the ids (equal) and the
 log-probability of every vocabulary token at every position, as |ours - llama.cpp| /
 (1 + |llama.cpp|):
-- llama, qwen2: within TOL (measured about 3e-7);
+- llama, mistral, qwen2: within TOL (measured up to 1.4e-6);
 - gpt2: within GPT2_TOL. llama.cpp's CPU GELU reads a float16 table, which puts its
   log-probabilities about 1e-4..1e-3 from the exact ones: each run also prints both
   programs' distance from the float64 reference (scripts/lm_reference.py), where ours is
@@ -190,6 +190,11 @@ class Families(LlamaCppCase):
         model, config, state = self.write_model("llama", tokenizer=tok, seed=1)
         self.compare("llama sentencepiece", model, TOL, text="Hi there the\ntherethe é  Hix 日本", reference=(config, state))
 
+    def test_mistral_as_llama(self):
+        # without a window (Mistral 7B v0.2 and later): llama.cpp runs it as llama
+        model, config, state = self.write_model("mistral", {"sliding_window": None})
+        self.compare("mistral", model, TOL, reference=(config, state))
+
     def test_qwen2_biases_tied_head(self):
         # llama.cpp's qwen2 has no sliding window (released Qwen2 configs turn it off)
         model, config, state = self.write_model("qwen2", {"use_sliding_window": False})
@@ -197,7 +202,16 @@ class Families(LlamaCppCase):
 
 
 class Converter(LlamaCppCase):
-    """The comparison can fail: a llama file without llama.cpp's Q/K permutation is far off."""
+    """The comparison can fail: a llama file without llama.cpp's Q/K permutation is far off.
+    What llama.cpp cannot run as the folder says is not written."""
+
+    def test_a_sliding_window_is_not_written(self):
+        for arch, key in (("mistral", "sliding_window"), ("qwen2", "use_sliding_window")):
+            with self.subTest(arch=arch):
+                model, _, _ = self.write_model(arch)
+                with self.assertRaisesRegex(gguf_model.ConversionError, f"config.json: {key} "):
+                    gguf_model.convert(model, self.path(f"{arch}.gguf"))
+                shutil.rmtree(model)
 
     def test_llama_without_the_permutation_disagrees(self):
         model, _, _ = self.write_model("llama")

@@ -14,8 +14,11 @@ Written from the GGUF specification (ggml's docs/gguf.md) and llama.cpp's conven
 
 A family is one entry of FAMILIES: the GGUF architecture name, its hyper-parameters
 (GGUF key -> how it is found in config.json), its tensors (HF name -> GGUF name, `{l}` the
-layer), which HF tensors are stored (in, out) (GPT-2's Conv1D), and whether Q and K rows are
-permuted for llama.cpp's RoPE.
+layer), which HF tensors are stored (in, out) (GPT-2's Conv1D), whether Q and K rows are
+permuted for llama.cpp's RoPE, and the config.json keys it refuses (what llama.cpp's
+architecture would not run as the folder says: RoPE scaling, a sliding window).
+The tokenizer: a byte-level BPE tokenizer.json as llama.cpp's "gpt2" model, a BPE one with
+byte fallback (Llama 2's kind) as its "llama" model (tokenizer_metadata below).
 
     /usr/bin/python3 tests/py/gguf_model.py MODEL_DIR OUT.gguf
 """
@@ -24,7 +27,7 @@ import json
 import re
 import struct
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -126,7 +129,7 @@ class Family:
     transposed: tuple = ()  # HF names stored (in, out): written (out, in)
     permute_qk: bool = False  # llama.cpp's "normal" RoPE pairs (2i, 2i+1), HF's (i, i + d/2)
     ignored: tuple = ()  # HF tensor names (regular expressions) with no GGUF counterpart
-    refused: tuple = field(default_factory=lambda: ("rope_scaling",))  # config keys it cannot carry
+    refused: tuple = ("rope_scaling",)  # config keys it cannot carry
 
 
 FAMILIES = {
@@ -188,8 +191,9 @@ def gguf_name(family, hf_name):
     raise ConversionError(f"tensor '{hf_name}': no GGUF name for it in the {family.arch} family")
 
 
-def gguf_tensors(family, config, state):
-    """[(GGUF name, float32 array as llama.cpp wants it)] in the order of `state`."""
+def gguf_tensors(family, config, state, permute=True):
+    """[(GGUF name, float32 array as llama.cpp wants it)] in the order of `state`;
+    permute=False leaves Q and K as HF has them (a file llama.cpp runs wrong)."""
     heads = config.get("num_attention_heads")
     kv_heads = config.get("num_key_value_heads") or heads
     out = []
@@ -199,9 +203,9 @@ def gguf_tensors(family, config, state):
             continue
         if any(stem.endswith(t) for t in family.transposed) and a.ndim == 2:
             a = a.T
-        if family.permute_qk and stem.endswith("self_attn.q_proj"):
+        if family.permute_qk and permute and stem.endswith("self_attn.q_proj"):
             a = permute_rows(a, heads)
-        elif family.permute_qk and stem.endswith("self_attn.k_proj"):
+        elif family.permute_qk and permute and stem.endswith("self_attn.k_proj"):
             a = permute_rows(a, kv_heads)
         out.append((name, np.ascontiguousarray(a, dtype=np.float32)))
     return out
@@ -357,8 +361,9 @@ def hyper_parameters(family, config):
     return meta
 
 
-def convert(folder, out, tokenizer=True):
-    """Writes `out` (GGUF) from the HF model folder; returns the family's GGUF arch name."""
+def convert(folder, out, permute=True):
+    """Writes `out` (GGUF) from the HF model folder; returns the family's GGUF arch name.
+    permute=False: Q and K rows as HF has them (tests show llama.cpp then runs it wrong)."""
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     kind = config.get("model_type")
@@ -370,13 +375,12 @@ def convert(folder, out, tokenizer=True):
             raise ConversionError(f"config.json: {key} {config[key]!r}: llama.cpp's {family.arch} has no such "
                                   "setting here")
     state = read_safetensors(folder / "model.safetensors")
-    tensors = gguf_tensors(family, config, state)
+    tensors = gguf_tensors(family, config, state, permute)
     vocab = dict(tensors)["token_embd.weight"].shape[0]
     meta = [("general.architecture", STRING, family.arch), ("general.name", STRING, folder.name),
             ("general.file_type", U32, FILE_TYPE_ALL_F32)]
     meta += hyper_parameters(family, config)
-    if tokenizer:
-        meta += tokenizer_metadata(folder, vocab, config)
+    meta += tokenizer_metadata(folder, vocab, config)
     write_gguf(out, meta, tensors)
     return family.arch
 
@@ -386,5 +390,5 @@ if __name__ == "__main__":
         sys.exit("usage: gguf_model.py MODEL_DIR OUT.gguf")
     try:
         print(convert(sys.argv[1], sys.argv[2]))
-    except ConversionError as e:
+    except (ConversionError, OSError, KeyError, json.JSONDecodeError) as e:
         sys.exit(f"gguf_model.py: {e}")

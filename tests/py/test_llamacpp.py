@@ -115,13 +115,7 @@ class LlamaCppCase(CliTestCase):
         reference's view of both, `reference` = (config, state)) printed. Returns it."""
         ids, mine = self.ours(model, text)
         gguf = self.path(f"{name}.gguf")
-        family = gguf_model.FAMILIES[json.loads((model / "config.json").read_text())["model_type"]]
-        saved = family.permute_qk
-        family.permute_qk = family.permute_qk and permute
-        try:
-            gguf_model.convert(model, gguf)
-        finally:
-            family.permute_qk = saved
+        gguf_model.convert(model, gguf, permute)
         theirs = llamacpp(gguf, ids, text)
         tokenizer = json.loads((model / "tokenizer.json").read_text(encoding="utf-8"))
         bos = gguf_model.first_special(tokenizer.get("post_processor"))  # add_bos_token: llama.cpp's BOS first
@@ -188,7 +182,8 @@ class Families(LlamaCppCase):
         for b in range(256):
             vocab.setdefault(f"<0x{b:02X}>", len(vocab))
         model, config, state = self.write_model("llama", tokenizer=tok, seed=1)
-        self.compare("llama sentencepiece", model, TOL, text="Hi there the\ntherethe é  Hix 日本", reference=(config, state))
+        self.compare("llama sentencepiece", model, TOL, text="Hi there the\ntherethe é  Hix 日本",
+                     reference=(config, state))
 
     def test_mistral_as_llama(self):
         # without a window (Mistral 7B v0.2 and later): llama.cpp runs it as llama

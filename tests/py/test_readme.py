@@ -18,13 +18,12 @@ in a scratch directory beside the repository's data/:
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import unittest
 from pathlib import Path
-
-import numpy as np
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 import common  # noqa: E402
@@ -59,20 +58,9 @@ def indented_commands(text):
             if line.startswith("    build/attnscope ") and "[" not in line and "BUNDLE" not in line]
 
 
-# Inputs a shown example names but no block of the README writes: made here, as described.
-def make_long(path):
-    """A 65,536-token causal example for the --summary block: 8 heads of one feature."""
-    rng = np.random.default_rng(0)
-    T, D = 65536, 8
-    np.savez(path, x=rng.standard_normal((1, T, D)).astype(np.float32),
-             W_Q=rng.standard_normal((D, D)).astype(np.float32),
-             W_K=rng.standard_normal((D, D)).astype(np.float32),
-             W_V=rng.standard_normal((D, D)).astype(np.float32))
-
-
-MAKERS = {"long.npz": make_long,
-          # docs/classroom.md: the mask its text writes with echo
-          "mask1.json": lambda path: path.write_text("[0, 1, 0, 0, 0, 0]\n", encoding="utf-8")}
+# Inputs a shown example names but no block of the pages writes: made here, as described.
+MAKERS = {  # docs/classroom.md: the mask its text writes with echo
+    "mask1.json": lambda path: path.write_text("[0, 1, 0, 0, 0, 0]\n", encoding="utf-8")}
 
 # Folders a shown example names that the repository does not hold but the test set-up
 # (scripts/setup --test) installs: linked into the scratch directory when present.
@@ -172,6 +160,43 @@ class Readme(unittest.TestCase):
                 with self.subTest(page=str(page), name=name):
                     self.assertTrue((base / name).exists() or (ROOT / name).exists(),
                                     f"{page} names {name}, which does not exist")
+
+
+class Install(unittest.TestCase):
+    """The README's first screen says how to put `attnscope` on PATH, and the install it
+    names gives the binary, the man page and the completions."""
+
+    def test_first_screen_says_how_to_install(self):
+        first = "\n".join(README.read_text(encoding="utf-8").splitlines()[:24])
+        for words in ("scripts/demo", "scripts/test", "cmake --install build --prefix ~/.local", "man attnscope",
+                      "PATH"):
+            self.assertIn(words, first, f"the README's first screen does not say {words}")
+
+    def test_install_gives_the_binary_the_man_page_and_the_completions(self):
+        build = BIN.parent
+        if not (build / "cmake_install.cmake").exists():
+            self.skipTest(f"{build} is not a CMake build folder")
+        with tempfile.TemporaryDirectory(prefix="attnscope-install-") as prefix:
+            r = subprocess.run(["cmake", "--install", str(build), "--prefix", prefix], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            root = Path(prefix)
+            v = subprocess.run([str(root / "bin" / "attnscope"), "--version"], capture_output=True, text=True)
+            self.assertEqual(v.returncode, 0, v.stderr)
+            self.assertTrue(v.stdout.startswith("attnscope "), v.stdout)
+            page = root / "share" / "man" / "man1" / "attnscope.1"
+            self.assertTrue(page.read_text(encoding="utf-8").startswith(".TH ATTNSCOPE 1 "))
+            for completion in ("bash-completion/completions/attnscope", "zsh/site-functions/_attnscope"):
+                self.assertTrue((root / "share" / completion).is_file(), completion)
+            self.assertTrue((root / "share" / "attnscope" / "data" / "causal.json").is_file())
+            # `man attnscope` finds it through MANPATH and renders its sections.
+            if not shutil.which("man"):
+                self.skipTest("man is not installed here")
+            env = dict(os.environ, MANPATH=str(root / "share" / "man"), MANPAGER="cat", PAGER="cat",
+                       MANWIDTH="80", LC_ALL="C.UTF-8")
+            m = subprocess.run(["man", "attnscope"], capture_output=True, text=True, env=env)
+            self.assertEqual(m.returncode, 0, m.stderr)
+            for section in ("NAME", "SYNOPSIS", "EXAMPLES", "EXIT STATUS"):
+                self.assertIn(section, m.stdout)
 
 
 def markdown_files():

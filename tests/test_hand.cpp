@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/core/linear.hpp"
 #include "test_util.hpp"
 
 using namespace attnscope;
@@ -158,4 +159,23 @@ TEST_CASE("hand: a custom scale multiplies the scores") {
     s.scale = 0.25;
     auto tr = run<double>(b, s);
     CHECK(tr.scores(0, 0, 0, 0) == 1.0);  // 2 * 2 * 0.25
+}
+
+TEST_CASE("hand: linear() is x · W + b in the math layout and torch's, with row strides") {
+    // x (2, 3) = [[1, 2, 3], [4, 5, 6]], stored 4 apart (a padding column of 99);
+    // W (3, 2) = [[1, 0], [0, 1], [1, -1]] (in, out), b = [10, 20]:
+    // row 0: [1 + 3, 2 - 3] + b = [14, 19]; row 1: [4 + 6, 5 - 6] + b = [20, 19].
+    const double x[] = {1, 2, 3, 99, 4, 5, 6, 99};
+    const double W[] = {1, 0, 0, 1, 1, -1}, Wt[] = {1, 0, 1, 0, 1, -1}, b[] = {10, 20};
+    double y[6] = {-1, -1, -1, -1, -1, -1};  // (2, 2) rows 3 apart; the third column untouched
+    linear(x, 2, 4, W, 3, 2, Layout::math, b, y, 3);
+    CHECK(std::vector<double>(y, y + 6) == std::vector<double>{14, 19, -1, 20, 19, -1});
+    // Wt (2, 3) = Wᵀ, as nn.Linear stores it: the same map; without b, no bias.
+    double z[4] = {};
+    linear(x, 2, 4, Wt, 3, 2, Layout::torch, static_cast<const double*>(nullptr), z, 2);
+    CHECK(std::vector<double>(z, z + 4) == std::vector<double>{4, -1, 10, -1});
+    const float xf[] = {1, 2, 3, 4, 5, 6}, Wf[] = {1, 0, 1, 0, 1, -1}, bf[] = {0.5f, -0.5f};
+    float yf[4] = {};
+    linear(xf, 2, 3, Wf, 3, 2, Layout::torch, bf, yf, 2);
+    CHECK(std::vector<float>(yf, yf + 4) == std::vector<float>{4.5f, -1.5f, 10.5f, -1.5f});
 }

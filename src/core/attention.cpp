@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/core/linear.hpp"
 #include "blas.hpp"
 #include "kernels.hpp"
 #include "run.hpp"
@@ -64,9 +65,7 @@ void project(const T* X, std::size_t rows, std::size_t in, const Tensor<T, 2>& W
     const std::size_t block = std::max<std::size_t>(256, (rows + 7) / 8);
     parallel_for((rows + block - 1) / block, threads, [&](std::size_t k, std::size_t) {
         const std::size_t r0 = k * block, m = std::min(block, rows - r0);
-        if (b)
-            for (std::size_t r = r0; r < r0 + m; ++r) std::copy(b->begin(), b->end(), Y + r * n);
-        gemm<T>(false, false, m, n, in, T(1), X + r0 * in, in, W.data(), n, b ? T(1) : T(0), Y + r0 * n, n);
+        linear(X + r0 * in, m, in, W.data(), in, n, Layout::math, b ? b->data() : nullptr, Y + r0 * n, n);
     });
 }
 
@@ -400,6 +399,7 @@ class Attention {
                 bool* out = s_.keep[kMask] ? &s_.tr.mask(b, i, 0) : row.data();
                 if (!s_.p.mask.row(b, i, out)) s_.tr.fully_masked.push_back({b, i});
             }
+        if (s_.keep[kMask]) check_shape(s_.tr.mask, std::array{d.B, d.Tq, d.Tk}, "mask");
     }
 
     Tensor<T, 4> allocate(Stage s, std::size_t last) const {
@@ -437,8 +437,8 @@ class Attention {
         const std::size_t rows = d.B * d.Tq, H = d.H, Dv = d.Dv, Dout = d.Dout;
         if (s_.p.W_O) {
             parallel_for(H, s_.threads, [&](std::size_t h, std::size_t) {
-                gemm<T>(false, false, rows, Dout, Dv, T(1), s_.merged.data() + h * Dv, H * Dv,
-                        s_.p.W_O->data() + h * Dv * Dout, Dout, T(0), out + h * Dout, H * Dout);
+                linear(s_.merged.data() + h * Dv, rows, H * Dv, s_.p.W_O->data() + h * Dv * Dout, Dv, Dout,
+                       Layout::math, nullptr, out + h * Dout, H * Dout);
             });
         } else {
             std::fill(out, out + s_.tr.head_output.size(), T(0));

@@ -9,6 +9,7 @@
 #include <xtensor/xview.hpp>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/core/linear.hpp"
 #include "blas.hpp"
 #include "kernels.hpp"
 #include "steps.hpp"
@@ -195,10 +196,7 @@ namespace {
 template <typename T>
 void project_rows(const T* X, std::size_t rows, std::size_t lda, const Tensor<T, 2>& W,
                   const std::optional<Tensor<T, 1>>& b, T* Y) {
-    const std::size_t in = W.shape(0), n = W.shape(1);
-    if (b)
-        for (std::size_t r = 0; r < rows; ++r) std::copy(b->begin(), b->end(), Y + r * n);
-    gemm<T>(false, false, rows, n, in, T(1), X, lda, W.data(), n, b ? T(1) : T(0), Y, n);
+    linear(X, rows, lda, W.data(), W.shape(0), W.shape(1), Layout::math, b ? b->data() : nullptr, Y, W.shape(1));
 }
 
 // The problem of positions 0..P-1 alone: x sliced, the mask rule over P keys.
@@ -365,6 +363,9 @@ DecodeStep<T> Decoder<T>::step() {
     for (std::size_t b = 0; b < d.B; ++b)
         for (std::size_t h = 0; h < d.H; ++h) attend_row(s, b, h, rule, keys);
     if (late) cache_.append(k_.data(), d.G * d.Dk, v_.data(), d.G * d.Dv);
+    // The cache grew by token t alone: K (B, G, t+1, Dk), V (B, G, t+1, Dv).
+    if (cache_.k_shape() != std::array{d.B, d.G, t + 1, d.Dk} || cache_.v_shape() != std::array{d.B, d.G, t + 1, d.Dv})
+        throw std::logic_error("internal shape check failed for the KV cache");
     s.cache_length = cache_.length();
     s.k_cache_shape = cache_.k_shape();
     s.v_cache_shape = cache_.v_shape();

@@ -34,7 +34,11 @@ class DenseTiles {
         });
         const Trace<T>& tr = s_.tr;
         if (s_.keep[kScores]) check_shape(tr.scores, std::array{d.B, d.H, d.Tq, d.Tk}, "scores");
+        if (s_.keep[kBias]) check_shape(tr.bias, std::array{d.B, d.H, d.Tq, d.Tk}, "bias");
+        if (s_.keep[kMaskedScores] && !tr.masked_is_scores)
+            check_shape(tr.masked_scores, std::array{d.B, d.H, d.Tq, d.Tk}, "masked_scores");
         if (s_.keep[kWeights]) check_shape(tr.weights, std::array{d.B, d.H, d.Tq, d.Tk}, "weights");
+        if (s_.keep[kSinkWeight]) check_shape(tr.sink_weight, std::array{d.B, d.H, d.Tq}, "sink_weight");
         if (s_.keep[kContext]) check_shape(tr.context, std::array{d.B, d.H, d.Tq, d.Dv}, "context");
     }
 

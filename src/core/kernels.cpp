@@ -2,7 +2,7 @@
 // polynomial, within 2 ulp of libm on the softmax range x <= 0) written with GCC vector
 // types, so it runs 8 lanes wide; target_clones builds an x86-64-v3 (AVX2 + FMA)
 // version beside the portable SSE2 one and picks at load time, so the shipped binary
-// needs no -march.
+// needs no -march. And the library's one linear map x · W + b (linear.hpp), through BLAS.
 #include "kernels.hpp"
 
 #include <immintrin.h>
@@ -11,6 +11,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "attnscope/core/linear.hpp"
+#include "blas.hpp"
 
 namespace attnscope::kernels {
 namespace {
@@ -393,3 +396,29 @@ bool masked_softmax_row(const double* s, const bool* visible, double* masked, do
 }
 
 }  // namespace attnscope::kernels
+
+namespace attnscope {
+namespace {
+
+// Y = b (each row) + X · W or X · Wᵀ: the bias first, then one product with beta = 1.
+template <typename T>
+void linear_map(const T* X, std::size_t rows, std::size_t ldx, const T* W, std::size_t in, std::size_t out,
+                Layout layout, const T* b, T* Y, std::size_t ldy) {
+    if (b)
+        for (std::size_t r = 0; r < rows; ++r) std::copy(b, b + out, Y + r * ldy);
+    const bool torch = layout == Layout::torch;  // W (out, in): rows of W are outputs
+    gemm<T>(false, torch, rows, out, in, T(1), X, ldx, W, torch ? in : out, b ? T(1) : T(0), Y, ldy);
+}
+
+}  // namespace
+
+void linear(const float* X, std::size_t rows, std::size_t ldx, const float* W, std::size_t in, std::size_t out,
+            Layout layout, const float* b, float* Y, std::size_t ldy) {
+    linear_map(X, rows, ldx, W, in, out, layout, b, Y, ldy);
+}
+void linear(const double* X, std::size_t rows, std::size_t ldx, const double* W, std::size_t in, std::size_t out,
+            Layout layout, const double* b, double* Y, std::size_t ldy) {
+    linear_map(X, rows, ldx, W, in, out, layout, b, Y, ldy);
+}
+
+}  // namespace attnscope

@@ -10,10 +10,10 @@
 #include <type_traits>
 #include <xtensor/xview.hpp>
 
-#include "../core/blas.hpp"
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/attention.hpp"
+#include "attnscope/core/linear.hpp"
 #include "attnscope/model/checkpoint_layer.hpp"
 #include "lm.hpp"
 
@@ -264,7 +264,7 @@ Tensor<T, 2> project(const Array& e, const Tensor<T, 2>& h, const std::vector<T>
     for (std::size_t v0 = 0; v0 < V; v0 += block) {
         const std::size_t n = std::min(block, V - v0);
         for (std::size_t k = 0; k < n * D; ++k) rows[k] = T(e.value(v0 * D + k));
-        gemm<T>(false, true, R, n, D, T(1), h.data(), D, rows.data(), D, T(0), &out(0, v0), V);
+        linear(h.data(), R, D, rows.data(), D, n, Layout::torch, nullptr, &out(0, v0), V);
     }
     if (!bias.empty())
         for (std::size_t r = 0; r < R; ++r)

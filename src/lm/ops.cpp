@@ -3,8 +3,8 @@
 #include <cmath>
 #include <numbers>
 
-#include "../core/blas.hpp"
 #include "attnscope/base/errors.hpp"
+#include "attnscope/core/linear.hpp"
 #include "lm.hpp"
 
 namespace attnscope::lm {
@@ -17,11 +17,8 @@ Tensor<T, 2> apply(const Linear<T>& l, const Tensor<T, 2>& x) {
         throw RuntimeFailure("linear map: input width " + std::to_string(x.shape(1)) + ", expected " +
                              std::to_string(l.in));
     Tensor<T, 2> y = Tensor<T, 2>::from_shape({n, l.out});
-    gemm<T>(false, l.torch, n, l.out, l.in, T(1), x.data(), l.in, l.w.data(), l.torch ? l.in : l.out, T(0), y.data(),
-            l.out);
-    if (!l.b.empty())
-        for (std::size_t t = 0; t < n; ++t)
-            for (std::size_t o = 0; o < l.out; ++o) y(t, o) += l.b[o];
+    linear(x.data(), n, l.in, l.w.data(), l.in, l.out, l.torch ? Layout::torch : Layout::math,
+           l.b.empty() ? nullptr : l.b.data(), y.data(), l.out);
     return y;
 }
 

@@ -43,7 +43,8 @@ std::vector<Split> pre_tokenized(const char* json, const std::string& text, std:
 Text normalized(const char* json, const std::string& text) {
     const nlohmann::json j = nlohmann::json::parse(json);
     Text t = text_of(text);
-    make_normalizer(Node(j, "normalizer", kFile))(t);
+    Budget budget;
+    make_normalizer(Node(j, "normalizer", kFile))(t, budget);
     return t;
 }
 
@@ -426,8 +427,8 @@ TEST_CASE("tokenize: what cannot be followed, or lies, is refused in one line") 
               .find("the id 0 is given to two tokens") != std::string::npos);
     CHECK(refusal(with("pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "(a"}, "behavior": "Isolated"})"))
               .find("does not compile") != std::string::npos);
-    CHECK(refusal(std::string(100000, '[') + std::string(100000, ']')).find("nested deeper than 128") !=
-          std::string::npos);
+    CHECK(refusal(std::string(100000, '[') + std::string(100000, ']'))
+              .find("objects and arrays nested more than 64 deep") != std::string::npos);
     CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})", 100).find("memory limit") !=
           std::string::npos);
     CHECK(refusal("{\"model\": 3}").find("model: expected an object") != std::string::npos);

@@ -46,7 +46,7 @@ void put_right(std::string& s, std::uint64_t v, std::size_t width) {
     s.append(first, n);
 }
 
-// Each id's first members as JSON (`"id":464,"piece":"\u0120the","text":" the"`), written
+// Each id's first members as JSON (`"id":464,"piece":"\u0120the","text":"␣the"`), written
 // once per id by a JsonWriter: a 1 MB text has ~340k tokens but a few thousand distinct
 // ids, and these members (the escaped piece most of all) are most of a token's cost.
 // Kept by id in a map: what it holds grows with the distinct ids of the text, never with

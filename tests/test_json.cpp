@@ -137,7 +137,7 @@ TEST_CASE("io: JSON nesting is limited to 32 levels") {
     Bundle ok = parse_json_bundle("{\"x\": " + nested(32) + "}", "deep.json");
     CHECK(ok.arrays.at("x").ndim() == 32);
     check_message(input_error([&] { parse_json_bundle("{\"x\": " + nested(33) + "}", "deep.json"); }),
-                  {"deep.json: x: ", "nested deeper than 32 levels"});
+                  {"deep.json: x: ", "objects and arrays nested more than 32 deep"});
 }
 
 TEST_CASE("io: parse_json_array takes a nested list or an object with one entry") {

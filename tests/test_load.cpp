@@ -130,10 +130,11 @@ TEST_CASE("io: standard input is bounded by the memory limit as it is read") {
     CHECK(read_stream(empty, "<stdin>", 0).bytes.empty());
 }
 
-TEST_CASE("io: a device without end is refused at the memory limit, not read until memory runs out") {
-    check_message(memory_limit_error([] { map_file("/dev/zero", 1 << 20); }),
-                  {"/dev/zero: the file holds more than the memory limit of 1.0 MiB (max_memory)"});
-    check_message(memory_limit_error([] { load_bundle("/dev/zero", 1 << 20); }), {"/dev/zero: the file holds more"});
+TEST_CASE("io: a device without end is refused by its kind, not read until memory runs out") {
+    check_message(input_error([] { map_file("/dev/zero", 1 << 20); }),
+                  {"/dev/zero: is a character device, expected a file"});
+    check_message(input_error([] { load_bundle("/dev/zero", 1 << 20); }), {"/dev/zero: is a character device"});
+    check_message(input_error([] { map_file_lazily("/dev/zero", 1 << 20); }), {"/dev/zero: is a character device"});
 }
 
 TEST_CASE("io: a procfs file whose size says 0 is read to its end") {

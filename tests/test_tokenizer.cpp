@@ -43,7 +43,8 @@ std::vector<Split> pre_tokenized(const char* json, const std::string& text, std:
 Text normalized(const char* json, const std::string& text) {
     const nlohmann::json j = nlohmann::json::parse(json);
     Text t = text_of(text);
-    make_normalizer(Node(j, "normalizer", kFile))(t);
+    Budget budget;
+    make_normalizer(Node(j, "normalizer", kFile))(t, budget);
     return t;
 }
 
@@ -285,6 +286,22 @@ TEST_CASE("tokenize: WordPiece, longest first, ## after the first piece") {
                        "unaffable") == P{{0, 0, 9}});
 }
 
+TEST_CASE("tokenize: WordPiece's candidates start at the longest entry, on a character's boundary") {
+    // The longest entry, "##é", is 4 bytes: from "a" (byte 0) the first candidate would end
+    // inside the second "é" (bytes 1-2, 3-4), so it starts at byte 3: "aé", then "a".
+    const char* json = R"({"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1, "\u00e9": 2,
+        "##\u00e9": 3, "##a": 4}, "max_input_chars_per_word": 1000000})";
+    using P = std::vector<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>>;
+    CHECK(model_pieces(json, "a\u00e9\u00e9a") == P{{1, 0, 1}, {3, 1, 3}, {3, 3, 5}, {4, 5, 6}});
+    CHECK(model_pieces(json, "\u00e9a") == P{{2, 0, 2}, {4, 2, 3}});
+    CHECK(model_pieces(json, "ab") == P{{0, 0, 2}});
+    // a word of 20,000 letters: 20,000 pieces, each found among 4 candidates (before: the
+    // word's length of candidates each, 2 * 10^8 string builds)
+    const P long_word = model_pieces(json, std::string(20000, 'a'));
+    REQUIRE(long_word.size() == 20000);
+    CHECK(long_word.back() == std::make_tuple(4u, 19999u, 20000u));
+}
+
 TEST_CASE("tokenize: decoders (decoders/*.rs tests)") {
     CHECK(decoded(R"({"type": "ByteLevel"})", {"Hello", "Ġmy", "Ġfriend", ",", "Ġhow", "Ġis", "Ġyour", "Ġday", "Ġgoing",
                                                "?"}) == "Hello my friend, how is your day going?");
@@ -426,8 +443,8 @@ TEST_CASE("tokenize: what cannot be followed, or lies, is refused in one line") 
               .find("the id 0 is given to two tokens") != std::string::npos);
     CHECK(refusal(with("pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "(a"}, "behavior": "Isolated"})"))
               .find("does not compile") != std::string::npos);
-    CHECK(refusal(std::string(100000, '[') + std::string(100000, ']')).find("nested deeper than 128") !=
-          std::string::npos);
+    CHECK(refusal(std::string(100000, '[') + std::string(100000, ']'))
+              .find("objects and arrays nested more than 64 deep") != std::string::npos);
     CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})", 100).find("memory limit") !=
           std::string::npos);
     CHECK(refusal("{\"model\": 3}").find("model: expected an object") != std::string::npos);
@@ -443,6 +460,26 @@ TEST_CASE("tokenize: what cannot be followed, or lies, is refused in one line") 
               .find("model.merges[0]: expected two tokens separated by one space") != std::string::npos);
     CHECK(refusal(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a"]]}})")
               .find("model.merges[0]: expected \"a b\" or [\"a\", \"b\"], found an array") != std::string::npos);
+}
+
+TEST_CASE("tokenize: a pattern from the file is bounded over the whole text, not per starting place") {
+    // (?=a*a*a*b) costs n^3 steps at each of n places, each under PCRE2's own limit.
+    const Regex counted("(?=a*a*a*b)a", "f.json: pre_tokenizer.pattern.Regex", true);
+    const std::string text(3000, 'a');
+    try {
+        counted.find_all(text);
+        FAIL("accepted");
+    } catch (const InputError& e) {
+        const std::string what = e.what();
+        CHECK(what.find("f.json: pre_tokenizer.pattern.Regex: the regular expression takes more than 784384 steps on "
+                        "a text of 3000 bytes") != std::string::npos);
+        CHECK(what.find("backtracks without bound") != std::string::npos);
+    }
+    // an ordinary pattern, counted, on text it walks once
+    const Regex words(R"('s|'t| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "f.json", true);
+    std::string english;
+    for (int i = 0; i < 20000; ++i) english += " It's 12 cats,  said\tshe.";
+    CHECK(words.find_all(english).size() == 20000 * 10);
 }
 
 TEST_CASE("tokenize: a pattern that backtracks without bound is stopped by the match limit") {

@@ -105,7 +105,10 @@ int run_generate(DecodeArgs& a) {
     o.source = m.model;
     o.model_type = model.config().model_type;
     o.heatmap = a.run.heatmap;
-    for (std::uint32_t id : g.ids) o.labels.push_back(prompt.label(id));
+    for (std::uint32_t id : g.ids) {
+        o.labels.push_back(prompt.label(id));
+        o.pieces.push_back(prompt.tok ? prompt.tok->piece(id) : std::nullopt);
+    }
     const std::vector<std::uint32_t> generated(g.ids.begin() + std::ptrdiff_t(g.prompt), g.ids.end());
     const auto known = [&](std::uint32_t id) { return prompt.tok->piece(id).has_value(); };
     if (prompt.tok && std::all_of(generated.begin(), generated.end(), known)) o.text = prompt.tok->decode(generated);

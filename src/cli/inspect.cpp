@@ -1,5 +1,7 @@
 // `attnscope inspect PATH`: lists what a checkpoint holds. Its options here; the listing,
 // text or JSON, is the report layer's (report/inspect_report.hpp).
+#include <algorithm>
+#include <cstddef>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -23,8 +25,15 @@ struct InspectArgs {
     const CLI::App* root = nullptr;  // spells the fields of the run commands shown
 };
 
+// What a listing holds without --max-memory: a header, an index, a pickle and the names
+// of the tensors (a real checkpoint's take a few megabytes), never the tensors
+// themselves. A 3 MB torch.save whose pickle inflates to gigabytes is refused at this.
+constexpr std::size_t kListingBound = std::size_t(1) << 30;
+
 int run_inspect(const InspectArgs& a) {
-    const Checkpoint c = open_checkpoint(a.path, memory_limit(a.limits));
+    std::size_t limit = memory_limit(a.limits);
+    if (a.limits.max_memory.empty()) limit = std::min(limit, kListingBound);
+    const Checkpoint c = open_checkpoint(a.path, limit);
     const CheckpointOverview ov = describe_checkpoint(c, a.preset);
     const CLI::App& root = *a.root;
     const FlagSpelling flag = [&root](const std::string& field) { return flag_of(root, field); };
@@ -54,8 +63,8 @@ Subcommand setup_inspect_command(CLI::App& parent) {
         ->capture_default_str()
         ->group(kCheckpoint);
     cmd->add_flag("--json", a->json, "Print one JSON document")->group(kOutputs);
-    a->limits.add(*cmd, {"Refuse checkpoints whose listing needs more memory than this (e.g. 8G, 512M; default 3/4 "
-                         "of physical memory)",
+    a->limits.add(*cmd, {"Refuse checkpoints whose listing needs more memory than this (e.g. 8G, 512M; default 1G, "
+                         "or 3/4 of physical memory when less)",
                          nullptr});
     return {cmd, [a] { return run_inspect(*a); }};
 }

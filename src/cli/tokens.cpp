@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
@@ -45,27 +46,32 @@ void put_right(std::string& s, std::uint64_t v, std::size_t width) {
     s.append(first, n);
 }
 
-// Each id's first members as JSON (`"id":464,"piece":"\u0120the"`), written once per id by
-// a JsonWriter: a 1 MB text has ~340k tokens but a few thousand distinct ids, and these
-// members (the escaped piece most of all) are most of a token's cost.
+// Each id's first members as JSON (`"id":464,"piece":"\u0120the","text":"␣the"`), written
+// once per id by a JsonWriter: a 1 MB text has ~340k tokens but a few thousand distinct
+// ids, and these members (the escaped piece most of all) are most of a token's cost.
+// Kept by id in a map: what it holds grows with the distinct ids of the text, never with
+// the largest id of the vocabulary (an added token's id may be 2^26 - 1).
 class TokenHeads {
    public:
-    explicit TokenHeads(std::size_t ids) : piece_(ids), json_(ids) {}
+    explicit TokenHeads(const Tokenizer& t) : t_(t) {}
     const std::string& of(std::uint32_t id, const std::string& piece) {
-        if (id >= piece_.size()) return render(scratch_, id, piece);
-        if (json_[id].empty() || piece_[id] != piece) piece_[id] = piece, render(json_[id], id, piece);
-        return json_[id];
+        Head& h = heads_[id];
+        if (h.json.empty() || h.piece != piece) h.piece = piece, render(h.json, id, piece);
+        return h.json;
     }
 
    private:
-    static const std::string& render(std::string& json, std::uint32_t id, const std::string& piece) {
+    void render(std::string& json, std::uint32_t id, const std::string& piece) const {
         json.clear();
-        JsonWriter(json).begin_object().key("id").value(id).key("piece").value(piece);
+        JsonWriter w(json);
+        w.begin_object().key("id").value(id).key("piece").value(piece).key("text").value(t_.readable_piece(id));
         json.erase(0, 1);  // the members without the object's '{'
-        return json;
     }
-    std::vector<std::string> piece_, json_;  // by id: the piece last rendered, its members
-    std::string scratch_;
+    struct Head {
+        std::string piece, json;  // the piece last rendered, its members
+    };
+    const Tokenizer& t_;
+    std::unordered_map<std::uint32_t, Head> heads_;
 };
 
 // A token's members as JSON into `s` (emptied): its id's (`head`), then its bytes and
@@ -100,7 +106,7 @@ void write_encoding(std::ostream& out, const Tokenizer& t, const Encoding& e, co
     JsonWriter w(text);
     w.begin_object().key("schema").value(kSchema).key("model").value(model).key("ids").list(e.ids);
     w.key("tokens").begin_array();
-    TokenHeads heads(t.vocab_size());
+    TokenHeads heads(t);
     for (std::size_t i = 0; i < e.size(); ++i) {
         const std::string& head = heads.of(e.ids[i], e.pieces[i]);
         w.begin_object().members(token_members(members, head, e.offsets[i], e.special[i])).end_object();
@@ -133,36 +139,38 @@ std::string shown_text(const std::string& s) {
 
 // Each id's readable piece and its display width, and its cells of the table (the id and
 // the piece padded to the piece column's width), made once per id: a 1 MB text has ~340k
-// tokens but a few thousand distinct ids.
+// tokens but a few thousand distinct ids. Kept by id in a map, as TokenHeads.
 class ShownPieces {
    public:
-    explicit ShownPieces(const Tokenizer& t) : t_(t), made_(t.vocab_size(), false), text_(t.vocab_size()) {}
-    const std::string& text(std::uint32_t id) { return make(id), text_[id]; }
-    std::size_t width(std::uint32_t id) { return make(id), width_[id]; }
+    explicit ShownPieces(const Tokenizer& t) : t_(t) {}
+    const std::string& text(std::uint32_t id) { return make(id).text; }
+    std::size_t width(std::uint32_t id) { return make(id).width; }
     // "       464  ␣the    " (the id in 10 columns, the piece in `column`, two spaces after
     // each); `column` is the same for every call of one table.
     const std::string& cells(std::uint32_t id, std::size_t column) {
-        if (cells_.empty()) cells_.resize(made_.size());
-        std::string& c = cells_[id];
-        if (c.empty()) {
-            put_right(c, id, 10);
-            c.append("  ").append(text(id)).append(column - std::min(column, width(id)), ' ').append("  ");
+        Shown& s = make(id);
+        if (s.cells.empty()) {
+            put_right(s.cells, id, 10);
+            s.cells.append("  ").append(s.text).append(column - std::min(column, s.width), ' ').append("  ");
         }
-        return c;
+        return s.cells;
     }
 
    private:
-    void make(std::uint32_t id) {
-        if (made_[id]) return;
-        if (width_.empty()) width_.resize(made_.size());
-        text_[id] = t_.readable_piece(id);
-        width_[id] = display_width(text_[id]);
-        made_[id] = true;
+    struct Shown {
+        std::string text, cells;
+        std::size_t width = 0;
+    };
+    Shown& make(std::uint32_t id) {
+        const auto [it, fresh] = shown_.try_emplace(id);
+        if (fresh) {
+            it->second.text = t_.readable_piece(id);
+            it->second.width = display_width(it->second.text);
+        }
+        return it->second;
     }
     const Tokenizer& t_;
-    std::vector<bool> made_;
-    std::vector<std::string> text_, cells_;
-    std::vector<std::size_t> width_;
+    std::unordered_map<std::uint32_t, Shown> shown_;
 };
 
 // The table for a person, built in one string and written at once: a 1 MB text has

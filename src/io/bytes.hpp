@@ -2,6 +2,8 @@
 // order, file names, memory-limit messages, UTF-8). Not installed; src/io/ only.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -54,6 +56,12 @@ inline std::string memory_limit_of(std::size_t max_bytes) {
 inline std::size_t held_bytes(const Array& a) {
     return a.count() * sizeof(double) + a.strings.size() * sizeof(std::string);
 }
+
+// Refuses (InputError naming `path` and what it is) a character or block device opened
+// as `fd` with status `st`, as an input: /dev/zero or a disk never ends, and a listing
+// or a run has nothing to read in one. A terminal is let through (text typed, ended by
+// the user).
+void refuse_device(int fd, const struct stat& st, const std::string& path);
 
 // UTF-8 of a code point: base's (text.hpp).
 using attnscope::append_utf8;

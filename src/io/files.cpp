@@ -114,6 +114,12 @@ struct stat open_checked(const std::string& path, std::size_t max_bytes, int& fd
         ::close(fd);
         throw InputError(shown_path(path) + ": is a directory, expected a file");
     }
+    try {
+        io_detail::refuse_device(fd, st, path);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
     if (S_ISREG(st.st_mode) && std::size_t(st.st_size) > max_bytes) {
         ::close(fd);
         throw MemoryLimitError(shown_path(path) + ": the file holds " + format_bytes(std::size_t(st.st_size)) +
@@ -161,6 +167,16 @@ FileBytes read_fd(int fd, const struct stat& st, const std::string& path, std::s
 
 }  // namespace
 
+namespace io_detail {
+
+void refuse_device(int fd, const struct stat& st, const std::string& path) {
+    if (!S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode)) return;
+    if (S_ISCHR(st.st_mode) && ::isatty(fd)) return;  // a terminal: typed text ends
+    throw InputError(shown_path(path) + ": is " + describe_path(path) + ", expected a file");
+}
+
+}  // namespace io_detail
+
 std::string read_file(const std::string& path, std::size_t max_bytes) {
     const FileBytes file = map_file(path, max_bytes);
     return std::string(file.bytes);
@@ -187,6 +203,7 @@ FileBytes map_file_lazily(const std::string& path, std::size_t max_bytes, bool r
     const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     if (!regular && regular_only)
         throw InputError(shown_path(path) + ": is " + describe_path(path) + ", expected a regular file");
+    if (!regular) io_detail::refuse_device(fd, st, path);
     if (regular && st.st_size > 0)
         if (FileBytes f = map_listed(fd, std::size_t(st.st_size), path, false); f.keep) return f;
     return map_file(path, max_bytes);

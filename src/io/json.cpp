@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/io/json_tree.hpp"
 #include "attnscope/io/read.hpp"
 #include "bytes.hpp"
 #include "grow.hpp"
@@ -408,7 +409,9 @@ class JsonReader {
 
     // A list at depth d (p at '['): every list at one depth has the first one's length.
     void list(Value& v, std::size_t d) {
-        if (d >= kMaxDims) throw InputError(v.origin + ": nested deeper than " + std::to_string(kMaxDims) + " levels");
+        if (d >= kMaxDims)
+            throw InputError(json_too_deep(v.origin, kMaxDims) + " (an array has at most " + std::to_string(kMaxDims) +
+                             " dimensions)");
         ++p_;  // '['
         if (v.shape.size() <= d) v.shape.resize(d + 1), v.known.resize(d + 1);
         v.index.push_back(0);

@@ -50,6 +50,13 @@ std::string join(const std::string& dir, const std::string& name) {
 std::string head_of(const std::string& path, std::size_t n) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw InputError(shown_path(path) + ": cannot open file: " + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) try {
+            io_detail::refuse_device(fd, st, path);
+        } catch (...) {
+            ::close(fd);
+            throw;
+        }
     std::string out(n, '\0');
     std::size_t got = 0;
     while (got < n) {
@@ -159,6 +166,15 @@ Checkpoint open_checkpoint(const std::string& path, std::size_t max_bytes) {
         c.config_path = config;
     }
     return c;
+}
+
+std::string json_too_deep(const std::string& src, std::size_t depth) {
+    return src + ": objects and arrays nested more than " + std::to_string(depth) + " deep";
+}
+
+nlohmann::json parse_json_tree(std::string_view text, const std::string& src, std::size_t max_bytes,
+                               std::size_t* held) {
+    return io_detail::parse_json_document<nlohmann::json>(text, src, max_bytes, false, held);
 }
 
 }  // namespace attnscope

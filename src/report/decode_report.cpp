@@ -593,6 +593,18 @@ void put_generation_step(JsonWriter& w, const Generation& g, const GenerationSte
     w.end_object();
 }
 
+// Tokens [from, to) as tokens --json spells them: {"id", "piece" (the vocabulary's, null
+// when unknown), "text" (as shown)}.
+void put_pieces(JsonWriter& w, const Generation& g, const GenerationTextOptions& o, std::size_t from, std::size_t to) {
+    w.key("pieces").begin_array();
+    for (std::size_t i = from; i < to; ++i) {
+        w.begin_object().key("id").value(g.ids[i]).key("piece");
+        i < o.pieces.size() && o.pieces[i] ? w.value(*o.pieces[i]) : w.value(nullptr);
+        w.key("text").value(o.labels[i]).end_object();
+    }
+    w.end_array();
+}
+
 }  // namespace
 
 void write_generation_text(std::ostream& out, const Generation& g, const GenerationTextOptions& o) {
@@ -612,11 +624,15 @@ void write_generation_json(std::ostream& out, const Generation& g, const Generat
         return std::vector<std::string>(o.labels.begin() + std::ptrdiff_t(from), o.labels.begin() + std::ptrdiff_t(to));
     };
     w.key("prompt").begin_object().key("length").value(g.prompt).key("ids").list(ids(0, g.prompt));
-    w.key("tokens").list(labels(0, g.prompt)).end_object();
+    w.key("tokens").list(labels(0, g.prompt));
+    put_pieces(w, g, o, 0, g.prompt);
+    w.end_object();
     std::vector<double> probabilities;
     for (const GenerationStep& s : g.steps) probabilities.push_back(s.next.probability);
     w.key("generated").begin_object().key("ids").list(ids(g.prompt, g.ids.size()));
-    w.key("tokens").list(labels(g.prompt, g.ids.size())).key("probabilities").list(probabilities).key("text");
+    w.key("tokens").list(labels(g.prompt, g.ids.size()));
+    put_pieces(w, g, o, g.prompt, g.ids.size());
+    w.key("probabilities").list(probabilities).key("text");
     o.text ? w.value(*o.text) : w.value(nullptr);
     w.end_object().key("shown_layers").list(shown_layers(g, o)).key("steps").begin_array();
     for (const GenerationStep& s : g.steps) put_generation_step(w, g, s, o);

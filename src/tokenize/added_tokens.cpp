@@ -78,7 +78,7 @@ std::size_t whitespace_after(std::string_view s, std::size_t at) {
 
 }  // namespace
 
-void AddedVocabulary::build(const Normalizer& normalizer) {
+void AddedVocabulary::build(const Normalizer& normalizer, Budget& budget) {
     raw_ = std::make_shared<Trie>();
     normalized_ = std::make_shared<Trie>();
     for (std::size_t i = 0; i < tokens_.size(); ++i) {
@@ -88,7 +88,7 @@ void AddedVocabulary::build(const Normalizer& normalizer) {
             continue;
         }
         Text n = text_of(t.content);
-        normalizer(n);
+        normalizer(n, budget);
         normalized_->insert(n.text, int(i));
     }
 }

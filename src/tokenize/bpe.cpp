@@ -15,9 +15,6 @@
 
 namespace attnscope::tok {
 
-// Ids are indices of a table: a vocabulary of 64 million tokens is not a real one.
-constexpr std::uint32_t kMaxVocab = 1u << 26;
-
 Vocab read_vocab(const Node& n, Budget& budget) {
     n.expect_object();
     Vocab v;

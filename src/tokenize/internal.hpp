@@ -64,8 +64,8 @@ class Node {
     const std::string* file_;
 };
 
-// `text` parsed as JSON: nesting deeper than 128 is refused before parsing, and the
-// document tree is bounded by `max_bytes` as it grows (MemoryLimitError); `used`, when
+// `text` parsed as JSON by the io layer's reader (parse_json_tree: nesting deeper than
+// kMaxJsonDepth refused, the tree bounded by `max_bytes` as it grows); `used`, when
 // given, receives the bytes the tree and text take.
 nlohmann::json parse_json_bounded(std::string_view text, const std::string& origin, std::size_t max_bytes,
                                   std::size_t* used = nullptr);
@@ -75,6 +75,8 @@ struct Budget {
     std::size_t used = 0, max = kNoLimit;
     std::string origin;
     void add(std::size_t bytes);  // MemoryLimitError past `max`
+    // The same, the message "WHAT past the memory limit of N MiB (--max-memory)".
+    void add(std::size_t bytes, const std::string& what);
 };
 
 // "a JSON string" / "an integer" ...: for messages.
@@ -149,13 +151,15 @@ std::string unicode_normalize(std::string_view s, const std::string& form);
 // A compiled PCRE2 pattern (UTF + UCP, JIT where available) with a match limit.
 class Regex {
    public:
-    // `where` names it in messages ("FILE: pre_tokenizer.pattern.Regex").
-    Regex(const std::string& pattern, std::string where);
+    // `where` names it in messages ("FILE: pre_tokenizer.pattern.Regex"). A `counted`
+    // pattern (one read from a file) has the steps of a whole find_all bounded too,
+    // linearly in the subject's length.
+    Regex(const std::string& pattern, std::string where, bool counted = false);
     ~Regex();
     Regex(const Regex&) = delete;
     Regex& operator=(const Regex&) = delete;
     // Every non-overlapping match [start, end) of `s`, left to right; an empty match
-    // moves on by one character. InputError when the match limit is reached.
+    // moves on by one character. InputError when a limit is reached.
     std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view s) const;
 
    private:
@@ -163,6 +167,7 @@ class Regex {
     void* context_ = nullptr;  // pcre2_match_context_8
     void* stack_ = nullptr;    // pcre2_jit_stack_8
     std::string where_;
+    std::uint64_t steps_per_byte_ = 0;  // a counted pattern's bound; 0: not counted
 };
 
 // The pattern that matches `literal` exactly.
@@ -173,8 +178,14 @@ std::shared_ptr<const Regex> pattern_of(const Node& n);
 
 // ---- components ------------------------------------------------------------------------
 
-using Normalizer = std::function<void(Text&)>;
+// A normalizer rewrites a Text; what the text grows by is charged to the Budget
+// (kEncodeBytesPerByte a byte, before the bytes are made where it can grow without
+// bound: a Sequence of Replace steps each doubling the text).
+using Normalizer = std::function<void(Text&, Budget&)>;
 Normalizer make_normalizer(const Node& n);  // null → identity
+// What encoding holds per byte of text, at most: the text and its alignment twice over
+// (normalized, pre-tokenized), and a token per byte in the worst case.
+constexpr std::size_t kEncodeBytesPerByte = 96;
 
 // A pre-tokenizer cuts a Text into words, handing each to `emit` in order (empty words
 // are never handed on).
@@ -208,6 +219,10 @@ struct StringHash {
 };
 template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+// Ids stop below this (2^26), the model's and the added tokens' alike: ids are indices
+// of a table, and a vocabulary of 64 million tokens is not a real one.
+constexpr std::uint32_t kMaxVocab = 1u << 26;
 
 // A model's vocabulary: token → id and id → token. Ids need not be dense.
 struct Vocab {
@@ -258,7 +273,7 @@ class AddedVocabulary {
    public:
     void add(AddedToken t) { tokens_.push_back(std::move(t)); }
     // Built once the normalizer is known (normalized tokens are matched normalized).
-    void build(const Normalizer& normalizer);
+    void build(const Normalizer& normalizer, Budget& budget);
     const std::vector<AddedToken>& tokens() const { return tokens_; }
     // Splits `t` at the tokens whose `normalized` flag is `normalized`: pieces of text
     // (index -1) and matches (index into tokens()).

@@ -1,43 +1,16 @@
-// tokenizer.json read into a document tree under two bounds (nesting depth, memory), and
-// typed access to its values whose messages name the file and the key path.
+// tokenizer.json read into a document tree by the io layer's JSON reader (its depth and
+// memory bounds), and typed access to its values whose messages name the file and the
+// key path.
 #include <limits>
 #include <string>
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
+#include "attnscope/io/json_tree.hpp"
 #include "internal.hpp"
 
 namespace attnscope::tok {
 namespace {
-
-constexpr std::size_t kMaxDepth = 128;
-// What one value of the tree costs at least, besides its strings: the json node, the
-// vector slot or map node that holds it.
-constexpr std::size_t kNodeBytes = 96;
-
-// Refuses nesting deeper than kMaxDepth in one pass over the bytes (strings skipped), so
-// that no parser or destructor recurses that deep.
-void check_depth(std::string_view text, const std::string& origin) {
-    std::size_t depth = 0;
-    bool in_string = false;
-    for (std::size_t k = 0; k < text.size(); ++k) {
-        const char c = text[k];
-        if (in_string) {
-            if (c == '\\')
-                ++k;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > kMaxDepth)
-                throw InputError(escape_control(origin) + ": JSON nested deeper than " + std::to_string(kMaxDepth) +
-                                 " levels at byte " + std::to_string(k));
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            --depth;
-        }
-    }
-}
 
 std::string mib(std::size_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
 
@@ -50,29 +23,15 @@ void Budget::add(std::size_t bytes) {
                                mib(max) + " ({max_memory})");
 }
 
+void Budget::add(std::size_t bytes, const std::string& what) {
+    if (bytes > max || used > max - bytes)
+        throw MemoryLimitError(what + " past the memory limit of " + mib(max) + " ({max_memory})");
+    used += bytes;
+}
+
 nlohmann::json parse_json_bounded(std::string_view text, const std::string& origin, std::size_t max_bytes,
-                                  std::size_t* used_out) {
-    check_depth(text, origin);
-    std::size_t used = text.size();  // the text is in memory while it is parsed
-    auto bound = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        used += kNodeBytes;
-        if (event == nlohmann::json::parse_event_t::key || parsed.is_string())
-            used += parsed.is_string() ? parsed.get_ref<const std::string&>().size() : 0;
-        if (used > max_bytes)
-            throw MemoryLimitError(escape_control(origin) + ": the tokenizer needs more than the memory limit of " +
-                                   mib(max_bytes) + " ({max_memory})");
-        return true;
-    };
-    try {
-        nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), bound);
-        if (used_out) *used_out = used;
-        return j;
-    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
-        std::string what = e.what();
-        const auto colon = what.find("parse error");
-        if (colon != std::string::npos) what = what.substr(colon);
-        throw InputError(escape_control(origin) + ": invalid JSON: " + escape_control(what));
-    }
+                                  std::size_t* used) {
+    return parse_json_tree(text, escape_control(origin), max_bytes, used);
 }
 
 std::string json_kind(const nlohmann::json& j) {

@@ -31,6 +31,8 @@ Text Text::slice(std::size_t b, std::size_t e) const {
 
 namespace {
 
+using Step = std::function<void(Text&)>;  // a normalizer's step that never grows the text without bound
+
 bool is_ascii(std::string_view s) {
     for (char c : s)
         if (static_cast<unsigned char>(c) >= 0x80) return false;
@@ -75,10 +77,23 @@ void prepend(Text& t, const std::string& s) {
 
 namespace {
 
-void replace(Text& t, const Regex& re, const std::string& content) {
+// The text grown from `from` to `to` bytes: what encoding it costs more, charged.
+void charge_growth(Budget& budget, std::size_t from, std::size_t to, const std::string& where) {
+    if (to > from)
+        budget.add((to - from) * kEncodeBytesPerByte, where + ": the normalized text grows from " +
+                                                          std::to_string(from) + " to " + std::to_string(to) +
+                                                          " bytes,");
+}
+
+void replace(Text& t, const Regex& re, const std::string& content, Budget& budget, const std::string& where) {
     const auto matches = re.find_all(t.text);
     if (matches.empty()) return;
+    std::size_t size = t.text.size();
+    for (const auto& [b, e] : matches) size += content.size() - (e - b);  // (wraps back: e - b <= size)
+    charge_growth(budget, t.text.size(), size, where);                    // before the bytes are made
     Text out;
+    out.text.reserve(size);
+    out.align.reserve(size);
     std::size_t at = 0;
     for (const auto& [b, e] : matches) {
         out.text.append(t.text, at, b - at);
@@ -121,7 +136,7 @@ void lowercase_text(Text& t) {
 
 // BERT's: control characters removed and whitespace made a space (clean_text); CJK
 // characters padded with spaces; accents stripped after NFD; lower case.
-Normalizer bert_normalizer(const Node& n) {
+Step bert_normalizer(const Node& n) {
     const bool clean = n.bool_or("clean_text", true), chinese = n.bool_or("handle_chinese_chars", true);
     const bool lower = n.bool_or("lowercase", true), accents = n.bool_or("strip_accents", lower);
     return [=](Text& t) {
@@ -148,52 +163,68 @@ Normalizer bert_normalizer(const Node& n) {
     };
 }
 
+// A step that grows the text by a bounded factor at most, its growth charged after it.
+Normalizer charged(Step step, std::string where) {
+    return [step = std::move(step), where = std::move(where)](Text& t, Budget& budget) {
+        const std::size_t before = t.text.size();
+        step(t);
+        charge_growth(budget, before, t.text.size(), where);
+    };
+}
+
 Normalizer sequence(const Node& n) {
     const Node list = n.at("normalizers");
     list.expect_array();
     std::vector<Normalizer> steps;
     for (std::size_t i = 0; i < list.size(); ++i) steps.push_back(make_normalizer(list.at(i)));
-    return [steps](Text& t) {
-        for (const auto& s : steps) s(t);
+    return [steps](Text& t, Budget& budget) {
+        for (const auto& s : steps) s(t, budget);
     };
 }
 
-}  // namespace
+void byte_level(Text& t) {
+    Text out;
+    for (std::size_t k = 0; k < t.text.size(); ++k) {
+        append_utf8(out.text, byte_char(static_cast<unsigned char>(t.text[k])));
+        out.align.resize(out.text.size(), t.align[k]);
+    }
+    t = std::move(out);
+}
 
-Normalizer make_normalizer(const Node& n) {
-    if (n.is_null()) return [](Text&) {};
-    const std::string type = n.at("type").str();
+// The steps other than Sequence and Replace: each grows the text by a bounded factor.
+Step make_step(const Node& n, const std::string& type) {
     if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD")
         return [type](Text& t) { normalize_form(t, type); };
     if (type == "Lowercase") return lowercase_text;
     if (type == "StripAccents") return strip_accents;
     if (type == "BertNormalizer") return bert_normalizer(n);
-    if (type == "Sequence") return sequence(n);
     if (type == "Prepend") {
         const std::string s = n.at("prepend").str();
         return [s](Text& t) { prepend(t, s); };
-    }
-    if (type == "Replace") {
-        std::shared_ptr<const Regex> re = pattern_of(n.at("pattern"));
-        const std::string content = n.at("content").str();
-        return [re, content](Text& t) { replace(t, *re, content); };
     }
     if (type == "Strip") {
         const bool left = n.bool_or("strip_left", true), right = n.bool_or("strip_right", true);
         return [=](Text& t) { strip(t, left, right); };
     }
-    if (type == "ByteLevel")
-        return [](Text& t) {
-            Text out;
-            for (std::size_t k = 0; k < t.text.size(); ++k) {
-                append_utf8(out.text, byte_char(static_cast<unsigned char>(t.text[k])));
-                out.align.resize(out.text.size(), t.align[k]);
-            }
-            t = std::move(out);
-        };
+    if (type == "ByteLevel") return byte_level;
     n.at("type").fail("the normalizer \"" + type +
                       "\" is not supported (attnscope reads NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, "
                       "BertNormalizer, Prepend, Replace, Strip, ByteLevel, Sequence)");
+}
+
+}  // namespace
+
+Normalizer make_normalizer(const Node& n) {
+    if (n.is_null()) return [](Text&, Budget&) {};
+    const std::string type = n.at("type").str();
+    std::string where = escape_control(n.file()) + ": " + escape_control(n.path());
+    if (type == "Sequence") return sequence(n);
+    if (type == "Replace") {
+        std::shared_ptr<const Regex> re = pattern_of(n.at("pattern"));
+        const std::string content = n.at("content").str();
+        return [re, content, where](Text& t, Budget& budget) { replace(t, *re, content, budget, where); };
+    }
+    return charged(make_step(n, type), std::move(where));
 }
 
 }  // namespace attnscope::tok

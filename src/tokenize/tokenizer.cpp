@@ -14,10 +14,6 @@ namespace attnscope {
 namespace tok {
 namespace {
 
-// What encoding holds per byte of text, at most: the text and its alignment twice over
-// (normalized, pre-tokenized), and a token per byte in the worst case.
-constexpr std::size_t kEncodeBytesPerByte = 96;
-
 void read_added(const Node& root, Pipeline& p) {
     const auto list = root.find("added_tokens");
     if (!list) return;
@@ -25,7 +21,10 @@ void read_added(const Node& root, Pipeline& p) {
     for (std::size_t i = 0; i < list->size(); ++i) {
         const Node a = list->at(i);
         AddedToken t;
-        t.id = a.at("id").id();
+        const Node id = a.at("id");
+        t.id = id.id();
+        if (t.id >= kMaxVocab)
+            id.fail("the id " + std::to_string(t.id) + " is past the largest id attnscope takes (2^26 - 1)");
         t.content = a.at("content").str();
         if (t.content.empty()) continue;  // the library ignores an empty added token
         t.single_word = a.bool_or("single_word", false);
@@ -48,6 +47,18 @@ bool has_byte_level(const nlohmann::json& j) {
         for (const auto& v : j)
             if (has_byte_level(v)) return true;
     return false;
+}
+
+// Every token the post-processor adds must be in the vocabulary (the model's or an added
+// token): its id is spelled when the tokens are shown or decoded.
+void check_post_processor(const Pipeline& p, const Node& root) {
+    std::vector<Token> specials;
+    p.post_processor(specials, true);
+    for (const Token& t : specials)
+        if (!p.model->token(t.id) && p.added_by_id.count(t.id) == 0)
+            root.at("post_processor")
+                .fail("the special token \"" + escape_control(clip_fragment(t.piece, 40)) + "\" has the id " +
+                      std::to_string(t.id) + ", which is not in the vocabulary");
 }
 
 std::unique_ptr<Model> make_model(const Node& m, Budget& budget) {
@@ -73,7 +84,8 @@ std::shared_ptr<Pipeline> build(const nlohmann::json& j, const std::string& orig
     p->post_processor = make_post_processor(root.find("post_processor").value_or(Node(none, "post_processor", origin)));
     if (const auto d = root.find("decoder")) p->decoder = make_decoder(*d), p->has_decoder = true;
     read_added(root, *p);
-    p->added.build(p->normalizer);
+    check_post_processor(*p, root);
+    p->added.build(p->normalizer, budget);
     for (const char* key : {"pre_tokenizer", "decoder"})
         if (j.contains(key) && has_byte_level(j[key])) p->byte_level = true;
     p->budget = budget;
@@ -82,8 +94,8 @@ std::shared_ptr<Pipeline> build(const nlohmann::json& j, const std::string& orig
 
 // One piece of text that is not an added token: normalized, cut at the normalized added
 // tokens, pre-tokenized, and each word cut by the model.
-void encode_text(const Pipeline& p, Text text, std::vector<Token>& out) {
-    p.normalizer(text);
+void encode_text(const Pipeline& p, Text text, Budget& budget, std::vector<Token>& out) {
+    p.normalizer(text, budget);
     std::vector<Piece> pieces;
     for (auto& [part, index] : p.added.split(std::move(text), true)) {
         if (index >= 0) {
@@ -215,7 +227,7 @@ Encoding Tokenizer::encode(std::string_view text, bool add_special) const {
     tokens.reserve(text.size() / 2 + 4);  // address space only: English has ~4 bytes a token
     for (auto& [part, index] : p.added.split(tok::text_of(text), false)) {
         if (index < 0) {
-            tok::encode_text(p, std::move(part), tokens);
+            tok::encode_text(p, std::move(part), need, tokens);
             continue;
         }
         const tok::AddedToken& a = p.added.tokens()[std::size_t(index)];

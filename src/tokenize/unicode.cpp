@@ -5,6 +5,7 @@
 #include <pcre2.h>
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -134,6 +135,25 @@ namespace {
 // few dozen steps per word; (a+)+$ on 30 letters would need 10^9.
 constexpr std::uint32_t kMatchLimit = 10'000'000;
 constexpr std::uint32_t kHeapLimitKiB = 64 * 1024;
+// PCRE2's limits hold for one starting place, and not every step counts against them: a
+// look-ahead around nested runs, (?=a*a*a*b), costs n^3 at each of n places. A pattern
+// read from a file is therefore compiled with a callout before each of its items, counted
+// over the whole subject of a find_all: at most kStepsPerByte (or 8 per byte of the
+// pattern, when longer: a long alternation enters each branch) for each of its bytes and
+// kStepSlack more. Llama 3's and GPT-2's patterns take 3 to 5 a byte on English, about 1
+// on a run of spaces. Bounded per byte, not per call: a text cut into many short pieces
+// costs its length, never a floor per piece.
+constexpr std::uint64_t kStepsPerByte = 256;
+constexpr std::uint64_t kStepSlack = 64;
+
+struct Steps {
+    std::uint64_t used = 0, max = 0;
+};
+
+int count_step(pcre2_callout_block*, void* data) {
+    auto* steps = static_cast<Steps*>(data);
+    return ++steps->used > steps->max ? PCRE2_ERROR_CALLOUT : 0;
+}
 
 std::string pcre2_message(int code) {
     PCRE2_UCHAR buf[256];
@@ -142,11 +162,13 @@ std::string pcre2_message(int code) {
 }
 }  // namespace
 
-Regex::Regex(const std::string& pattern, std::string where) : where_(std::move(where)) {
+Regex::Regex(const std::string& pattern, std::string where, bool counted)
+    : where_(std::move(where)),
+      steps_per_byte_(counted ? std::max<std::uint64_t>(kStepsPerByte, 8 * pattern.size()) : 0) {
     int err = 0;
     PCRE2_SIZE at = 0;
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                     PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr);
+                                     PCRE2_UTF | PCRE2_UCP | (counted ? PCRE2_AUTO_CALLOUT : 0), &err, &at, nullptr);
     if (!code)
         throw InputError(where_ + ": the regular expression \"" + escape_control(clip_fragment(pattern, 60)) +
                          "\" does not compile: " + pcre2_message(err) + " at offset " + std::to_string(at));
@@ -172,6 +194,13 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
     auto* code = static_cast<pcre2_code*>(code_);
     std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> data(
         pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
+    // Counted steps (a pattern read from a file): a context of this call's own.
+    Steps steps{0, steps_per_byte_ * (s.size() + kStepSlack)};
+    std::unique_ptr<pcre2_match_context, void (*)(pcre2_match_context*)> counting(
+        steps_per_byte_ ? pcre2_match_context_copy(static_cast<pcre2_match_context*>(context_)) : nullptr,
+        pcre2_match_context_free);
+    if (counting) pcre2_set_callout(counting.get(), count_step, &steps);
+    auto* context = counting ? counting.get() : static_cast<pcre2_match_context*>(context_);
     std::vector<std::pair<std::size_t, std::size_t>> out;
     // The subject's UTF-8 is checked on the first call only; the later ones go straight to
     // the compiled code when there is some (pcre2_match's own checks cost as much as a
@@ -181,9 +210,12 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
     const auto match = jit_size > 0 ? pcre2_jit_match : pcre2_match;
     for (std::size_t pos = 0; pos <= s.size();) {
         const int rc = (pos == 0 ? pcre2_match : match)(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos,
-                                                        pos == 0 ? 0 : PCRE2_NO_UTF_CHECK, data.get(),
-                                                        static_cast<pcre2_match_context*>(context_));
+                                                        pos == 0 ? 0 : PCRE2_NO_UTF_CHECK, data.get(), context);
         if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc == PCRE2_ERROR_CALLOUT)
+            throw InputError(where_ + ": the regular expression takes more than " + std::to_string(steps.max) +
+                             " steps on a text of " + std::to_string(s.size()) + " bytes (stopped at byte " +
+                             std::to_string(pos) + "; it backtracks without bound)");
         if (rc < 0)
             throw InputError(where_ + ": the regular expression failed on the text at byte " + std::to_string(pos) +
                              ": " + pcre2_message(rc) +
@@ -224,7 +256,7 @@ std::shared_ptr<const Regex> pattern_of(const Node& n) {
     n.expect_object();
     const std::string where = escape_control(n.file()) + ": " + n.path();
     if (auto s = n.find("String")) return std::make_shared<const Regex>(regex_escape(s->str()), where);
-    if (auto r = n.find("Regex")) return std::make_shared<const Regex>(r->str(), where + ".Regex");
+    if (auto r = n.find("Regex")) return std::make_shared<const Regex>(r->str(), where + ".Regex", true);
     n.fail("expected {\"String\": ...} or {\"Regex\": ...}");
 }
 

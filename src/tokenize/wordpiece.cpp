@@ -2,6 +2,8 @@
 // the pieces after the first spelled with the continuing prefix ("##"); a word with a
 // part that matches nothing, or longer than max_input_chars_per_word characters, is the
 // unknown token whole.
+#include <algorithm>
+
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
 #include "internal.hpp"
@@ -16,6 +18,7 @@ class WordPiece final : public Model {
         unk_ = m.str_or("unk_token", "[UNK]");
         prefix_ = m.str_or("continuing_subword_prefix", "##");
         if (auto n = m.find("max_input_chars_per_word")) max_chars_ = n->count();
+        for (const auto& [token, id] : vocab_.ids) longest_ = std::max(longest_, token.size());
     }
     void tokenize(std::string_view word, std::vector<Piece>& out) const override;
 
@@ -28,6 +31,7 @@ class WordPiece final : public Model {
 
     std::string unk_, prefix_;
     std::uint64_t max_chars_ = 100;
+    std::size_t longest_ = 0;  // the longest vocabulary entry, in bytes
     std::string where_;
 };
 
@@ -39,7 +43,10 @@ void WordPiece::tokenize(std::string_view word, std::vector<Piece>& out) const {
     const std::size_t first = out.size();
     std::string candidate;
     for (std::size_t start = 0; start < word.size();) {
-        std::size_t end = word.size();
+        // No entry is longer than longest_: the candidates start there (at a character's
+        // boundary), so that a word of n bytes costs n * longest_^2, not n^3.
+        std::size_t end = word.size() - start > longest_ ? start + longest_ : word.size();
+        while (end > start && end < word.size() && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80) --end;
         std::optional<std::uint32_t> found;
         while (end > start) {
             candidate.assign(start > 0 ? prefix_ : std::string());

@@ -8,15 +8,19 @@ the run's precision, numbers that overflow, messages that say what was found.
 
 import json
 import os
+import resource
 import subprocess
 import sys
+import tempfile
+import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 import common  # noqa: E402
-from common import DATA, CliTestCase, run_text  # noqa: E402
+from common import DATA, CliTestCase, run, run_text  # noqa: E402
 
 EXAMPLE = DATA / "sentence.json"
 
@@ -320,6 +324,183 @@ class NumbersAndMessages(CliTestCase):
         r = run_text("run", self.g, "-q")
         self.assert_ok(r)
 
+
+
+def measured(*args, timeout=120, address_space=None):
+    """(exit code, stdout, stderr, peak RSS in bytes, seconds) of one attnscope run under
+    GNU time, with a timeout and optionally its address space capped. Under a sanitizer
+    no cap and a peak of 0 (its shadow memory is not the program's)."""
+    if common.sanitized():
+        address_space = None
+
+    def cap():
+        if address_space:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    with tempfile.NamedTemporaryFile("r") as rss:
+        t0 = time.monotonic()
+        p = subprocess.run(["/usr/bin/time", "-q", "-f", "%M", "-o", rss.name, str(common.BIN)] +
+                           [str(a) for a in args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           timeout=timeout, preexec_fn=cap)
+        seconds = time.monotonic() - t0
+        text = rss.read().split()
+        peak = int(text[-1]) * 1024 if text and not common.sanitized() else 0
+        return p.returncode, p.stdout, p.stderr, peak, seconds
+
+
+MIB = 1 << 20
+
+
+class HostileTokenizers(CliTestCase):
+    """tokenizer.json files written to hurt: ids past the vocabulary, patterns that
+    backtrack over the whole text, words that make WordPiece cubic, normalizers that
+    double the text. Each is refused in one line (exit 2) or runs within its bounds."""
+
+    def tokenizer(self, name="tokenizer.json", vocab=None, **parts):
+        """A byte-level-free BPE tokenizer.json: `vocab` (default a, b and [UNK]), no merges,
+        and the components given (normalizer=..., pre_tokenizer=..., ...)."""
+        vocab = vocab or {"a": 0, "b": 1, "[UNK]": 2}
+        doc = {"model": {"type": "BPE", "vocab": vocab, "merges": [], "unk_token": "[UNK]"}, **parts}
+        return self.save_json(name, doc)
+
+    def test_post_processor_ids_outside_the_vocabulary_are_refused(self):
+        # Before: the table view crashed (SIGSEGV) and --json refused at decode.
+        template = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                             {"Sequence": {"id": "A", "type_id": 0}}],
+                    "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [70000], "tokens": ["<s>"]}}}
+        bert = {"type": "BertProcessing", "cls": ["[CLS]", 70000], "sep": ["[SEP]", 1]}
+        for kind, post in (("template", template), ("bert", bert)):
+            path = self.tokenizer(f"{kind}.json", post_processor=post)
+            for view in ([], ["--json"], ["--ids-only"]):
+                with self.subTest(kind=kind, view=view):
+                    r = run_text("tokens", "--model", path, "--text", "ab", *view)
+                    self.assert_error(r, str(path), "post_processor", "70000", "not in the vocabulary")
+
+    def test_added_token_ids_past_the_vocabulary_bound_are_refused(self):
+        # Before: accepted up to 2^31 - 1, then "out of memory", exit 1, naming nothing.
+        for big in (2**26, 2**31 - 1):
+            path = self.tokenizer(added_tokens=[{"id": big, "content": "<big>", "special": True}])
+            with self.subTest(id=big):
+                r = run_text("tokens", "--model", path, "--text", "ab <big>")
+                self.assert_error(r, str(path), "added_tokens[0].id", str(big), "2^26 - 1")
+
+    def test_tokens_views_hold_what_the_text_needs_not_the_largest_id(self):
+        # Before: an added token's id of 2^23 made the views allocate per id up to it
+        # (586 MiB under --max-memory 100M).
+        path = self.tokenizer(added_tokens=[{"id": 2**23, "content": "<big>", "special": True}])
+        for view in ([], ["--json"]):
+            with self.subTest(view=view):
+                code, out, err, peak, _ = measured("tokens", "--model", path, "--text", "ab <big>", "--max-memory",
+                                                   "100M", *view)
+                self.assertEqual((code, err), (0, ""), err)
+                self.assertIn("8388608", out)
+                if peak:
+                    self.assertLess(peak, 100 * MIB)
+
+    def test_normalizer_growth_is_counted_against_the_limit(self):
+        # Before: 22 Replace steps doubling a 1-byte text held 499 MiB under 100M.
+        double = {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}
+        path = self.tokenizer(normalizer={"type": "Sequence", "normalizers": [double] * 22})
+        code, out, err, peak, _ = measured("tokens", "--model", path, "--text", "a", "--max-memory", "100M",
+                                           address_space=2 << 30)
+        self.assertEqual((code, out), (2, ""), err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+        self.assertIn(f"{path}: normalizer.normalizers[", err)
+        self.assertIn("the normalized text grows from", err)
+        self.assertIn("past the memory limit of 100 MiB (--max-memory)", err)
+        if peak:
+            self.assertLess(peak, 100 * MIB)
+        # and a few doublings go through: 1 byte to 64
+        path = self.tokenizer("six.json", normalizer={"type": "Sequence", "normalizers": [double] * 6})
+        r = run_text("tokens", "--model", path, "--text", "a", "--ids-only")
+        self.assertEqual(r.out, ",".join(["0"] * 64) + "\n", r)
+
+    def test_regex_work_is_bounded_over_the_whole_text(self):
+        # A look-ahead around nested runs costs n^3 at each of n places, each place
+        # under PCRE2's per-match limit. Before: 1.2 KB took a minute, 4 KB hours.
+        lookahead = {"Regex": "(?=a*a*a*b)a"}
+        split = {"type": "Split", "pattern": lookahead, "behavior": "Isolated", "invert": False}
+        cases = {"pre_tokenizer": split,
+                 "normalizer": {"type": "Replace", "pattern": lookahead, "content": "b"},
+                 "decoder": {"type": "Replace", "pattern": lookahead, "content": "b"}}
+        long_a = {"a": 0, "b": 1, "[UNK]": 2, "a" * 4000: 3}  # a token of 4000 bytes to decode
+        for where, part in cases.items():
+            path = self.tokenizer(f"{where}.json", vocab=long_a, **{where: part})
+            with self.subTest(where=where):
+                args = ["--decode", "3"] if where == "decoder" else ["--text", "a" * 4000]
+                code, out, err, _, seconds = measured("tokens", "--model", path, *args, timeout=120)
+                self.assertEqual((code, out), (2, ""), err)
+                self.assertEqual(len(err.splitlines()), 1, err)
+                self.assertIn(f"{path}: {where}.pattern.Regex: the regular expression takes more than", err)
+                self.assertIn("it backtracks without bound", err)
+        # an ordinary pattern on a long text is not refused
+        gpt = {"Regex": r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"}
+        path = self.tokenizer("ordinary.json", pre_tokenizer={"type": "Split", "pattern": gpt,
+                                                              "behavior": "Isolated", "invert": False})
+        text = self.path("ordinary.txt")
+        text.write_text("ab " * 100000, encoding="utf-8")
+        r = run_text("tokens", "--model", path, "--text-file", text, "--ids-only")
+        self.assertEqual(r.code, 0, r)
+
+    def test_wordpiece_is_bounded_by_the_longest_entry(self):
+        # Before: cubic in the word's length (an 8 KB word took 21 s; 32 KB, 20 minutes).
+        doc = {"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1, "##a": 2, "##ab": 3},
+                         "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                         "max_input_chars_per_word": 10**9},
+               "pre_tokenizer": {"type": "WhitespaceSplit"}}
+        path = self.save_json("wordpiece.json", doc)
+        code, out, err, _, seconds = measured("tokens", "--model", path, "--text", "a" * 32768 + "b",
+                                              "--ids-only", timeout=120)
+        self.assertEqual((code, err), (0, ""), err)
+        self.assertEqual(out, ",".join(["1"] + ["2"] * 32766 + ["3"]) + "\n")
+
+    def test_too_deep_json_is_refused_alike_everywhere(self):
+        # One reader, one message: tokenizer.json (before: its own bound of 128 and its own
+        # words), config.json, a bundle's arrays.
+        deep = self.path("deep.json")
+        deep.write_text('{"model": ' + "[" * 100 + "]" * 100 + "}", encoding="utf-8")
+        r = run_text("tokens", "--model", deep, "--text", "a")
+        self.assert_error(r, f"{deep}: objects and arrays nested more than 64 deep")
+        bundle = self.path("bundle.json")
+        bundle.write_text('{"x": ' + "[" * 40 + "1" + "]" * 40 + "}", encoding="utf-8")
+        r = run_text("run", bundle)
+        self.assert_error(r, f"{bundle}: x: objects and arrays nested more than 32 deep")
+
+
+class DevicesAndListings(CliTestCase):
+    """A character or block device is never read as an input (it never ends); inspect
+    holds what a listing needs, whatever the machine's memory."""
+
+    def test_character_devices_are_refused_as_inputs(self):
+        # Before: /dev/zero behind a .safetensors name was read until memory ran out.
+        link = self.path("zero.safetensors")
+        os.symlink("/dev/zero", link)
+        code, out, err, peak, _ = measured("inspect", link, address_space=4 << 30)
+        self.assertEqual((code, out), (2, ""), err)
+        self.assertEqual(err.strip(), f"attnscope: error: {link}: is a symbolic link to a character device, "
+                                      "expected a file")
+        for args in (["run", "/dev/zero"], ["tokens", "--model", "/dev/zero", "--text", "a"],
+                     ["tokens", "--model", common.ROOT / "tests/fixtures/tokenizers/bert-wordpiece",
+                      "--text-file", "/dev/zero"]):
+            with self.subTest(args=args):
+                r = run_text(*args)
+                self.assert_error(r, "/dev/zero: is a character device, expected a file")
+
+    def test_inspect_bounds_a_pickle_without_max_memory(self):
+        # Before: a torch.save whose pickle inflates to gigabytes was inflated (3 GiB held
+        # for a 3 MB file); now a listing holds at most 1 GiB unless --max-memory says more.
+        f = self.path("bomb.pt")
+        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+            with z.open("archive/data.pkl", "w", force_zip64=True) as m:
+                chunk = bytes(1 << 24)
+                for _ in range(72):  # 1.125 GiB inflated
+                    m.write(chunk)
+        code, out, err, peak, _ = measured("inspect", f)
+        self.assertEqual((code, out), (2, ""), err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+        self.assertIn("its pickle is 1.1 GiB decompressed, over the memory limit of 1.0 GiB (--max-memory)", err)
+        if peak:
+            self.assertLess(peak, 64 * MIB)
 
 
 class EmptyHugeWeights(CliTestCase):

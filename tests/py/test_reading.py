@@ -244,13 +244,13 @@ class BoundedReading(ReadingTestCase):
         self.assertIn(b"<stdin>: the input is larger than the memory limit of 16.0 MiB (--max-memory)", r.err)
         self.assert_peak_below(r, 16 * MIB + SLACK)
 
-    def test_device_read_within_the_limit(self):
-        # Before: 2x the limit (a string doubled past it before the check).
+    def test_device_is_refused_unread(self):
+        # Before: 2x the limit (a string doubled past it before the check); then read to the
+        # limit; now a character device is refused by its kind, as nothing a run reads.
         r = run_measured("run", "/dev/zero", "--max-memory", "64M")
         self.assertEqual(r.code, 2, r)
-        self.assertEqual(r.err, b"attnscope: error: /dev/zero: the file holds more than the memory limit of "
-                                b"64.0 MiB (--max-memory); reading stopped there\n", r)
-        self.assert_peak_below(r, 64 * MIB + SLACK)
+        self.assertEqual(r.err, b"attnscope: error: /dev/zero: is a character device, expected a file\n", r)
+        self.assert_peak_below(r, 16 * MIB + SLACK)
 
     def json_numbers(self, n):
         path = self.path("numbers.json")

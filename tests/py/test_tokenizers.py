@@ -381,5 +381,23 @@ class Refusals(CliTestCase):
         self.assertIn("ids", lines[2])
 
 
+class Spellings(CliTestCase):
+    """A token in JSON has both spellings, under the same names wherever tokens are
+    printed: "piece", the vocabulary's (Ġworld), and "text", as shown (␣world)."""
+
+    def test_tokens_json_has_piece_and_text(self):
+        if not has_tokens_command():
+            self.skipTest("this attnscope has no `tokens` subcommand")
+        model = ROOT / "tests" / "fixtures" / "tokenizers" / "bytelevel_bpe"
+        r = run_text("tokens", "--model", model, "--text", "Hello world", "--json")
+        self.assertEqual(r.code, 0, r)
+        tokens = json.loads(r.out)["tokens"]
+        world = [t for t in tokens if t["piece"] == "\u0120world"]
+        self.assertEqual(len(world), 1, tokens)
+        self.assertEqual(world[0]["text"], "\u2423world")  # the table's ␣world
+        for t in tokens:
+            self.assertEqual(set(t), {"id", "piece", "text", "start", "end", "special"}, t)
+
+
 if __name__ == "__main__":
     common.main("test_tokenizers", against="@huggingface/tokenizers")

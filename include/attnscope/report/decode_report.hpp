@@ -51,13 +51,14 @@ void write_decode_npz(const std::string& path, const Problem<T>& p, const Decode
 
 // A greedy generation (lm/generate.hpp), as `decode --model DIR --generate N` shows it.
 struct GenerationTextOptions {
-    std::string source;                // the model folder
-    std::string model_type;            // config.json's
-    std::vector<std::string> labels;   // (P + N): each token's readable piece or id (escaped when printed)
-    std::optional<std::string> text;   // the generated tokens as text (a tokenizer's decode), if any
-    std::optional<std::size_t> layer;  // the layer whose rows are shown; none: every layer
-    bool all_layers = false;           // every layer's rows; neither: a line per layer (its top keys, mean over heads)
-    bool heatmap = false;              // rows (or the per-layer mean rows) as lines of a character ramp
+    std::string source;               // the model folder
+    std::string model_type;           // config.json's
+    std::vector<std::string> labels;  // (P + N): each token's readable piece or id (escaped when printed)
+    std::vector<std::optional<std::string>> pieces;  // (P + N) or empty: each token's vocabulary piece, if known
+    std::optional<std::string> text;                 // the generated tokens as text (a tokenizer's decode), if any
+    std::optional<std::size_t> layer;                // the layer whose rows are shown; none: every layer
+    bool all_layers = false;  // every layer's rows; neither: a line per layer (its top keys, mean over heads)
+    bool heatmap = false;     // rows (or the per-layer mean rows) as lines of a character ramp
     int decimals = 4;
     std::size_t width = 80;
 };

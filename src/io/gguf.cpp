@@ -70,7 +70,7 @@ std::size_t item_bytes(GgufType t) {
     return 0;
 }
 
-bool known_type(std::uint32_t t) { return t <= std::uint32_t(GgufType::f64); }
+bool known_type(std::uint64_t t) { return t <= std::uint64_t(GgufType::f64); }
 
 // The scalar at p of fixed-size type t, into v.
 void scalar_at(const char* p, GgufType t, GgufValue& v) {
@@ -301,12 +301,13 @@ std::string_view gguf_type_name(GgufType t) {
     return "?";
 }
 
-std::vector<std::string_view> GgufValue::strings() const {
+std::vector<std::string_view> GgufValue::strings(std::size_t first) const {
     std::vector<std::string_view> out;
     if (type != GgufType::array || item != GgufType::string) return out;
-    out.reserve(std::size_t(count));
+    const std::size_t n_out = std::size_t(std::min<std::uint64_t>(count, first));
+    out.reserve(n_out);
     std::size_t at = 0;
-    for (std::uint64_t k = 0; k < count; ++k) {  // checked when parsed
+    for (std::size_t k = 0; k < n_out; ++k) {  // checked when parsed
         const auto n = std::size_t(io_detail::load_le(raw, at, 8));
         out.push_back(raw.substr(at + 8, n));
         at += 8 + n;
@@ -314,12 +315,13 @@ std::vector<std::string_view> GgufValue::strings() const {
     return out;
 }
 
-std::vector<double> GgufValue::numbers() const {
+std::vector<double> GgufValue::numbers(std::size_t first) const {
     std::vector<double> out;
     const std::size_t each = item_bytes(item);
     if (type != GgufType::array || !each) return out;
-    out.reserve(std::size_t(count));
-    for (std::uint64_t k = 0; k < count; ++k) {
+    const std::size_t n_out = std::size_t(std::min<std::uint64_t>(count, first));
+    out.reserve(n_out);
+    for (std::size_t k = 0; k < n_out; ++k) {
         GgufValue v;
         v.type = item;
         scalar_at(raw.data() + k * each, item, v);

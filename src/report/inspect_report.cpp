@@ -98,7 +98,7 @@ std::string number_text(const GgufValue& v) {
 std::string items_text(const GgufValue& v, std::size_t cols) {
     std::vector<std::string> items;
     if (v.item == GgufType::string) {
-        for (const std::string_view s : v.strings()) {
+        for (const std::string_view s : v.strings(8)) {
             items.push_back("'" + short_text(s, 24) + "'");
             if (items.size() == 8) break;
         }
@@ -110,7 +110,7 @@ std::string items_text(const GgufValue& v, std::size_t cols) {
     } else {
         GgufValue one;
         one.type = v.item;
-        const std::vector<double> n = v.numbers();
+        const std::vector<double> n = v.numbers(8);
         for (std::size_t k = 0; k < n.size() && k < 8; ++k) {
             one.u = std::uint64_t(n[k] < 0 ? 0 : n[k]), one.i = std::int64_t(n[k]), one.f = n[k];
             items.push_back(number_text(one));
@@ -133,18 +133,24 @@ std::string items_text(const GgufValue& v, std::size_t cols) {
 void put_gguf_text(std::ostream& out, const GgufInfo& g) {
     out << "gguf: version " << g.version << ", alignment " << g.alignment << ", data from byte " << g.data_offset
         << ", " << g.metadata.size() << " metadata key" << (g.metadata.size() == 1 ? "" : "s") << '\n';
-    std::size_t key_width = 0;
-    for (const auto& kv : g.metadata)
-        key_width = std::max(key_width, std::min<std::size_t>(display_width(escape_control(kv.key)), 40));
-    for (const auto& kv : g.metadata) {
-        const GgufValue& v = kv.value;
-        const std::string key = short_text(kv.key, 60);
+    const auto type_of = [](const GgufValue& v) {
         std::string type(gguf_type_name(v.type));
         if (v.type == GgufType::array)
             type += "[" + std::string(gguf_type_name(v.item)) + " x " + std::to_string(v.count) + "]";
-        std::string line = "  " + key +
-                           std::string(key_width > display_width(key) ? key_width - display_width(key) : 0, ' ') +
-                           "  " + type + "  ";
+        return type;
+    };
+    const auto pad = [](const std::string& s, std::size_t width) {
+        const std::size_t w = display_width(s);
+        return s + std::string(width > w ? width - w : 0, ' ');
+    };
+    std::size_t key_width = 0, type_width = 0;  // the columns, at most 40 and 24 wide
+    for (const auto& kv : g.metadata) {
+        key_width = std::max(key_width, std::min<std::size_t>(display_width(escape_control(kv.key)), 40));
+        type_width = std::max(type_width, std::min<std::size_t>(type_of(kv.value).size(), 24));
+    }
+    for (const auto& kv : g.metadata) {
+        const GgufValue& v = kv.value;
+        std::string line = "  " + pad(short_text(kv.key, 60), key_width) + "  " + pad(type_of(v), type_width) + "  ";
         const std::size_t room = display_width(line) < 70 ? 80 - display_width(line) : 10;
         if (v.type == GgufType::string)
             line += "'" + short_text(v.text, room - 2) + "'";

@@ -55,11 +55,11 @@ struct GgufValue {
     std::string_view raw;
     std::vector<GgufValue> items;
 
-    // The items of an array of strings, in order.
-    std::vector<std::string_view> strings() const;
+    // The items of an array of strings, in order (the first `first` of them).
+    std::vector<std::string_view> strings(std::size_t first = SIZE_MAX) const;
     // The items of an array of numbers or bools, as double (64-bit integers beyond 2^53
-    // rounded); empty for other arrays.
-    std::vector<double> numbers() const;
+    // rounded; the first `first` of them); empty for other arrays.
+    std::vector<double> numbers(std::size_t first = SIZE_MAX) const;
     // A scalar number or bool as double; 0 for strings and arrays.
     double number() const;
 };

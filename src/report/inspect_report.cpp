@@ -230,6 +230,61 @@ void put_layer(JsonWriter& w, const Checkpoint& c, const CheckpointOverview& ov,
     maybe(w.key("window"), cfg.window).end_object();
 }
 
+// One metadata value: a scalar as itself; an array as its item type, length and first
+// (at most 8) items, nested arrays as their own item type and length.
+void put_gguf_value(JsonWriter& w, const GgufValue& v) {
+    switch (v.type) {
+        case GgufType::string:
+            w.value(v.text);
+            return;
+        case GgufType::boolean:
+            w.value(v.u != 0);
+            return;
+        case GgufType::u8:
+        case GgufType::u16:
+        case GgufType::u32:
+        case GgufType::u64:
+            w.value(v.u);
+            return;
+        case GgufType::i8:
+        case GgufType::i16:
+        case GgufType::i32:
+        case GgufType::i64:
+            w.value(v.i);
+            return;
+        case GgufType::f32:
+        case GgufType::f64:
+            w.value(v.f);
+            return;
+        case GgufType::array:
+            break;
+    }
+    w.begin_object().key("count").value(v.count).key("first").begin_array();
+    if (v.item == GgufType::string)
+        for (const std::string_view s : v.strings(8)) w.value(s);
+    else if (v.item == GgufType::array)
+        for (std::size_t k = 0; k < v.items.size() && k < 8; ++k) put_gguf_value(w, v.items[k]);
+    else
+        for (const double x : v.numbers(8)) w.value(x);
+    w.end_array().key("item_type").value(gguf_type_name(v.item)).end_object();
+}
+
+// A GGUF file's version, alignment, data offset and metadata; null for other containers.
+void put_gguf_json(JsonWriter& w, const GgufInfo* g) {
+    if (!g) {
+        w.value(nullptr);
+        return;
+    }
+    w.begin_object().key("alignment").value(g->alignment).key("data_offset").value(g->data_offset);
+    w.key("metadata").begin_array();
+    for (const auto& kv : g->metadata) {
+        w.begin_object().key("key").value(kv.key).key("type").value(gguf_type_name(kv.value.type)).key("value");
+        put_gguf_value(w, kv.value);
+        w.end_object();
+    }
+    w.end_array().key("version").value(g->version).end_object();
+}
+
 }  // namespace
 
 void write_inspect_json(std::ostream& out, const Checkpoint& c, const CheckpointOverview& ov,
@@ -237,7 +292,10 @@ void write_inspect_json(std::ostream& out, const Checkpoint& c, const Checkpoint
     JsonWriter w(out, {.indent = 2, .in_script = false});
     w.begin_object().key("schema").value("attnscope.inspect/1").key("config");
     c.config_path.empty() ? w.value(nullptr) : w.value(c.config_path);
-    w.key("format").value(c.format).key("layers").begin_array();
+    const GgufInfo* gguf = c.source ? c.source->gguf() : nullptr;
+    w.key("format").value(c.format).key("gguf");
+    put_gguf_json(w, gguf);
+    w.key("layers").begin_array();
     for (const auto& g : ov.groups)
         if (g.attention) put_layer(w, c, ov, *g.attention, flag);
     w.end_array().key("path").value(c.path).key("preset");
@@ -246,7 +304,9 @@ void write_inspect_json(std::ostream& out, const Checkpoint& c, const Checkpoint
     for (const auto& g : ov.groups)
         for (const auto& t : g.tensors) {
             w.begin_object().key("bytes").value(t.bytes).key("dtype").value(t.dtype).key("file").value(t.file.str());
-            w.key("group").value(g.group).key("name").value(t.name).key("shape").list(t.shape).end_object();
+            w.key("group").value(g.group).key("name").value(t.name).key("offset");
+            gguf ? w.value(t.offset) : w.value(nullptr);
+            w.key("shape").list(t.shape).end_object();
         }
     w.end_array().end_object();
     out << '\n';

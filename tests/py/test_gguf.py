@@ -8,6 +8,7 @@ dequantize_row_* formulas, in float32 as ggml computes them: neither shares code
 attnscope's reader. attnscope's dequantized values are seen through a run: with x = I and
 one head of a `--prefix` layer, the Q, K and V stages are W_Q, W_K and W_V themselves.
 """
+import json
 import struct
 import sys
 from pathlib import Path
@@ -287,6 +288,23 @@ class Inspect(GgufCase):
         self.assertRegex(lines["blk.0.attn_q.weight"], r"Q4_K \(2, 256\) +288 bytes +at \d+")
         self.assertRegex(lines["token_embd.weight"], r"float32 \(3, 8\) +96 bytes +at \d+")
         self.assertRegex(lines["odd.weight"], r"IQ2_XXS \(256,\) +66 bytes")
+
+    def test_json(self):
+        data, start = gguf_bytes([("general.alignment", U32, 64), ("t", ARRAY, (STRING, [str(k) for k in range(20)])),
+                                  ("x", F64, 0.1)], [("w", 12, [256, 2], bytes(288)), ("e", 1, [3], bytes(6))],
+                                 alignment=64)
+        p = self.path("j.gguf")
+        p.write_bytes(data)
+        r = run_text("inspect", p, "--json")
+        self.assert_ok(r)
+        doc = json.loads(r.out)
+        g = doc["gguf"]
+        self.assertEqual((doc["format"], g["version"], g["alignment"], g["data_offset"]), ("gguf", 3, 64, start))
+        self.assertEqual(g["metadata"][1], {"key": "t", "type": "array", "value": {
+            "count": 20, "first": [str(k) for k in range(8)], "item_type": "string"}})
+        self.assertEqual(g["metadata"][2], {"key": "x", "type": "float64", "value": 0.1})
+        self.assertEqual([(t["name"], t["dtype"], t["shape"], t["bytes"], t["offset"]) for t in doc["tensors"]],
+                         [("w", "Q4_K", [2, 256], 288, start), ("e", "float16", [3], 6, start + 320)])
 
     def test_unsupported_type_refused_by_name_when_read(self):
         f = self.write("iq.gguf", [], [("m.W_Q", 16, [N, N], bytes(66 * N)), ("m.W_K", 0, [N, N], bytes(4 * N * N)),

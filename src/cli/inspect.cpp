@@ -54,9 +54,10 @@ Subcommand setup_inspect_command(CLI::App& parent) {
     CLI::App* cmd = parent.add_subcommand(
         "inspect",
         "List what a checkpoint holds: tensors by layer (name, dtype, shape, bytes), the preset, and each layer's "
-        "attention configuration");
+        "attention configuration; a GGUF file's metadata and its tensors' types and offsets");
     cmd->add_option("path", a->path,
-                    "A .safetensors file, model.safetensors.index.json, a torch.save file, or a directory")
+                    "A .safetensors file, model.safetensors.index.json, a torch.save file, a .gguf file, or a "
+                    "directory")
         ->required();
     cmd->add_option("--preset", a->preset,
                     "auto (config.json's model_type), gpt2, bert, llama, mistral, qwen2, mha, tl")

@@ -12,6 +12,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/io/checkpoint.hpp"
+#include "attnscope/io/gguf.hpp"
 #include "attnscope/io/read.hpp"
 #include "bytes.hpp"
 #include "json_doc.hpp"
@@ -114,15 +115,17 @@ std::map<std::string, std::string> read_config(const std::string& path, std::siz
     return out;
 }
 
-// Which container a file is: by its name, then by checks that cannot collide. A
-// safetensors header is a JSON object right after the 8-byte length (JSON whitespace may
-// come first); a torch zip starts with a zip signature; a legacy torch file with a pickle's
+// Which container a file is: by its name, then by checks that cannot collide. A GGUF
+// file starts with "GGUF"; a safetensors header is a JSON object right after the 8-byte
+// length (JSON whitespace may come first); a torch zip starts with a zip signature; a legacy torch file with a pickle's
 // PROTO opcode (0x80), which is also the low byte of any safetensors header length
 // 128 + 256k, so it is named only when the file is neither of the others.
-enum class Container { safetensors, torch_zip, legacy_torch };
+enum class Container { safetensors, torch_zip, legacy_torch, gguf };
 Container container_of(const std::string& file) {
     if (ends_with(file, ".safetensors")) return Container::safetensors;
+    if (ends_with(file, ".gguf")) return Container::gguf;
     const std::string head = head_of(file, 64);
+    if (head.compare(0, 4, "GGUF") == 0) return Container::gguf;
     const auto at = [&](std::size_t i) { return i < head.size() ? static_cast<unsigned char>(head[i]) : 0u; };
     if (head.compare(0, 4, "PK\x03\x04") == 0) return Container::torch_zip;
     std::size_t i = 8;
@@ -138,7 +141,7 @@ Checkpoint open_checkpoint(const std::string& path, std::size_t max_bytes) {
     Checkpoint c;
     c.path = path;
     const bool named_as_file = ends_with(path, ".json") || ends_with(path, ".safetensors") || ends_with(path, ".bin") ||
-                               ends_with(path, ".pt") || ends_with(path, ".pth");
+                               ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".gguf");
     if (named_as_file) refuse_directory(path);
     const std::string file = is_dir(path) ? pick_in_directory(path) : path;
     if (ends_with(file, ".json")) {
@@ -154,6 +157,10 @@ Checkpoint open_checkpoint(const std::string& path, std::size_t max_bytes) {
                 throw InputError(shown_path(file) +
                                  ": a PyTorch file in the legacy (pre-1.6) format; re-save it with torch.save "
                                  "(the zip format) or as .safetensors");
+            case Container::gguf:
+                c.format = "gguf";
+                c.source = open_gguf(file, max_bytes);
+                break;
             case Container::safetensors:
                 c.format = "safetensors";
                 c.source = open_safetensors(file, max_bytes);

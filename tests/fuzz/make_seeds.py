@@ -307,6 +307,11 @@ def main():
             torch_c.add(rel(p), read(p))
     # fuzz_tokenizer_json: the hand-made tokenizer.json fixtures and the refused ones kept
     # as regressions; fuzz_tokenizer_encode: short texts, the first byte picking a tokenizer.
+    # fuzz_gguf: the GGUF files kept as regressions (every type and metadata type, and
+    # broken ones), written by tests/py/test_gguf.py's writer.
+    gg_c = Corpus(out, "fuzz_gguf")
+    for p in files("tests/fuzz/regressions/fuzz_gguf/*.gguf"):
+        gg_c.add(rel(p), read(p))
     tj_c = Corpus(out, "fuzz_tokenizer_json")
     for p in files("tests/fixtures/tokenizers/*/tokenizer.json") + files("tests/fuzz/regressions/fuzz_tokenizer_json/*.json"):
         tj_c.add(rel(p), read(p))
@@ -316,7 +321,7 @@ def main():
     for i, text in enumerate(texts):
         for pick in range(6):
             te_c.add(f"text{i}_tokenizer{pick}", bytes([pick]) + text.encode("utf-8"))
-    for c in (npy_c, npz_c, json_c, load_c, stream_c, st_c, torch_c, tj_c, te_c):
+    for c in (npy_c, npz_c, json_c, load_c, stream_c, st_c, torch_c, gg_c, tj_c, te_c):
         print(f"{os.path.basename(c.dir)}: {len(c.names)} seeds")
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """docs/json.md against real output: real commands run (run --json with every optional
 member, --compare --json, --jsonl, check --json, decode --json, decode --generate --json,
-tokens --json, inspect --json, run --sweep --json, run --why --json, the data of run --html and report, run --model --layer all's
+tokens --json, inspect --json (a GGUF file's too), run --sweep --json, run --why --json, the data of run --html and report, run --model --layer all's
 --json and --jsonl), and
 
 * every key they print is documented in docs/json.md, under its document's section;
@@ -27,6 +27,7 @@ import numpy as np
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 import common  # noqa: E402
 from common import DATA, ROOT, run_text  # noqa: E402
+import test_gguf  # noqa: E402  (its GGUF writer)
 
 DOC = ROOT / "docs" / "json.md"
 GOLDEN = ROOT / "tests" / "golden"
@@ -151,7 +152,7 @@ class JsonSchema(common.CliTestCase):
             cls.add("attnscope.decode/1", json.loads(cls.out("decode", *args, "--json")))
         cls.run_generate()
         cls.run_tokens()
-        for ckpt in (FIXTURES / "checkpoints" / "torch_gpt2.pt", cls.llama()):
+        for ckpt in (FIXTURES / "checkpoints" / "torch_gpt2.pt", cls.llama(), cls.gguf()):
             cls.add("attnscope.inspect/1", json.loads(cls.out("inspect", ckpt, "--json")))
         cls.run_html(sinks)
         cls.add("attnscope.lesson/1", json.loads(cls.out("lesson", "keys", "--json", "--data", DATA)))
@@ -178,6 +179,19 @@ class JsonSchema(common.CliTestCase):
         for line in cls.out("run", *source, "--stages", "weights", "--jsonl", "-").splitlines():
             doc = json.loads(line)
             cls.add(f"attnscope.jsonl/1 {doc.get('kind')}", doc)
+
+    @classmethod
+    def gguf(cls):
+        """A GGUF file with a scalar, a string, an array and an array of arrays, and a tensor
+        (test_gguf.py's writer)."""
+        g = test_gguf
+        data, _ = g.gguf_bytes([("general.architecture", g.STRING, "llama"), ("n", g.U32, 4),
+                                ("tokens", g.ARRAY, (g.STRING, ["a", "b"])),
+                                ("nested", g.ARRAY, (g.ARRAY, [(g.I32, [1, 2])]))],
+                               [("blk.0.attn_q.weight", 0, [4, 4], bytes(64))])
+        p = cls.scratch / "model.gguf"
+        p.write_bytes(data)
+        return p
 
     @classmethod
     def llama(cls):

@@ -1,8 +1,9 @@
 // attnscope — io layer: model checkpoints as people have them.
 //
-// A checkpoint is a set of named tensors in one of three containers: a `.safetensors`
+// A checkpoint is a set of named tensors in one of four containers: a `.safetensors`
 // file, a sharded safetensors checkpoint (`model.safetensors.index.json` and its shards),
-// or a PyTorch zip state dict (`torch.save`: `.pt`, `.pth`, `pytorch_model.bin`). Opening
+// a PyTorch zip state dict (`torch.save`: `.pt`, `.pth`, `pytorch_model.bin`), or a GGUF
+// file (io/gguf.hpp). Opening
 // one reads and validates only its directory (the safetensors header, the pickle); a
 // tensor's bytes are touched only when that tensor is read, so choosing one layer of a
 // multi-gigabyte file costs that layer's bytes. Knows nothing of attention: which names
@@ -10,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,7 +48,10 @@ struct TensorInfo {
     std::vector<std::size_t> shape;  // C order
     std::size_t bytes = 0;           // its data's size in the file
     SharedText file;                 // the file holding it (a shard, or the checkpoint itself)
+    std::uint64_t offset = 0;        // GGUF only: where its data start in the file
 };
+
+struct GgufInfo;  // io/gguf.hpp
 
 // The tensors of one container. Implementations: safetensors (one file or a sharded
 // index) and PyTorch zip state dicts.
@@ -63,12 +68,14 @@ class TensorSource {
     // the name is unknown (naming it) or the tensor cannot be read; MemoryLimitError before
     // allocating more than `max_bytes`.
     virtual Array read(const std::string& name, std::size_t max_bytes = kNoLimit) const = 0;
+    // A GGUF file's version, alignment and metadata (io/gguf.hpp); null for the others.
+    virtual const GgufInfo* gguf() const { return nullptr; }
 };
 
 // A checkpoint opened from a path given on the command line.
 struct Checkpoint {
     std::string path;    // as given
-    std::string format;  // "safetensors", "sharded safetensors", "torch zip"
+    std::string format;  // "safetensors", "sharded safetensors", "torch zip", "gguf"
     std::unique_ptr<TensorSource> source;
     // config.json beside the weights (Hugging Face), parsed to its top-level members, each
     // kept as its JSON text ("12", "\"gpt2\"", "true", "null", "[...]"); empty when absent.
@@ -77,7 +84,8 @@ struct Checkpoint {
 };
 
 // Opens PATH: a `.safetensors` file; a `model.safetensors.index.json`; a PyTorch zip
-// (`.pt`, `.pth`, `.bin`, recognised by its zip signature); or a directory holding one of
+// (`.pt`, `.pth`, `.bin`, recognised by its zip signature); a GGUF file (`.gguf`, or
+// its magic bytes "GGUF"); or a directory holding one of
 // them (the index first, then `model.safetensors`, then `pytorch_model.bin`, then a lone
 // `*.safetensors`). Reads `config.json` from the same directory when present. InputError,
 // one line naming the path, for anything else (including PyTorch's pre-1.6 legacy format).

@@ -1,6 +1,6 @@
 // The topics of `attnscope lesson` (docs/classroom.md, "attnscope lesson"): each a few steps
 // over data/'s bundles (or bundles `attnscope make` writes into a scratch folder), and
-// questions whose answers are read from the runs' JSON (src/cli/lesson.hpp).
+// questions whose answers are read from the runs, computed in this process (src/cli/lesson.hpp).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -25,7 +25,7 @@ Question yes_no(std::string id, std::string text, bool yes, std::string why) {
 }
 
 // Row i of head h, batch item b: the key with the largest weight.
-std::size_t argmax_row(const nlohmann::json& doc, std::size_t b, std::size_t h, std::size_t i) {
+std::size_t argmax_row(const Run& doc, std::size_t b, std::size_t h, std::size_t i) {
     std::size_t best = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j)
         if (at(doc, "weights", b, h, i, j) > at(doc, "weights", b, h, i, best)) best = j;
@@ -37,7 +37,7 @@ std::size_t argmax_row(const nlohmann::json& doc, std::size_t b, std::size_t h, 
 // Which key query `q` of head 0 weights most: the label (keys sharing it tie) or its index.
 // `head` names the run's head 0 (a run of one --head).
 Question strongest_key(const std::string& bundle, const Args& args, std::size_t q, const std::string& head = "0") {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     q = std::min(q, dim(doc, "Tq") - 1);
     const std::size_t Tk = dim(doc, "Tk"), best = argmax_row(doc, 0, 0, q);
     const auto w = [&](std::size_t j) { return at(doc, "weights", 0, 0, q, j); };
@@ -60,7 +60,7 @@ Question strongest_key(const std::string& bundle, const Args& args, std::size_t 
 }
 
 Question softmax_axis(const Args& args, const std::string& head = "0") {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::string terms;
     double sum = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) {
@@ -78,9 +78,9 @@ Question softmax_axis(const Args& args, const std::string& head = "0") {
 }
 
 Question scale_factor(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const std::size_t Dk = dim(doc, "Dk");
-    const double s = doc["config"]["scale"].get<double>();
+    const double s = doc.view().scale;
     Question Q;
     Q.id = "scale";
     Q.text = "Queries and keys share Dk = " + str(Dk) +
@@ -88,14 +88,13 @@ Question scale_factor(const Args& args) {
     Q.answer = num(s);
     Q.number = s;
     Q.accepted = {"1/sqrt(" + str(Dk) + ")", "1/sqrt(dk)", "1/√" + str(Dk)};
-    Q.why = "scale = " + doc["config"]["scale_source"].get<std::string>() + " = " + num(s) +
+    Q.why = "scale = " + doc.view().scale_source + " = " + num(s) +
             ": dot products of Dk features grow like sqrt(Dk); dividing keeps the softmax from saturating.";
     return Q;
 }
 
 // `queries` and `keys` say what they are ("French queries"; "queries" by default).
-Question scores_shape(const nlohmann::json& doc, const std::string& queries = "queries",
-                      const std::string& keys = "keys") {
+Question scores_shape(const Run& doc, const std::string& queries = "queries", const std::string& keys = "keys") {
     const std::size_t Tq = dim(doc, "Tq"), Tk = dim(doc, "Tk");
     Question Q;
     Q.id = "scores-shape";
@@ -109,7 +108,7 @@ Question scores_shape(const nlohmann::json& doc, const std::string& queries = "q
     return Q;
 }
 
-Question cross_keys(const nlohmann::json& doc) {
+Question cross_keys(const Run& doc) {
     Question Q;
     Q.id = "cross-keys";
     Q.text = "In cross-attention, where do the keys come from: x (the decoder) or memory (the encoder)?";
@@ -121,13 +120,13 @@ Question cross_keys(const nlohmann::json& doc) {
 }
 
 std::vector<Question> cross_questions(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     return {scores_shape(doc, "French queries", "English keys"), cross_keys(doc)};
 }
 
 // Batch item 1 of a padded bundle, row 0 of head 0, and what its <pad> keys get.
 Question pad_weight(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::string row;
     double pads = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) {
@@ -148,9 +147,9 @@ Question pad_weight(const Args& args) {
 }
 
 Question zeroed_key(const Args& args, std::size_t J, const std::string& head = "0") {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     double lo = 1, hi = 0;
-    const bool causal = doc["config"]["causal"].get<bool>();  // rows before J do not see key J
+    const bool causal = doc.view().spec.causal;  // rows before J do not see key J
     for (std::size_t i = causal ? J : 0; i < dim(doc, "Tq"); ++i)
         lo = std::min(lo, at(doc, "weights", 0, 0, i, J)), hi = std::max(hi, at(doc, "weights", 0, 0, i, J));
     Question Q = yes_no("zeroed-key",
@@ -165,7 +164,7 @@ Question zeroed_key(const Args& args, std::size_t J, const std::string& head = "
 // The output row of query q (head 0, feature 0) worked out with the values and, wrongly,
 // with the keys: the run's context matches the first.
 Question keys_or_values(const Args& args, std::size_t q) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     q = std::min(q, dim(doc, "Tq") - 1);
     double by_v = 0, by_k = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) {
@@ -211,7 +210,7 @@ std::vector<Step> subject_steps(const Subject& s, bool given) {
                   "queries and keys come from the same sentence."},
                  {on(s, {"--stages", "scores,weights"})},
                  {strongest_key(s.name, asked("scores,weights"), 2, s.head)}});
-    if (given) L.back().questions.push_back(scores_shape(run_json(asked("scores"))));
+    if (given) L.back().questions.push_back(scores_shape(compute(asked("scores"))));
     L.push_back({"Scaling and Dk",
                  {"Q and K share one width, Dk, so q_i · k_j is defined. The scores are scaled before the softmax."},
                  {with(on(s, {"--stages", "scores"}), {"--explain"})},
@@ -254,13 +253,11 @@ std::vector<Step> keys_lesson(Places& p) {
 // ---- scaling and Dk ---------------------------------------------------------------------
 
 // The largest weight of query q in head 0, from a run.
-double row_max(const nlohmann::json& doc, std::size_t q) {
-    return at(doc, "weights", 0, 0, q, argmax_row(doc, 0, 0, q));
-}
+double row_max(const Run& doc, std::size_t q) { return at(doc, "weights", 0, 0, q, argmax_row(doc, 0, 0, q)); }
 
 Question unscaled_max(const std::string& S, std::size_t q) {
-    const nlohmann::json a = run_json({S, "--heads", "2", "--stages", "weights"});
-    const nlohmann::json b = run_json({S, "--heads", "2", "--scale", "none", "--stages", "weights"});
+    const Run a = compute({S, "--heads", "2", "--stages", "weights"});
+    const Run b = compute({S, "--heads", "2", "--scale", "none", "--stages", "weights"});
     const bool larger = row_max(b, q) > row_max(a, q);
     Question Q;
     Q.id = "unscaled-max";
@@ -275,7 +272,7 @@ Question unscaled_max(const std::string& S, std::size_t q) {
 }
 
 // The standard deviation of head 0's scores over every (query, key).
-double score_sd(const nlohmann::json& doc) {
+double score_sd(const Run& doc) {
     const std::size_t Tq = dim(doc, "Tq"), Tk = dim(doc, "Tk");
     double s = 0, s2 = 0;
     for (std::size_t i = 0; i < Tq; ++i)
@@ -287,8 +284,8 @@ double score_sd(const nlohmann::json& doc) {
 }
 
 Question spread_growth(const std::string& small, const std::string& big) {
-    const nlohmann::json a = run_json({small, "--scale", "none", "--stages", "scores"});
-    const nlohmann::json b = run_json({big, "--scale", "none", "--stages", "scores"});
+    const Run a = compute({small, "--scale", "none", "--stages", "scores"});
+    const Run b = compute({big, "--scale", "none", "--stages", "scores"});
     const std::size_t da = dim(a, "Dk"), db = dim(b, "Dk");
     const double r = score_sd(b) / score_sd(a), root = std::sqrt(double(db) / double(da)), whole = double(db / da);
     const bool by_root = std::fabs(std::log(r / root)) < std::fabs(std::log(r / whole));
@@ -310,7 +307,7 @@ Question spread_growth(const std::string& small, const std::string& big) {
 Question one_hot_rows(const std::string& big, bool scaled) {
     Args args = {big, "--stages", "weights"};
     if (!scaled) args = with(args, {"--scale", "none"});
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::size_t n = 0;
     std::string maxes;
     for (std::size_t i = 0; i < dim(doc, "Tq"); ++i) {
@@ -360,7 +357,7 @@ std::vector<Step> scaling_lesson(Places& p) {
 
 // Keys of batch item 1, head 0 that every query gives weight exactly 0.
 Question zero_keys(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::string list, shape;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) {
         bool zero = true;
@@ -382,7 +379,7 @@ Question zero_keys(const Args& args) {
 std::string plain(double x) { return num(x) == "1.0000" ? "1" : num(x); }
 
 Question visible_sum(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     double sum = 0;
     std::string terms;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j)
@@ -399,7 +396,7 @@ Question visible_sum(const Args& args) {
 }
 
 Question causal_visible(const Args& args, std::size_t q) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::size_t n = 0, last = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j)
         if (at(doc, "weights", 0, 0, q, j) > 0) ++n, last = j;
@@ -416,7 +413,7 @@ Question causal_visible(const Args& args, std::size_t q) {
 }
 
 Question first_query(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const double w = at(doc, "weights", 0, 0, 0, 0);
     Question Q;
     Q.id = "causal-first";
@@ -451,7 +448,7 @@ std::vector<Step> masks_lesson(Places& p) {
 // ---- cross-attention -------------------------------------------------------------------
 
 Question softmax_length(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     double sum = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) sum += at(doc, "weights", 0, 0, 0, j);
     Question Q;
@@ -468,7 +465,7 @@ Question softmax_length(const Args& args) {
 }
 
 Question same_sequence(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     bool same = dim(doc, "Tq") == dim(doc, "Tk");
     std::string words;
     for (std::size_t i = 0; same && i < dim(doc, "Tq"); ++i)
@@ -505,7 +502,7 @@ std::vector<Step> cross_lesson(Places& p) {
 // ---- keys versus values ----------------------------------------------------------------
 
 Question k_equals_v(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     bool same = dim(doc, "Dk") == dim(doc, "Dv");
     for (std::size_t j = 0; same && j < dim(doc, "Tk"); ++j)
         for (std::size_t d = 0; same && d < dim(doc, "Dk"); ++d)
@@ -523,7 +520,7 @@ Question k_equals_v(const Args& args) {
 }
 
 Question zeroed_value(const Args& args, std::size_t J, std::size_t q) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const double w = at(doc, "weights", 0, 0, q, J);
     return yes_no("zeroed-key-value",
                   "After --zero-key " + str(J) + " (key '" + label(doc, "key", 0, J) + "' set to 0), is value '" +
@@ -556,7 +553,7 @@ std::vector<Step> values_lesson(Places& p) {
 // ---- multi-head ------------------------------------------------------------------------
 
 Question head_width(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const std::size_t Dm = dim(doc, "Dm"), H = dim(doc, "H"), Dk = dim(doc, "Dk");
     Question Q;
     Q.id = "head-dk";
@@ -571,7 +568,7 @@ Question head_width(const Args& args) {
 }
 
 Question heads_agree(const Args& args, std::size_t q) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const std::size_t a = argmax_row(doc, 0, 0, q), b = argmax_row(doc, 0, 1, q);
     const auto key = [&](std::size_t j) { return str(j) + " '" + label(doc, "key", 0, j) + "'"; };
     return yes_no(
@@ -584,7 +581,7 @@ Question heads_agree(const Args& args, std::size_t q) {
 }
 
 Question concat_width(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const std::size_t H = dim(doc, "H"), Dv = dim(doc, "Dv");
     Question Q;
     Q.id = "concat-width";

@@ -1,6 +1,7 @@
 // The pieces of `attnscope lesson` (docs/classroom.md, "attnscope lesson"): a topic is a list
 // of steps; a step shows commands of this same program and asks questions whose answers are
 // computed from runs (in this process, as `run` computes), never written into the lesson.
+// The steps' titles and paragraphs are data: a table in lesson_prose.hpp.
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "lesson.hpp"
+#include "lesson_prose.hpp"
 
 namespace attnscope::cli::lesson {
 namespace {
@@ -189,6 +190,13 @@ Question keys_or_values(const Args& args, std::size_t q) {
 
 // ---- the topics -----------------------------------------------------------------------
 
+// A step: its title and paragraphs from the prose table (lesson_prose.hpp), its commands
+// and questions from the runs.
+Step step(std::string_view key, std::vector<Args> commands, std::vector<Question> questions) {
+    const Prose& p = prose(key);
+    return {p.title, p.words, std::move(commands), std::move(questions)};
+}
+
 // `attnscope run` over the subject, its head last (shown), or without it (asked: the run's head 0).
 Args on(const Subject& s, Args more, bool shown = true) {
     Args a = {"run"};
@@ -204,21 +212,12 @@ std::vector<Step> subject_steps(const Subject& s, bool given) {
         return tail(on(s, with(std::move(more), {"--stages", stages}), false));
     };
     std::vector<Step> L;
-    L.push_back({"Keys and the score matrix",
-                 {"Each position has a query q_i = x_i · W_Q (what it looks for) and a key k_j = x_j · W_K (an "
-                  "address to match). scores = Q · Kᵀ: one row per query, one column per key. In self-attention "
-                  "queries and keys come from the same sentence."},
-                 {on(s, {"--stages", "scores,weights"})},
-                 {strongest_key(s.name, asked("scores,weights"), 2, s.head)}});
+    L.push_back(step("keys.scores", {on(s, {"--stages", "scores,weights"})},
+                     {strongest_key(s.name, asked("scores,weights"), 2, s.head)}));
     if (given) L.back().questions.push_back(scores_shape(compute(asked("scores"))));
-    L.push_back({"Scaling and Dk",
-                 {"Q and K share one width, Dk, so q_i · k_j is defined. The scores are scaled before the softmax."},
-                 {with(on(s, {"--stages", "scores"}), {"--explain"})},
-                 {scale_factor(asked("scores"))}});
-    L.push_back({"Softmax over the keys",
-                 {"The weights of one query come from a softmax along its row of scores."},
-                 {on(s, {"--stages", "weights"})},
-                 {softmax_axis(asked("weights"), s.head)}});
+    L.push_back(
+        step("keys.scale", {with(on(s, {"--stages", "scores"}), {"--explain"})}, {scale_factor(asked("scores"))}));
+    L.push_back(step("keys.softmax", {on(s, {"--stages", "weights"})}, {softmax_axis(asked("weights"), s.head)}));
     return L;
 }
 
@@ -228,25 +227,15 @@ std::vector<Step> keys_lesson(Places& p) {
     const Args P = run_of(p.at("padded.json")), C = run_of(p.at("cross.json"));
     std::vector<Step> L = subject_steps(s, given);
     if (!given) {
-        L.push_back({"Padding masks",
-                     {"Sentences of different lengths are padded to one length; key_padding_mask (1 = PAD) hides "
-                      "the padding keys from every query."},
-                     {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
-                     {pad_weight(tail(with(P, {"--stages", "weights"})))}});
-        L.push_back({"Cross-attention",
-                     {"A translator's decoder attends the encoder's output, the memory: French target tokens ask, "
-                      "English source tokens answer."},
-                     {with(C, {"--stages", "scores", "--head", "0"})},
-                     cross_questions(tail(with(C, {"--stages", "scores"})))});
+        L.push_back(step("keys.padding", {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
+                         {pad_weight(tail(with(P, {"--stages", "weights"})))}));
+        L.push_back(step("keys.cross", {with(C, {"--stages", "scores", "--head", "0"})},
+                         cross_questions(tail(with(C, {"--stages", "scores"})))));
     }
-    L.push_back({"A zeroed key is not a masked key",
-                 {"An experiment: set one key vector to 0 and look at its column."},
-                 {on(s, {"--zero-key", "1", "--stages", "weights"})},
-                 {zeroed_key(tail(on(s, {"--zero-key", "1", "--stages", "weights"}, false)), 1, s.head)}});
-    L.push_back({"Keys versus values",
-                 {"Keys and values are computed from the same tokens by different matrices, W_K and W_V."},
-                 {on(s, {"--stages", "V,context"})},
-                 {keys_or_values(tail(on(s, {"--stages", "K,V,weights,context"}, false)), 2)}});
+    L.push_back(step("keys.zeroed", {on(s, {"--zero-key", "1", "--stages", "weights"})},
+                     {zeroed_key(tail(on(s, {"--zero-key", "1", "--stages", "weights"}, false)), 1, s.head)}));
+    L.push_back(step("keys.values", {on(s, {"--stages", "V,context"})},
+                     {keys_or_values(tail(on(s, {"--stages", "K,V,weights,context"}, false)), 2)}));
     return L;
 }
 
@@ -331,25 +320,20 @@ std::vector<Step> scaling_lesson(Places& p) {
     const Args make_big = {"make", "-o", big, "--dk", "1024", "--seed", "1", "--force"};
     run_quietly(make_small), run_quietly(make_big);
     std::vector<Step> L;
-    L.push_back({"The scale",
-                 {"scores = Q · Kᵀ · scale: each score is a dot product of Dk features, scaled before the softmax."},
-                 {run_of(S, {"--heads", "2", "--stages", "scores", "--head", "0", "--explain"})},
-                 {scale_factor({S, "--heads", "2", "--stages", "scores"})}});
-    L.push_back({"Without the scale",
-                 {"The same run twice, with the scale and without it (--scale none)."},
-                 {run_of(S, {"--heads", "2", "--stages", "weights", "--head", "0"}),
-                  run_of(S, {"--heads", "2", "--scale", "none", "--stages", "weights", "--head", "0"})},
-                 {unscaled_max(S, 2)}});
-    L.push_back({"Dk grows",
-                 {"Two bundles made alike but for Dk (attnscope make, in a scratch folder), their scores unscaled."},
-                 {make_small, make_big, run_of(small, {"--scale", "none", "--stages", "scores"}),
-                  run_of(big, {"--scale", "none", "--stages", "scores"})},
-                 {spread_growth(small, big)}});
-    L.push_back({"The softmax saturates",
-                 {"Large scores make nearly one-hot rows: --diagnose counts them, without and with the scale."},
-                 {run_of(big, {"--scale", "none", "--diagnose", "--stages", "none"}),
-                  run_of(big, {"--diagnose", "--stages", "none"})},
-                 {one_hot_rows(big, false), one_hot_rows(big, true)}});
+    L.push_back(step("scaling.scale", {run_of(S, {"--heads", "2", "--stages", "scores", "--head", "0", "--explain"})},
+                     {scale_factor({S, "--heads", "2", "--stages", "scores"})}));
+    L.push_back(step("scaling.none",
+                     {run_of(S, {"--heads", "2", "--stages", "weights", "--head", "0"}),
+                      run_of(S, {"--heads", "2", "--scale", "none", "--stages", "weights", "--head", "0"})},
+                     {unscaled_max(S, 2)}));
+    L.push_back(step("scaling.dk",
+                     {make_small, make_big, run_of(small, {"--scale", "none", "--stages", "scores"}),
+                      run_of(big, {"--scale", "none", "--stages", "scores"})},
+                     {spread_growth(small, big)}));
+    L.push_back(step("scaling.saturates",
+                     {run_of(big, {"--scale", "none", "--diagnose", "--stages", "none"}),
+                      run_of(big, {"--diagnose", "--stages", "none"})},
+                     {one_hot_rows(big, false), one_hot_rows(big, true)}));
     return L;
 }
 
@@ -428,20 +412,11 @@ std::vector<Step> masks_lesson(Places& p) {
     const Args P = run_of(p.at("padded.json")), C = {"run", p.at("causal.json"), "--causal"};
     const Args PW = tail(with(P, {"--stages", "weights"})), CW = tail(with(C, {"--stages", "weights"}));
     std::vector<Step> L;
-    L.push_back({"Padding",
-                 {"Two sentences of different lengths in one batch: the shorter one is padded with <pad> tokens, "
-                  "and key_padding_mask (1 = PAD) hides them as keys."},
-                 {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
-                 {zero_keys(PW), pad_weight(PW)}});
-    L.push_back({"The rest of the row",
-                 {"A mask takes keys out of the softmax; the keys left share the row."},
-                 {with(P, {"--stages", "masked_scores,weights", "--batch", "1", "--head", "0"})},
-                 {visible_sum(PW)}});
-    L.push_back({"Causal masks",
-                 {"A decoder predicts the next token, so a query may not look ahead: --causal hides every key after "
-                  "the query's own position."},
-                 {with(C, {"--stages", "weights"})},
-                 {causal_visible(CW, 2), first_query(CW)}});
+    L.push_back(step("masks.padding", {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
+                     {zero_keys(PW), pad_weight(PW)}));
+    L.push_back(step("masks.row", {with(P, {"--stages", "masked_scores,weights", "--batch", "1", "--head", "0"})},
+                     {visible_sum(PW)}));
+    L.push_back(step("masks.causal", {with(C, {"--stages", "weights"})}, {causal_visible(CW, 2), first_query(CW)}));
     return L;
 }
 
@@ -482,20 +457,13 @@ Question same_sequence(const Args& args) {
 std::vector<Step> cross_lesson(Places& p) {
     const std::string X = p.at("cross.json"), S = p.at("sentence.json");
     std::vector<Step> L;
-    L.push_back({"Queries from the decoder, keys from the encoder",
-                 {"A translator's decoder attends the encoder's output, the memory: Q = x · W_Q from the French "
-                  "target tokens, K = memory · W_K and V = memory · W_V from the English source tokens."},
-                 {run_of(X, {"--heads", "2", "--stages", "scores", "--head", "0"})},
-                 cross_questions({X, "--heads", "2", "--stages", "scores"})});
-    L.push_back({"The softmax runs over the source",
-                 {"Each French token spreads its weight over the English tokens."},
-                 {run_of(X, {"--heads", "2", "--stages", "weights", "--head", "0"})},
-                 {softmax_length({X, "--heads", "2", "--stages", "weights"}),
-                  strongest_key("cross.json", {X, "--heads", "2", "--stages", "scores,weights"}, 2)}});
-    L.push_back({"Self-attention, for contrast",
-                 {"An encoder's own layers attend within the source sentence."},
-                 {run_of(S, {"--heads", "2", "--stages", "scores", "--head", "0"})},
-                 {same_sequence({S, "--heads", "2", "--stages", "scores"})}});
+    L.push_back(step("cross.memory", {run_of(X, {"--heads", "2", "--stages", "scores", "--head", "0"})},
+                     cross_questions({X, "--heads", "2", "--stages", "scores"})));
+    L.push_back(step("cross.softmax", {run_of(X, {"--heads", "2", "--stages", "weights", "--head", "0"})},
+                     {softmax_length({X, "--heads", "2", "--stages", "weights"}),
+                      strongest_key("cross.json", {X, "--heads", "2", "--stages", "scores,weights"}, 2)}));
+    L.push_back(step("cross.self", {run_of(S, {"--heads", "2", "--stages", "scores", "--head", "0"})},
+                     {same_sequence({S, "--heads", "2", "--stages", "scores"})}));
     return L;
 }
 
@@ -534,19 +502,13 @@ Question zeroed_value(const Args& args, std::size_t J, std::size_t q) {
 std::vector<Step> values_lesson(Places& p) {
     const std::string S = p.at("sentence.json");
     std::vector<Step> L;
-    L.push_back({"Two projections of one x",
-                 {"Each token's x_j gives a key k_j = x_j · W_K, to be matched by the queries, and a value "
-                  "v_j = x_j · W_V, the content handed on."},
-                 {run_of(S, {"--heads", "2", "--stages", "K,V", "--head", "0"})},
-                 {k_equals_v({S, "--heads", "2", "--stages", "K,V"})}});
-    L.push_back({"What the output adds",
-                 {"A common mistake: thinking the matched key is what gets added into the output."},
-                 {run_of(S, {"--heads", "2", "--stages", "weights,context", "--head", "0"})},
-                 {keys_or_values({S, "--heads", "2", "--stages", "K,V,weights,context"}, 2)}});
-    L.push_back({"A zeroed key keeps its value",
-                 {"Set key 1 to 0: its weight changes, its value does not."},
-                 {run_of(S, {"--heads", "2", "--zero-key", "1", "--stages", "weights,context", "--head", "0"})},
-                 {zeroed_value({S, "--heads", "2", "--zero-key", "1", "--stages", "weights"}, 1, 2)}});
+    L.push_back(step("values.projections", {run_of(S, {"--heads", "2", "--stages", "K,V", "--head", "0"})},
+                     {k_equals_v({S, "--heads", "2", "--stages", "K,V"})}));
+    L.push_back(step("values.adds", {run_of(S, {"--heads", "2", "--stages", "weights,context", "--head", "0"})},
+                     {keys_or_values({S, "--heads", "2", "--stages", "K,V,weights,context"}, 2)}));
+    L.push_back(step("values.zeroed",
+                     {run_of(S, {"--heads", "2", "--zero-key", "1", "--stages", "weights,context", "--head", "0"})},
+                     {zeroed_value({S, "--heads", "2", "--zero-key", "1", "--stages", "weights"}, 1, 2)}));
     return L;
 }
 
@@ -598,18 +560,12 @@ Question concat_width(const Args& args) {
 std::vector<Step> heads_lesson(Places& p) {
     const std::string S = p.at("sentence.json");
     std::vector<Step> L;
-    L.push_back({"Heads split the features",
-                 {"Multi-head attention runs H attentions side by side, each on its own slice of Q, K and V."},
-                 {run_of(S, {"--heads", "2", "--stages", "Q", "--head", "0"})},
-                 {head_width({S, "--heads", "2", "--stages", "Q"})}});
-    L.push_back({"Each head its own weights",
-                 {"Both heads' weights for the same sentence."},
-                 {run_of(S, {"--heads", "2", "--stages", "weights"})},
-                 {heads_agree({S, "--heads", "2", "--stages", "weights"}, 2)}});
-    L.push_back({"Putting the heads back together",
-                 {"Each head mixes its own values; the contexts are concatenated and W_O mixes them into the output."},
-                 {run_of(S, {"--heads", "2", "--stages", "context,output"})},
-                 {concat_width({S, "--heads", "2", "--stages", "context"})}});
+    L.push_back(step("heads.split", {run_of(S, {"--heads", "2", "--stages", "Q", "--head", "0"})},
+                     {head_width({S, "--heads", "2", "--stages", "Q"})}));
+    L.push_back(step("heads.weights", {run_of(S, {"--heads", "2", "--stages", "weights"})},
+                     {heads_agree({S, "--heads", "2", "--stages", "weights"}, 2)}));
+    L.push_back(step("heads.concat", {run_of(S, {"--heads", "2", "--stages", "context,output"})},
+                     {concat_width({S, "--heads", "2", "--stages", "context"})}));
     return L;
 }
 

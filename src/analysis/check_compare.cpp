@@ -56,7 +56,7 @@ StageCheck check_stage(const StageView& s, const Theirs* t) {
     for (std::size_t k = 0; k < r.size(); ++k) r[k] = s.at(k);
     const Cmp c = compare(t->values, r, t->tol);
     sc.given = true, sc.their_name = t->name, sc.dtype = t->array->dtype, sc.axes = t->layout.name();
-    sc.precision = t->precision;
+    sc.precision = t->precision, sc.reading = t->reading;
     sc.their_shape = t->array->shape, sc.tol = t->tol, sc.match = c.match, sc.max_abs_diff = c.max_abs;
     sc.relative_error = c.relative, sc.mismatched = c.bad, sc.cells = r.size();
     sc.rtol_needed = c.needed, sc.nonfinite = c.nonfinite, sc.large_negative_fill = c.large_negative;

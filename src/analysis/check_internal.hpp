@@ -122,6 +122,7 @@ struct Theirs {
     std::vector<double> values;    // in the reference's order
     std::string precision;         // precision_of(its dtype, {dtype})
     Tolerance tol;
+    std::string reading;  // why a name of two meanings was read as this stage ("" otherwise)
 };
 
 // A TransformerLens cache name without its prefix: "blocks.0.attn.hook_q" -> "q",

@@ -37,6 +37,43 @@ void check_input_array(const Bundle& inputs, const std::string& where, const std
                          " at " + shape_str(unravel(c.at, a.shape)) + "): tensors of another bundle?");
 }
 
+// A bare attn_scores (no hook prefix) is TransformerLens's scores after the mask in one
+// library and the scaled scores before it in many others: read by its content. A cell at
+// -inf or a fill value (<= kLargeNegative: -1e9, -10000, the dtype's lowest) is a mask
+// applied, so masked_scores; every cell finite above it, the scores; and the other of the
+// two when THEIRS names one of them already (`named`). `reading` says which and why.
+Stage bare_scores_stage(const TraceView& ref, const std::vector<double>& values, std::optional<Stage> named,
+                        std::string& reading) {
+    const bool has_masked = ref.find(kMaskedScores) != nullptr;
+    if (named == kScores && has_masked) {
+        reading = "read as masked_scores: a bare attn_scores beside scores of their own";
+        return kMaskedScores;
+    }
+    if (named == kMaskedScores) {
+        reading = "read as scores: a bare attn_scores beside masked_scores of their own";
+        return kScores;
+    }
+    const bool filled = std::any_of(values.begin(), values.end(), [](double v) { return v <= kLargeNegative; });
+    if (filled && has_masked) {
+        reading = "read as masked_scores: a bare attn_scores with -inf or a fill value (<= -1e4), a mask applied";
+        return kMaskedScores;
+    }
+    reading = "read as scores: a bare attn_scores with no -inf and no fill value (<= -1e4), before the mask";
+    return kScores;
+}
+
+// The stage scores or masked_scores when an array of THEIRS other than a bare attn_scores
+// names it.
+std::optional<Stage> scores_named(const Bundle& theirs) {
+    for (const auto& [name, array] : theirs.arrays) {
+        bool hook = false;
+        if (without_hook_prefix(name, &hook) == "attn_scores" && !hook) continue;
+        const auto id = stage_of_name(name);
+        if (id == kScores || id == kMaskedScores) return id;
+    }
+    return std::nullopt;
+}
+
 }  // namespace
 
 std::string without_hook_prefix(std::string_view name, bool* had_prefix) {
@@ -78,9 +115,10 @@ std::map<Stage, Theirs> read_theirs(const TraceView& ref, const Bundle& inputs, 
             inputs_found.push_back(name);
             continue;
         }
-        const auto id = stage_of_name(name);
+        auto id = stage_of_name(name);
         bool hook = false;
-        without_hook_prefix(name, &hook);
+        const bool bare_scores = without_hook_prefix(name, &hook) == "attn_scores" && !hook;
+        if (bare_scores) id = kScores;  // read by its content below (masked_scores has the same axes)
         if (!id && hook)
             throw InputError(where +
                              ": a TransformerLens hook that is no attention stage (keep one layer's "
@@ -103,6 +141,12 @@ std::map<Stage, Theirs> read_theirs(const TraceView& ref, const Bundle& inputs, 
         const std::vector<double> raw = array.doubles();
         t.values.resize(raw.size());
         for (std::size_t k = 0; k < raw.size(); ++k) t.values[t.map[k]] = raw[k];
+        if (bare_scores) {
+            id = bare_scores_stage(ref, t.values, scores_named(theirs), t.reading);
+            if (given.count(*id))
+                throw InputError(where + ": " + t.reading + ", the stage " + stage_name(*id) + " of " +
+                                 given[*id].name + "; keep one of them");
+        }
         given[*id] = std::move(t);
     }
     return given;

@@ -15,10 +15,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,8 @@ using namespace lesson;
 
 constexpr const char* kSchema = "attnscope.lesson/1";
 constexpr std::size_t kMaxWidth = 80;
+constexpr std::size_t kSubjectKeys = 2;   // the keys lesson zeroes key 1
+constexpr std::size_t kMaxAnswer = 1024;  // bytes of an answer line
 
 struct LessonOptions {
     std::string topic, data, bundle, model, text;
@@ -63,10 +67,12 @@ std::optional<Subject> subject_of(const LessonOptions& o, const Topic& topic) {
         if (o.layer) s.run = with(s.run, {"--layer"}), s.run.push_back(std::to_string(*o.layer));
         s.name = "layer " + std::to_string(o.layer.value_or(0)) + " of " + o.model;
     }
-    Args check = {"run"};
-    check.insert(check.end(), s.run.begin(), s.run.end());
-    const Captured c = capture(with(check, {"--head", s.head.c_str(), "--stages", "weights", "--json"}));
-    if (c.code != 0) throw InputError(escape_control(c.out.substr(0, c.out.find('\n'))));
+    // Computed once here: a bundle or text the topic cannot use is refused before any step.
+    const Run run = compute(with(s.run, {"--head", s.head.c_str(), "--stages", "weights"}));
+    if (dim(run, "Tk") < kSubjectKeys)
+        throw InputError("lesson " + o.topic + ": " + escape_control(s.name) + " has " +
+                         std::to_string(dim(run, "Tk")) + " key; the lesson zeroes key 1, so it needs " +
+                         std::to_string(kSubjectKeys) + " or more (a longer text)");
     return s;
 }
 
@@ -106,24 +112,35 @@ std::vector<std::string> wrap_words(const std::string& text, std::size_t width, 
     return out;
 }
 
-// `line` in pieces of at most `width` columns (a command's output that is wider): words
-// wrapped, with the line's indent and two more; a word wider than the room is cut.
-std::vector<std::string> fit(const std::string& line, std::size_t width) {
-    if (display_width(line) <= width) return {line};
-    const std::size_t lead = line.find_first_not_of(' ');
-    const std::string indent(std::min<std::size_t>(lead == std::string::npos ? 0 : lead, width / 2) + 2, ' ');
-    std::vector<std::string> out, cut;
-    std::string piece;
+// `word` in pieces of at most `room` columns (only a word wider than a line is cut).
+std::vector<std::string> cut_word(const std::string& word, std::size_t room) {
+    std::vector<std::string> out(1);
     std::size_t cols = 0;
     char32_t cp = 0;
-    for (std::size_t k = 0; k < line.size();) {
-        const std::size_t n = next_code_point(line, k, cp), w = column_width(cp);
-        if (cols + w > width - indent.size()) cut.push_back(piece), piece.clear(), cols = 0;
-        piece.append(line, k, n), cols += w, k += n;
+    for (std::size_t k = 0; k < word.size();) {
+        const std::size_t n = next_code_point(word, k, cp), w = column_width(cp);
+        if (cols + w > room && cols > 0) out.emplace_back(), cols = 0;
+        out.back().append(word, k, n), cols += w, k += n;
     }
-    cut.push_back(piece);
-    for (const auto& c : cut)
-        for (const auto& l : wrap_words(c, width, out.empty() ? "" : indent)) out.push_back(l);
+    return out;
+}
+
+// `line` in lines of at most `width` columns (a command's output that is wider): wrapped
+// between words (a number is never cut), later lines with the line's indent and two more.
+std::vector<std::string> fit(const std::string& line, std::size_t width) {
+    if (display_width(line) <= width) return {line};
+    const std::size_t lead = std::min(line.find_first_not_of(' '), line.size());
+    const std::string indent(std::min<std::size_t>(lead, width / 2) + 2, ' ');
+    std::vector<std::string> out = {line.substr(0, lead)};
+    std::size_t cols = lead;
+    bool empty = true;  // out.back() holds only its indent
+    std::istringstream words(line.substr(lead));
+    for (std::string word; words >> word;)
+        for (const std::string& piece : cut_word(word, width - indent.size())) {
+            const std::size_t w = display_width(piece);
+            if (!empty && cols + 1 + w > width) out.push_back(indent), cols = indent.size(), empty = true;
+            out.back() += (empty ? "" : " ") + piece, cols += (empty ? 0 : 1) + w, empty = false;
+        }
     return out;
 }
 
@@ -147,16 +164,110 @@ std::string shape_of(const std::string& s) {
     return out;
 }
 
+// An answer's arithmetic: numbers (".25", "2.5e-1"), + - * / ^ (or **), parentheses, the
+// constant e and sqrt, exp, log (natural) of a parenthesised argument; spaces anywhere.
+// Nothing else is read: no names, no calls but those.
+class Arithmetic {
+   public:
+    explicit Arithmetic(const std::string& text) : s_(text) {}
+    std::optional<double> value() {
+        const std::optional<double> v = sum();
+        skip();
+        return v && k_ == s_.size() ? v : std::nullopt;
+    }
+
+   private:
+    static constexpr int kMaxDepth = 64;
+    const std::string& s_;
+    std::size_t k_ = 0;
+    int depth_ = 0;
+
+    void skip() {
+        while (k_ < s_.size() && (s_[k_] == ' ' || s_[k_] == '\t')) ++k_;
+    }
+    bool eat(const char* word) {
+        skip();
+        const std::size_t n = std::strlen(word);
+        if (s_.compare(k_, n, word) != 0) return false;
+        return k_ += n, true;
+    }
+    std::optional<double> sum() {
+        std::optional<double> v = product();
+        for (int sign; v && ((sign = eat("+") ? 1 : eat("-") ? -1 : 0) != 0);)
+            if (const auto r = product())
+                v = *v + sign * *r;
+            else
+                return std::nullopt;
+        return v;
+    }
+    std::optional<double> product() {
+        std::optional<double> v = unary();
+        for (char op; v && (op = eat("*") ? '*' : eat("/") ? '/' : 0) != 0;)  // power() took "**"
+            if (const auto r = unary())
+                v = op == '*' ? *v * *r : *v / *r;
+            else
+                return std::nullopt;
+        return v;
+    }
+    std::optional<double> unary() {
+        if (++depth_ > kMaxDepth) return std::nullopt;
+        std::optional<double> v = eat("-") ? neg(unary()) : eat("+") ? unary() : power();
+        --depth_;
+        return v;
+    }
+    static std::optional<double> neg(std::optional<double> v) { return v ? std::optional<double>(-*v) : v; }
+    std::optional<double> power() {  // right to left: 2^3^2 = 2^9; -2^2 = -(2^2)
+        const std::optional<double> base = atom();
+        if (!base || !(eat("^") || eat("**"))) return base;
+        const std::optional<double> e = unary();
+        return e ? std::optional<double>(std::pow(*base, *e)) : e;
+    }
+    std::optional<double> call(double (*f)(double)) {
+        if (!eat("(")) return std::nullopt;
+        const std::optional<double> v = sum();
+        return v && eat(")") ? std::optional<double>(f(*v)) : std::nullopt;
+    }
+    std::optional<double> atom() {
+        skip();
+        if (eat("sqrt")) return call([](double x) { return std::sqrt(x); });
+        if (eat("exp")) return call([](double x) { return std::exp(x); });
+        if (eat("log")) return call([](double x) { return std::log(x); });
+        if (eat("(")) {
+            const std::optional<double> v = sum();
+            return v && eat(")") ? v : std::nullopt;
+        }
+        if (eat("e")) return std::exp(1.0);
+        return number();
+    }
+    std::optional<double> number() {
+        const std::size_t from = k_;
+        const auto digits = [&] {
+            const std::size_t at = k_;
+            while (k_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[k_]))) ++k_;
+            return k_ > at;
+        };
+        const bool whole = digits(), frac = k_ < s_.size() && s_[k_] == '.' && (++k_, digits());
+        if (!whole && !frac) return std::nullopt;
+        if (k_ < s_.size() && s_[k_] == 'e') {  // an exponent, when digits follow: "1e-3"
+            const std::size_t mark = k_++;
+            if (k_ < s_.size() && (s_[k_] == '+' || s_[k_] == '-')) ++k_;
+            if (!digits()) k_ = mark;
+        }
+        return std::strtod(s_.substr(from, k_ - from).c_str(), nullptr);
+    }
+};
+
 bool is_right(const Question& q, const std::string& given) {
     const std::string a = lower_trimmed(given);
     if (a.empty()) return false;
     if (q.numbers) return shape_of(a) == q.accepted.at(0);
     for (const auto& ok : q.accepted)
         if (a == lower_trimmed(ok)) return true;
-    if (q.number) {
-        char* end = nullptr;
-        const double x = std::strtod(a.c_str(), &end);
-        if (end && *end == 0 && std::fabs(x - *q.number) <= q.tolerance) return true;
+    if (q.number) {  // any arithmetic of the right value: "0.25", ".25", "1/4", "1/sqrt(16)"
+        std::string typed = given;
+        for (char& c : typed) c = char(std::tolower(static_cast<unsigned char>(c)));
+        for (const std::string& text : {typed, a})
+            if (const auto x = Arithmetic(text).value(); x && std::fabs(*x - *q.number) <= q.tolerance) return true;
     }
     return false;
 }
@@ -170,11 +281,21 @@ struct Terminal {
     void say(const std::string& text, const std::string& indent = "") const {
         for (const auto& l : wrap_words(text, width, indent)) std::cout << l << '\n';
     }
-    // One line of input; nothing once the input has ended.
+    // One line of input, nothing once the input has ended. A line is at most kMaxAnswer
+    // bytes of text: a longer one, or a NUL byte (not text), is refused (InputError).
     std::optional<std::string> read_line() {
         std::cout.flush();
+        if (input_ended) return std::nullopt;
         std::string line;
-        if (input_ended || !std::getline(std::cin, line)) return input_ended = true, std::nullopt;
+        for (int c; (c = std::cin.get()) != std::char_traits<char>::eof() && c != '\n';) {
+            if (c == 0) throw InputError("<stdin>: an answer holds a NUL byte; expected a line of text");
+            if (line.size() == kMaxAnswer)
+                throw InputError("<stdin>: an answer longer than " + std::to_string(kMaxAnswer) +
+                                 " bytes; expected one line");
+            line += char(c);
+        }
+        if (!std::cin) input_ended = true;
+        if (input_ended && line.empty()) return std::nullopt;
         return line;
     }
     void pause(const char* what) {
@@ -204,17 +325,42 @@ std::string unscratched(std::string s, const Places& p) {
     return s;
 }
 
+// `a` as a POSIX shell reads it back as one word: bare when it holds only characters no
+// shell treats specially, else in single quotes (a ' inside as '\'').
+std::string shell_quoted(const std::string& a) {
+    const auto plain = [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_@%+=:,./-", c) != nullptr;
+    };
+    if (!a.empty() && std::all_of(a.begin(), a.end(), plain)) return a;
+    std::string q = "'";
+    for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+// The words of `attnscope ARGS` as a shell reads them back, scratch paths by file name.
+std::vector<std::string> shown_words(const Args& args, const Places& p) {
+    std::vector<std::string> words = {"attnscope"};
+    for (const auto& a : args) words.push_back(shell_quoted(unscratched(a, p)));
+    return words;
+}
+
 std::string shown_command(const Args& args, const Places& p) {
-    std::string s = "$ attnscope";
-    for (const auto& a : args) s += " " + (a.find_first_of(" '") != std::string::npos ? "'" + a + "'" : a);
-    return unscratched(s, p);
+    std::string s;
+    for (const auto& w : shown_words(args, p)) s += (s.empty() ? "" : " ") + w;
+    return s;
 }
 
 void show_command(Terminal& t, const Args& args, const Places& p) {
-    // Wrapped as a shell continues a line, so that it can be copied as shown.
-    const std::vector<std::string> lines = wrap_words(shown_command(args, p), t.width - 6);
-    for (std::size_t k = 0; k < lines.size(); ++k)
-        std::cout << (k ? "    " : "") << lines[k] << (k + 1 < lines.size() ? " \\" : "") << '\n';
+    // Wrapped between words as a shell continues a line, so that it can be copied as shown
+    // (a word is never cut: inside quotes a backslash-newline would be kept).
+    std::vector<std::string> lines = {"$"};
+    for (const auto& w : shown_words(args, p)) {
+        const std::string word = escape_control(w);
+        if (lines.back().size() > 4 && display_width(lines.back()) + 1 + display_width(word) + 2 > t.width)
+            lines.push_back("   ");
+        lines.back() += " " + word;
+    }
+    for (std::size_t k = 0; k < lines.size(); ++k) std::cout << lines[k] << (k + 1 < lines.size() ? " \\" : "") << '\n';
     t.pause("run it");
     Args real = args;
     if (args.at(0) == "run")
@@ -255,7 +401,7 @@ int write_json(const LessonOptions& o, const std::vector<Step>& steps, const Pla
             w.newline().begin_object().key("id").value(q.id).key("step").value(s + 1).key("question").value(q.text);
             w.key("answer").value(q.answer).key("accepted").list(q.accepted).key("number");
             q.number ? w.value(*q.number) : w.value(nullptr);
-            const std::string shown = shown_command(steps[s].commands.back(), p).substr(2);
+            const std::string shown = shown_command(steps[s].commands.back(), p);
             w.key("why").value(q.why).key("command").value(shown).end_object();
         }
     w.end_array().end_object();
@@ -335,7 +481,7 @@ Subcommand setup_lesson_command(CLI::App& parent) {
     cmd->add_flag("--no-pause", o->no_pause, "Run straight through, answers shown");
     cmd->add_flag("--quiz", o->quiz, "Only the questions, read from standard input, and a score");
     cmd->add_flag("--json", o->json, "The questions and their answers as JSON, for a grader");
-    cmd->add_option("--data", o->data, "The folder of the example bundles (default: data/)");
+    cmd->add_option("--data", o->data, "The folder of the example bundles (default: data/)")->type_name("=DIR");
     return {cmd, [o] { return run_lesson(*o); }};
 }
 

@@ -1,14 +1,16 @@
 // The pieces of `attnscope lesson` (docs/classroom.md, "attnscope lesson"): a topic is a list
 // of steps; a step shows commands of this same program and asks questions whose answers are
-// computed from runs (run --json), never written into the lesson.
+// computed from runs (in this process, as `run` computes), never written into the lesson.
+// The steps' titles and paragraphs are data: a table in lesson_prose.hpp.
 #pragma once
 
 #include <cstddef>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "run.hpp"
 
 namespace attnscope::cli::lesson {
 
@@ -63,17 +65,27 @@ struct Captured {
     std::string out;  // stdout and stderr together
 };
 std::string self_path();
-Captured capture(const Args& args);  // `attnscope ARGS...` to the end
-nlohmann::json run_json(Args args);  // `run ARGS --json`, parsed
+Captured capture(const Args& args);  // `attnscope ARGS...` to the end, for its output shown
 void run_quietly(const Args& args);  // RuntimeFailure with its words if it fails
 std::string make_scratch();          // a fresh folder, removed by remove_scratch
 void remove_scratch();               // also run on SIGINT, SIGTERM and SIGHUP
 
-// A stage's element of a run document: [h][i][j] (2-D x) or [b][h][i][j], batch item b.
-double at(const nlohmann::json& doc, const std::string& stage, std::size_t b, std::size_t h, std::size_t i,
-          std::size_t j);
-std::size_t dim(const nlohmann::json& doc, const char* name);
-std::string label(const nlohmann::json& doc, const char* side, std::size_t b, std::size_t i);
+// A run computed in this process from `run`'s arguments (the bundle first; a --head or
+// --batch selects as the run's outputs do): its view, the problem and trace kept alive.
+// A warning of the run (a non-finite input) refuses it (InputError with the warning's
+// words): a lesson's answers are computed from its numbers.
+struct Run {
+    Held held;
+    const TraceView& view() const { return held.view; }
+};
+Run compute(const Args& args);
+
+// A stage's element of a run: [h][i][j] (2-D x) or [b][h][i][j], batch item b.
+double at(const Run& run, const std::string& stage, std::size_t b, std::size_t h, std::size_t i, std::size_t j);
+std::size_t dim(const Run& run, const char* name);  // "Tq", "Tk", "Dm", "H", "Dk", "Dv", "Dout"
+// The token of position i of batch item b on `side` ("query" or "key"), escaped; "q3"/"k3"
+// without tokens.
+std::string label(const Run& run, const char* side, std::size_t b, std::size_t i);
 std::string num(double x);  // "%.4f"
 // Args `a` followed by `more`.
 Args with(Args a, std::initializer_list<const char*> more);

@@ -1,5 +1,5 @@
-// `attnscope lesson`'s runs of this same program, their JSON read, and its scratch folder
-// (src/cli/lesson.hpp).
+// `attnscope lesson`'s runs: computed in this process for the questions, run as this same
+// program for the output shown; and its scratch folder (src/cli/lesson.hpp).
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -11,9 +11,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
+#include <utility>
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
+#include "attnscope/core/attention.hpp"
+#include "attnscope/report/report.hpp"
 #include "lesson.hpp"
 
 extern char** environ;
@@ -65,26 +69,71 @@ void run_quietly(const Args& args) {
     if (c.code != 0) throw RuntimeFailure("lesson: a command failed: " + escape_control(c.out));
 }
 
-nlohmann::json run_json(Args args) {
-    args.insert(args.begin(), "run");
-    args.push_back("--json");
-    const Captured c = capture(args);
-    if (c.code != 0) throw RuntimeFailure("lesson: a run failed: " + escape_control(c.out));
-    return nlohmann::json::parse(c.out);
+namespace {
+
+// `run ARGS` parsed as the command line parses it (its options, a bundle's config).
+RunOptions run_options(const Args& args) {
+    CLI::App app;
+    RunOptions o;
+    CLI::App* run = setup_run(app, o);
+    std::vector<std::string> reversed = {args.rbegin(), args.rend()};  // CLI11 reads them from the back
+    reversed.push_back("run");
+    app.parse(reversed);
+    if (!run->parsed()) throw RuntimeFailure("lesson: not a run");
+    o.validate();
+    return o;
 }
 
-double at(const nlohmann::json& doc, const std::string& stage, std::size_t b, std::size_t h, std::size_t i,
-          std::size_t j) {
-    const auto& d = doc["stages"][stage]["data"];
-    return (doc["config"]["batched"].get<bool>() ? d[b] : d)[h][i][j].get<double>();
+template <typename T>
+Run compute_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit) {
+    Problem<T> problem = problem_of<T>(o, bundle, spec, limit);
+    TextOptions chosen;  // the batch items and heads asked for must exist, as run checks them
+    chosen.batches = o.batches, chosen.heads = o.heads_shown;
+    check_selection(chosen, problem.dims);
+    if (!problem.warnings.empty())  // a lesson's answers are read from its numbers
+        throw InputError(escape_control(problem.warnings.front()) + " (a lesson needs finite inputs)");
+    const StageSet keep = stage_set(parse_stage_list(o.stages)) & stages_of(problem);
+    const auto a = attend_checked<T>(bundle, std::move(problem), keep, o.threads, limit);
+    if (o.batches.empty() && o.heads_shown.empty()) return {held(a)};
+    return {Held{select_view(a->view, o.batches, o.heads_shown), a}};
 }
 
-std::size_t dim(const nlohmann::json& doc, const char* name) { return doc["dims"][name].get<std::size_t>(); }
+}  // namespace
 
-std::string label(const nlohmann::json& doc, const char* side, std::size_t b, std::size_t i) {
-    const auto& t = doc["tokens"][side];
-    if (t.is_null()) return (side[0] == 'q' ? "q" : "k") + std::to_string(i);
-    return escape_control((doc["config"]["batched"].get<bool>() ? t[b] : t)[i].get<std::string>());
+Run compute(const Args& args) {
+    const RunOptions o = run_options(args);
+    Spec spec = spec_of(o);
+    check_conflicts(o, Scope::run);
+    const std::size_t limit = memory_limit(o);
+    const Bundle bundle = load_inputs(o, limit, spec);
+    return o.dtype == Precision::float32 ? compute_typed<float>(o, bundle, spec, limit)
+                                         : compute_typed<double>(o, bundle, spec, limit);
+}
+
+double at(const Run& run, const std::string& stage, std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+    const StageView& s = run.view().stage(stage);
+    const std::size_t cols = s.shape.back();
+    return s.at(matrix_offset(s, b, h) + i * cols + j);
+}
+
+std::size_t dim(const Run& run, const char* name) {
+    const Dims& d = run.view().dims;
+    const std::string n = name;
+    for (const auto& [key, value] : {std::pair<const char*, std::size_t>{"Tq", d.Tq},
+                                     {"Tk", d.Tk},
+                                     {"Dm", d.Dm},
+                                     {"H", d.H},
+                                     {"Dk", d.Dk},
+                                     {"Dv", d.Dv},
+                                     {"Dout", d.Dout}})
+        if (n == key) return value;
+    throw std::logic_error("lesson: no dimension " + n);
+}
+
+std::string label(const Run& run, const char* side, std::size_t b, std::size_t i) {
+    const TokenLabels& t = side[0] == 'q' ? run.view().query_tokens : run.view().key_tokens;
+    if (t.empty()) return (side[0] == 'q' ? "q" : "k") + std::to_string(i);
+    return escape_control(t[run.view().batched ? b : 0][i]);
 }
 
 // Four decimals, as the tables print; an exact zero as "0" (a masked key's weight), and a

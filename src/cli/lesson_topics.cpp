@@ -1,11 +1,12 @@
 // The topics of `attnscope lesson` (docs/classroom.md, "attnscope lesson"): each a few steps
 // over data/'s bundles (or bundles `attnscope make` writes into a scratch folder), and
-// questions whose answers are read from the runs' JSON (src/cli/lesson.hpp).
+// questions whose answers are read from the runs, computed in this process (src/cli/lesson.hpp).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "lesson.hpp"
+#include "lesson_prose.hpp"
 
 namespace attnscope::cli::lesson {
 namespace {
@@ -25,7 +26,7 @@ Question yes_no(std::string id, std::string text, bool yes, std::string why) {
 }
 
 // Row i of head h, batch item b: the key with the largest weight.
-std::size_t argmax_row(const nlohmann::json& doc, std::size_t b, std::size_t h, std::size_t i) {
+std::size_t argmax_row(const Run& doc, std::size_t b, std::size_t h, std::size_t i) {
     std::size_t best = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j)
         if (at(doc, "weights", b, h, i, j) > at(doc, "weights", b, h, i, best)) best = j;
@@ -37,7 +38,7 @@ std::size_t argmax_row(const nlohmann::json& doc, std::size_t b, std::size_t h, 
 // Which key query `q` of head 0 weights most: the label (keys sharing it tie) or its index.
 // `head` names the run's head 0 (a run of one --head).
 Question strongest_key(const std::string& bundle, const Args& args, std::size_t q, const std::string& head = "0") {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     q = std::min(q, dim(doc, "Tq") - 1);
     const std::size_t Tk = dim(doc, "Tk"), best = argmax_row(doc, 0, 0, q);
     const auto w = [&](std::size_t j) { return at(doc, "weights", 0, 0, q, j); };
@@ -60,7 +61,7 @@ Question strongest_key(const std::string& bundle, const Args& args, std::size_t 
 }
 
 Question softmax_axis(const Args& args, const std::string& head = "0") {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::string terms;
     double sum = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) {
@@ -78,9 +79,9 @@ Question softmax_axis(const Args& args, const std::string& head = "0") {
 }
 
 Question scale_factor(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const std::size_t Dk = dim(doc, "Dk");
-    const double s = doc["config"]["scale"].get<double>();
+    const double s = doc.view().scale;
     Question Q;
     Q.id = "scale";
     Q.text = "Queries and keys share Dk = " + str(Dk) +
@@ -88,14 +89,13 @@ Question scale_factor(const Args& args) {
     Q.answer = num(s);
     Q.number = s;
     Q.accepted = {"1/sqrt(" + str(Dk) + ")", "1/sqrt(dk)", "1/√" + str(Dk)};
-    Q.why = "scale = " + doc["config"]["scale_source"].get<std::string>() + " = " + num(s) +
+    Q.why = "scale = " + doc.view().scale_source + " = " + num(s) +
             ": dot products of Dk features grow like sqrt(Dk); dividing keeps the softmax from saturating.";
     return Q;
 }
 
 // `queries` and `keys` say what they are ("French queries"; "queries" by default).
-Question scores_shape(const nlohmann::json& doc, const std::string& queries = "queries",
-                      const std::string& keys = "keys") {
+Question scores_shape(const Run& doc, const std::string& queries = "queries", const std::string& keys = "keys") {
     const std::size_t Tq = dim(doc, "Tq"), Tk = dim(doc, "Tk");
     Question Q;
     Q.id = "scores-shape";
@@ -109,7 +109,7 @@ Question scores_shape(const nlohmann::json& doc, const std::string& queries = "q
     return Q;
 }
 
-Question cross_keys(const nlohmann::json& doc) {
+Question cross_keys(const Run& doc) {
     Question Q;
     Q.id = "cross-keys";
     Q.text = "In cross-attention, where do the keys come from: x (the decoder) or memory (the encoder)?";
@@ -121,13 +121,13 @@ Question cross_keys(const nlohmann::json& doc) {
 }
 
 std::vector<Question> cross_questions(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     return {scores_shape(doc, "French queries", "English keys"), cross_keys(doc)};
 }
 
 // Batch item 1 of a padded bundle, row 0 of head 0, and what its <pad> keys get.
 Question pad_weight(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::string row;
     double pads = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) {
@@ -148,9 +148,9 @@ Question pad_weight(const Args& args) {
 }
 
 Question zeroed_key(const Args& args, std::size_t J, const std::string& head = "0") {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     double lo = 1, hi = 0;
-    const bool causal = doc["config"]["causal"].get<bool>();  // rows before J do not see key J
+    const bool causal = doc.view().spec.causal;  // rows before J do not see key J
     for (std::size_t i = causal ? J : 0; i < dim(doc, "Tq"); ++i)
         lo = std::min(lo, at(doc, "weights", 0, 0, i, J)), hi = std::max(hi, at(doc, "weights", 0, 0, i, J));
     Question Q = yes_no("zeroed-key",
@@ -165,7 +165,7 @@ Question zeroed_key(const Args& args, std::size_t J, const std::string& head = "
 // The output row of query q (head 0, feature 0) worked out with the values and, wrongly,
 // with the keys: the run's context matches the first.
 Question keys_or_values(const Args& args, std::size_t q) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     q = std::min(q, dim(doc, "Tq") - 1);
     double by_v = 0, by_k = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) {
@@ -190,6 +190,13 @@ Question keys_or_values(const Args& args, std::size_t q) {
 
 // ---- the topics -----------------------------------------------------------------------
 
+// A step: its title and paragraphs from the prose table (lesson_prose.hpp), its commands
+// and questions from the runs.
+Step step(std::string_view key, std::vector<Args> commands, std::vector<Question> questions) {
+    const Prose& p = prose(key);
+    return {p.title, p.words, std::move(commands), std::move(questions)};
+}
+
 // `attnscope run` over the subject, its head last (shown), or without it (asked: the run's head 0).
 Args on(const Subject& s, Args more, bool shown = true) {
     Args a = {"run"};
@@ -205,21 +212,12 @@ std::vector<Step> subject_steps(const Subject& s, bool given) {
         return tail(on(s, with(std::move(more), {"--stages", stages}), false));
     };
     std::vector<Step> L;
-    L.push_back({"Keys and the score matrix",
-                 {"Each position has a query q_i = x_i · W_Q (what it looks for) and a key k_j = x_j · W_K (an "
-                  "address to match). scores = Q · Kᵀ: one row per query, one column per key. In self-attention "
-                  "queries and keys come from the same sentence."},
-                 {on(s, {"--stages", "scores,weights"})},
-                 {strongest_key(s.name, asked("scores,weights"), 2, s.head)}});
-    if (given) L.back().questions.push_back(scores_shape(run_json(asked("scores"))));
-    L.push_back({"Scaling and Dk",
-                 {"Q and K share one width, Dk, so q_i · k_j is defined. The scores are scaled before the softmax."},
-                 {with(on(s, {"--stages", "scores"}), {"--explain"})},
-                 {scale_factor(asked("scores"))}});
-    L.push_back({"Softmax over the keys",
-                 {"The weights of one query come from a softmax along its row of scores."},
-                 {on(s, {"--stages", "weights"})},
-                 {softmax_axis(asked("weights"), s.head)}});
+    L.push_back(step("keys.scores", {on(s, {"--stages", "scores,weights"})},
+                     {strongest_key(s.name, asked("scores,weights"), 2, s.head)}));
+    if (given) L.back().questions.push_back(scores_shape(compute(asked("scores"))));
+    L.push_back(
+        step("keys.scale", {with(on(s, {"--stages", "scores"}), {"--explain"})}, {scale_factor(asked("scores"))}));
+    L.push_back(step("keys.softmax", {on(s, {"--stages", "weights"})}, {softmax_axis(asked("weights"), s.head)}));
     return L;
 }
 
@@ -229,38 +227,26 @@ std::vector<Step> keys_lesson(Places& p) {
     const Args P = run_of(p.at("padded.json")), C = run_of(p.at("cross.json"));
     std::vector<Step> L = subject_steps(s, given);
     if (!given) {
-        L.push_back({"Padding masks",
-                     {"Sentences of different lengths are padded to one length; key_padding_mask (1 = PAD) hides "
-                      "the padding keys from every query."},
-                     {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
-                     {pad_weight(tail(with(P, {"--stages", "weights"})))}});
-        L.push_back({"Cross-attention",
-                     {"A translator's decoder attends the encoder's output, the memory: French target tokens ask, "
-                      "English source tokens answer."},
-                     {with(C, {"--stages", "scores", "--head", "0"})},
-                     cross_questions(tail(with(C, {"--stages", "scores"})))});
+        L.push_back(step("keys.padding", {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
+                         {pad_weight(tail(with(P, {"--stages", "weights"})))}));
+        L.push_back(step("keys.cross", {with(C, {"--stages", "scores", "--head", "0"})},
+                         cross_questions(tail(with(C, {"--stages", "scores"})))));
     }
-    L.push_back({"A zeroed key is not a masked key",
-                 {"An experiment: set one key vector to 0 and look at its column."},
-                 {on(s, {"--zero-key", "1", "--stages", "weights"})},
-                 {zeroed_key(tail(on(s, {"--zero-key", "1", "--stages", "weights"}, false)), 1, s.head)}});
-    L.push_back({"Keys versus values",
-                 {"Keys and values are computed from the same tokens by different matrices, W_K and W_V."},
-                 {on(s, {"--stages", "V,context"})},
-                 {keys_or_values(tail(on(s, {"--stages", "K,V,weights,context"}, false)), 2)}});
+    L.push_back(step("keys.zeroed", {on(s, {"--zero-key", "1", "--stages", "weights"})},
+                     {zeroed_key(tail(on(s, {"--zero-key", "1", "--stages", "weights"}, false)), 1, s.head)}));
+    L.push_back(step("keys.values", {on(s, {"--stages", "V,context"})},
+                     {keys_or_values(tail(on(s, {"--stages", "K,V,weights,context"}, false)), 2)}));
     return L;
 }
 
 // ---- scaling and Dk ---------------------------------------------------------------------
 
 // The largest weight of query q in head 0, from a run.
-double row_max(const nlohmann::json& doc, std::size_t q) {
-    return at(doc, "weights", 0, 0, q, argmax_row(doc, 0, 0, q));
-}
+double row_max(const Run& doc, std::size_t q) { return at(doc, "weights", 0, 0, q, argmax_row(doc, 0, 0, q)); }
 
 Question unscaled_max(const std::string& S, std::size_t q) {
-    const nlohmann::json a = run_json({S, "--heads", "2", "--stages", "weights"});
-    const nlohmann::json b = run_json({S, "--heads", "2", "--scale", "none", "--stages", "weights"});
+    const Run a = compute({S, "--heads", "2", "--stages", "weights"});
+    const Run b = compute({S, "--heads", "2", "--scale", "none", "--stages", "weights"});
     const bool larger = row_max(b, q) > row_max(a, q);
     Question Q;
     Q.id = "unscaled-max";
@@ -275,7 +261,7 @@ Question unscaled_max(const std::string& S, std::size_t q) {
 }
 
 // The standard deviation of head 0's scores over every (query, key).
-double score_sd(const nlohmann::json& doc) {
+double score_sd(const Run& doc) {
     const std::size_t Tq = dim(doc, "Tq"), Tk = dim(doc, "Tk");
     double s = 0, s2 = 0;
     for (std::size_t i = 0; i < Tq; ++i)
@@ -287,8 +273,8 @@ double score_sd(const nlohmann::json& doc) {
 }
 
 Question spread_growth(const std::string& small, const std::string& big) {
-    const nlohmann::json a = run_json({small, "--scale", "none", "--stages", "scores"});
-    const nlohmann::json b = run_json({big, "--scale", "none", "--stages", "scores"});
+    const Run a = compute({small, "--scale", "none", "--stages", "scores"});
+    const Run b = compute({big, "--scale", "none", "--stages", "scores"});
     const std::size_t da = dim(a, "Dk"), db = dim(b, "Dk");
     const double r = score_sd(b) / score_sd(a), root = std::sqrt(double(db) / double(da)), whole = double(db / da);
     const bool by_root = std::fabs(std::log(r / root)) < std::fabs(std::log(r / whole));
@@ -310,7 +296,7 @@ Question spread_growth(const std::string& small, const std::string& big) {
 Question one_hot_rows(const std::string& big, bool scaled) {
     Args args = {big, "--stages", "weights"};
     if (!scaled) args = with(args, {"--scale", "none"});
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::size_t n = 0;
     std::string maxes;
     for (std::size_t i = 0; i < dim(doc, "Tq"); ++i) {
@@ -334,25 +320,20 @@ std::vector<Step> scaling_lesson(Places& p) {
     const Args make_big = {"make", "-o", big, "--dk", "1024", "--seed", "1", "--force"};
     run_quietly(make_small), run_quietly(make_big);
     std::vector<Step> L;
-    L.push_back({"The scale",
-                 {"scores = Q · Kᵀ · scale: each score is a dot product of Dk features, scaled before the softmax."},
-                 {run_of(S, {"--heads", "2", "--stages", "scores", "--head", "0", "--explain"})},
-                 {scale_factor({S, "--heads", "2", "--stages", "scores"})}});
-    L.push_back({"Without the scale",
-                 {"The same run twice, with the scale and without it (--scale none)."},
-                 {run_of(S, {"--heads", "2", "--stages", "weights", "--head", "0"}),
-                  run_of(S, {"--heads", "2", "--scale", "none", "--stages", "weights", "--head", "0"})},
-                 {unscaled_max(S, 2)}});
-    L.push_back({"Dk grows",
-                 {"Two bundles made alike but for Dk (attnscope make, in a scratch folder), their scores unscaled."},
-                 {make_small, make_big, run_of(small, {"--scale", "none", "--stages", "scores"}),
-                  run_of(big, {"--scale", "none", "--stages", "scores"})},
-                 {spread_growth(small, big)}});
-    L.push_back({"The softmax saturates",
-                 {"Large scores make nearly one-hot rows: --diagnose counts them, without and with the scale."},
-                 {run_of(big, {"--scale", "none", "--diagnose", "--stages", "none"}),
-                  run_of(big, {"--diagnose", "--stages", "none"})},
-                 {one_hot_rows(big, false), one_hot_rows(big, true)}});
+    L.push_back(step("scaling.scale", {run_of(S, {"--heads", "2", "--stages", "scores", "--head", "0", "--explain"})},
+                     {scale_factor({S, "--heads", "2", "--stages", "scores"})}));
+    L.push_back(step("scaling.none",
+                     {run_of(S, {"--heads", "2", "--stages", "weights", "--head", "0"}),
+                      run_of(S, {"--heads", "2", "--scale", "none", "--stages", "weights", "--head", "0"})},
+                     {unscaled_max(S, 2)}));
+    L.push_back(step("scaling.dk",
+                     {make_small, make_big, run_of(small, {"--scale", "none", "--stages", "scores"}),
+                      run_of(big, {"--scale", "none", "--stages", "scores"})},
+                     {spread_growth(small, big)}));
+    L.push_back(step("scaling.saturates",
+                     {run_of(big, {"--scale", "none", "--diagnose", "--stages", "none"}),
+                      run_of(big, {"--diagnose", "--stages", "none"})},
+                     {one_hot_rows(big, false), one_hot_rows(big, true)}));
     return L;
 }
 
@@ -360,7 +341,7 @@ std::vector<Step> scaling_lesson(Places& p) {
 
 // Keys of batch item 1, head 0 that every query gives weight exactly 0.
 Question zero_keys(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::string list, shape;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) {
         bool zero = true;
@@ -382,7 +363,7 @@ Question zero_keys(const Args& args) {
 std::string plain(double x) { return num(x) == "1.0000" ? "1" : num(x); }
 
 Question visible_sum(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     double sum = 0;
     std::string terms;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j)
@@ -399,7 +380,7 @@ Question visible_sum(const Args& args) {
 }
 
 Question causal_visible(const Args& args, std::size_t q) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     std::size_t n = 0, last = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j)
         if (at(doc, "weights", 0, 0, q, j) > 0) ++n, last = j;
@@ -416,7 +397,7 @@ Question causal_visible(const Args& args, std::size_t q) {
 }
 
 Question first_query(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const double w = at(doc, "weights", 0, 0, 0, 0);
     Question Q;
     Q.id = "causal-first";
@@ -431,27 +412,18 @@ std::vector<Step> masks_lesson(Places& p) {
     const Args P = run_of(p.at("padded.json")), C = {"run", p.at("causal.json"), "--causal"};
     const Args PW = tail(with(P, {"--stages", "weights"})), CW = tail(with(C, {"--stages", "weights"}));
     std::vector<Step> L;
-    L.push_back({"Padding",
-                 {"Two sentences of different lengths in one batch: the shorter one is padded with <pad> tokens, "
-                  "and key_padding_mask (1 = PAD) hides them as keys."},
-                 {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
-                 {zero_keys(PW), pad_weight(PW)}});
-    L.push_back({"The rest of the row",
-                 {"A mask takes keys out of the softmax; the keys left share the row."},
-                 {with(P, {"--stages", "masked_scores,weights", "--batch", "1", "--head", "0"})},
-                 {visible_sum(PW)}});
-    L.push_back({"Causal masks",
-                 {"A decoder predicts the next token, so a query may not look ahead: --causal hides every key after "
-                  "the query's own position."},
-                 {with(C, {"--stages", "weights"})},
-                 {causal_visible(CW, 2), first_query(CW)}});
+    L.push_back(step("masks.padding", {with(P, {"--stages", "weights", "--batch", "1", "--head", "0"})},
+                     {zero_keys(PW), pad_weight(PW)}));
+    L.push_back(step("masks.row", {with(P, {"--stages", "masked_scores,weights", "--batch", "1", "--head", "0"})},
+                     {visible_sum(PW)}));
+    L.push_back(step("masks.causal", {with(C, {"--stages", "weights"})}, {causal_visible(CW, 2), first_query(CW)}));
     return L;
 }
 
 // ---- cross-attention -------------------------------------------------------------------
 
 Question softmax_length(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     double sum = 0;
     for (std::size_t j = 0; j < dim(doc, "Tk"); ++j) sum += at(doc, "weights", 0, 0, 0, j);
     Question Q;
@@ -468,7 +440,7 @@ Question softmax_length(const Args& args) {
 }
 
 Question same_sequence(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     bool same = dim(doc, "Tq") == dim(doc, "Tk");
     std::string words;
     for (std::size_t i = 0; same && i < dim(doc, "Tq"); ++i)
@@ -485,27 +457,20 @@ Question same_sequence(const Args& args) {
 std::vector<Step> cross_lesson(Places& p) {
     const std::string X = p.at("cross.json"), S = p.at("sentence.json");
     std::vector<Step> L;
-    L.push_back({"Queries from the decoder, keys from the encoder",
-                 {"A translator's decoder attends the encoder's output, the memory: Q = x · W_Q from the French "
-                  "target tokens, K = memory · W_K and V = memory · W_V from the English source tokens."},
-                 {run_of(X, {"--heads", "2", "--stages", "scores", "--head", "0"})},
-                 cross_questions({X, "--heads", "2", "--stages", "scores"})});
-    L.push_back({"The softmax runs over the source",
-                 {"Each French token spreads its weight over the English tokens."},
-                 {run_of(X, {"--heads", "2", "--stages", "weights", "--head", "0"})},
-                 {softmax_length({X, "--heads", "2", "--stages", "weights"}),
-                  strongest_key("cross.json", {X, "--heads", "2", "--stages", "scores,weights"}, 2)}});
-    L.push_back({"Self-attention, for contrast",
-                 {"An encoder's own layers attend within the source sentence."},
-                 {run_of(S, {"--heads", "2", "--stages", "scores", "--head", "0"})},
-                 {same_sequence({S, "--heads", "2", "--stages", "scores"})}});
+    L.push_back(step("cross.memory", {run_of(X, {"--heads", "2", "--stages", "scores", "--head", "0"})},
+                     cross_questions({X, "--heads", "2", "--stages", "scores"})));
+    L.push_back(step("cross.softmax", {run_of(X, {"--heads", "2", "--stages", "weights", "--head", "0"})},
+                     {softmax_length({X, "--heads", "2", "--stages", "weights"}),
+                      strongest_key("cross.json", {X, "--heads", "2", "--stages", "scores,weights"}, 2)}));
+    L.push_back(step("cross.self", {run_of(S, {"--heads", "2", "--stages", "scores", "--head", "0"})},
+                     {same_sequence({S, "--heads", "2", "--stages", "scores"})}));
     return L;
 }
 
 // ---- keys versus values ----------------------------------------------------------------
 
 Question k_equals_v(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     bool same = dim(doc, "Dk") == dim(doc, "Dv");
     for (std::size_t j = 0; same && j < dim(doc, "Tk"); ++j)
         for (std::size_t d = 0; same && d < dim(doc, "Dk"); ++d)
@@ -523,7 +488,7 @@ Question k_equals_v(const Args& args) {
 }
 
 Question zeroed_value(const Args& args, std::size_t J, std::size_t q) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const double w = at(doc, "weights", 0, 0, q, J);
     return yes_no("zeroed-key-value",
                   "After --zero-key " + str(J) + " (key '" + label(doc, "key", 0, J) + "' set to 0), is value '" +
@@ -537,26 +502,20 @@ Question zeroed_value(const Args& args, std::size_t J, std::size_t q) {
 std::vector<Step> values_lesson(Places& p) {
     const std::string S = p.at("sentence.json");
     std::vector<Step> L;
-    L.push_back({"Two projections of one x",
-                 {"Each token's x_j gives a key k_j = x_j · W_K, to be matched by the queries, and a value "
-                  "v_j = x_j · W_V, the content handed on."},
-                 {run_of(S, {"--heads", "2", "--stages", "K,V", "--head", "0"})},
-                 {k_equals_v({S, "--heads", "2", "--stages", "K,V"})}});
-    L.push_back({"What the output adds",
-                 {"A common mistake: thinking the matched key is what gets added into the output."},
-                 {run_of(S, {"--heads", "2", "--stages", "weights,context", "--head", "0"})},
-                 {keys_or_values({S, "--heads", "2", "--stages", "K,V,weights,context"}, 2)}});
-    L.push_back({"A zeroed key keeps its value",
-                 {"Set key 1 to 0: its weight changes, its value does not."},
-                 {run_of(S, {"--heads", "2", "--zero-key", "1", "--stages", "weights,context", "--head", "0"})},
-                 {zeroed_value({S, "--heads", "2", "--zero-key", "1", "--stages", "weights"}, 1, 2)}});
+    L.push_back(step("values.projections", {run_of(S, {"--heads", "2", "--stages", "K,V", "--head", "0"})},
+                     {k_equals_v({S, "--heads", "2", "--stages", "K,V"})}));
+    L.push_back(step("values.adds", {run_of(S, {"--heads", "2", "--stages", "weights,context", "--head", "0"})},
+                     {keys_or_values({S, "--heads", "2", "--stages", "K,V,weights,context"}, 2)}));
+    L.push_back(step("values.zeroed",
+                     {run_of(S, {"--heads", "2", "--zero-key", "1", "--stages", "weights,context", "--head", "0"})},
+                     {zeroed_value({S, "--heads", "2", "--zero-key", "1", "--stages", "weights"}, 1, 2)}));
     return L;
 }
 
 // ---- multi-head ------------------------------------------------------------------------
 
 Question head_width(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const std::size_t Dm = dim(doc, "Dm"), H = dim(doc, "H"), Dk = dim(doc, "Dk");
     Question Q;
     Q.id = "head-dk";
@@ -571,7 +530,7 @@ Question head_width(const Args& args) {
 }
 
 Question heads_agree(const Args& args, std::size_t q) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const std::size_t a = argmax_row(doc, 0, 0, q), b = argmax_row(doc, 0, 1, q);
     const auto key = [&](std::size_t j) { return str(j) + " '" + label(doc, "key", 0, j) + "'"; };
     return yes_no(
@@ -584,7 +543,7 @@ Question heads_agree(const Args& args, std::size_t q) {
 }
 
 Question concat_width(const Args& args) {
-    const nlohmann::json doc = run_json(args);
+    const Run doc = compute(args);
     const std::size_t H = dim(doc, "H"), Dv = dim(doc, "Dv");
     Question Q;
     Q.id = "concat-width";
@@ -601,18 +560,12 @@ Question concat_width(const Args& args) {
 std::vector<Step> heads_lesson(Places& p) {
     const std::string S = p.at("sentence.json");
     std::vector<Step> L;
-    L.push_back({"Heads split the features",
-                 {"Multi-head attention runs H attentions side by side, each on its own slice of Q, K and V."},
-                 {run_of(S, {"--heads", "2", "--stages", "Q", "--head", "0"})},
-                 {head_width({S, "--heads", "2", "--stages", "Q"})}});
-    L.push_back({"Each head its own weights",
-                 {"Both heads' weights for the same sentence."},
-                 {run_of(S, {"--heads", "2", "--stages", "weights"})},
-                 {heads_agree({S, "--heads", "2", "--stages", "weights"}, 2)}});
-    L.push_back({"Putting the heads back together",
-                 {"Each head mixes its own values; the contexts are concatenated and W_O mixes them into the output."},
-                 {run_of(S, {"--heads", "2", "--stages", "context,output"})},
-                 {concat_width({S, "--heads", "2", "--stages", "context"})}});
+    L.push_back(step("heads.split", {run_of(S, {"--heads", "2", "--stages", "Q", "--head", "0"})},
+                     {head_width({S, "--heads", "2", "--stages", "Q"})}));
+    L.push_back(step("heads.weights", {run_of(S, {"--heads", "2", "--stages", "weights"})},
+                     {heads_agree({S, "--heads", "2", "--stages", "weights"}, 2)}));
+    L.push_back(step("heads.concat", {run_of(S, {"--heads", "2", "--stages", "context,output"})},
+                     {concat_width({S, "--heads", "2", "--stages", "context"})}));
     return L;
 }
 

@@ -36,6 +36,8 @@ constexpr double kMargin = 10;                             // a pattern's key be
 constexpr double kSinkMargin = 2;                          // induction: key 0's lead when no earlier copy matches
 constexpr std::size_t kMaxNumbers = std::size_t(1) << 27;  // 1 GiB of float64 in all
 constexpr std::size_t kMaxTokens = 65536;                  // --length, --pad
+constexpr const char* kTokens = "the cat sat on the mat";  // --tokens' default
+constexpr const char* kInductionTokens = "the cat sat on a mat";
 
 struct MakeOptions {
     std::string tokens, memory_tokens, out, dtype = "float64", pattern = "random";
@@ -89,7 +91,9 @@ std::vector<std::string> query_tokens(const MakeOptions& o, Pattern p) {
         for (std::size_t i = 0; i < *o.length; ++i) out.push_back("t" + std::to_string(i % period));
         return out;
     }
-    std::vector<std::string> t = split_words("--tokens", o.tokens.empty() ? "the cat sat on the mat" : o.tokens);
+    // induction's default has no token twice, so that each copy has one key after it
+    const char* fallback = p == Pattern::induction ? kInductionTokens : kTokens;
+    std::vector<std::string> t = split_words("--tokens", o.tokens.empty() ? fallback : o.tokens);
     const std::vector<std::string> once = t;
     if (p == Pattern::induction) t.insert(t.end(), once.begin(), once.end());
     return t;
@@ -330,9 +334,10 @@ int run_make(const MakeOptions& o) {
     AtomicFile file(o.out, o.force);
     (json ? write_json_bundle : write_npz_bundle)(file, p, m, o.dtype == "float32");
     file.commit();
-    std::cout << "attnscope make: wrote " << escape_control(o.out) << " (" << o.pattern << ", seed " << o.seed
-              << "; Tq " << p.Tq << ", Tk " << p.Tk << ", Dm " << p.dm << ", H " << p.H << ", Dk " << p.dk << ", Dv "
-              << p.dv << ")\n  attnscope run " << escape_control(o.out) << '\n';
+    // Within 80 columns: the file, what it holds, the command that runs it.
+    std::cout << "attnscope make: wrote " << escape_control(o.out) << "\n  pattern " << o.pattern << ", seed " << o.seed
+              << "\n  Tq " << p.Tq << ", Tk " << p.Tk << ", Dm " << p.dm << ", H " << p.H << ", Dk " << p.dk << ", Dv "
+              << p.dv << "\n  attnscope run " << escape_control(o.out) << '\n';
     return 0;
 }
 
@@ -343,7 +348,10 @@ Subcommand setup_make_command(CLI::App& parent) {
     auto* cmd = parent.add_subcommand("make", "Make a bundle for class: tokens, sizes, a seed and a pattern");
     cmd->footer("The numbers and the patterns are documented in docs/classroom.md, so a class can reproduce them.");
     cmd->add_option("-o,--out", o->out, "The bundle to write (.npz or .json)")->required();
-    cmd->add_option("--tokens", o->tokens, "The query tokens, separated by spaces (default: the cat sat on the mat)")
+    cmd->add_option(
+           "--tokens", o->tokens,
+           "The query tokens, separated by spaces (default: the cat sat on the mat; induction: the cat sat on a "
+           "mat)")
         ->type_name("=TOKENS");
     cmd->add_option("--length", o->length, "Tokens t0 t1 ... of this many instead of --tokens")
         ->check(count_in(1, kMaxTokens));

@@ -361,10 +361,10 @@ void LongContextOptions::add(CLI::App& cmd) {
         ->each(implies_summary)
         ->capture_default_str()
         ->group(heading);
-    cmd.add_option("--sink-keys", sink_keys, "--summary's sink mass: the weight on keys at positions 0..s-1")
+    cmd.add_option("--sink-keys", sink_keys,
+                   "--summary's sink mass: the weight on keys at positions 0..s-1 (default: Tk/16 keys, from 1 to 4)")
         ->check(count_in(0, kMaxPositions))
         ->each(implies_summary)
-        ->capture_default_str()
         ->group(heading);
     cmd.add_option("--local", local, "--summary's local mass: the weight on keys at positions i-w < j <= i")
         ->check(count_in(0, kMaxPositions))

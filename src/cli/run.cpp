@@ -100,7 +100,9 @@ Compute plan(const RunOptions& o, const Problem<T>& problem, const Bundle& bundl
     how.keep = kept_stages(o, stages);
     how.threads = o.threads;
     if (layer) how.arena = layer->arena;
-    if (o.summary) how.summary = SummarySpec{o.topk, o.sink_keys, o.local};
+    if (o.summary)  // no --sink-keys: the window scales with Tk (sink_window)
+        how.summary =
+            SummarySpec{o.topk, o.given.count("--sink-keys") ? std::optional(o.sink_keys) : std::nullopt, o.local};
     check_memory_limit(bundle, problem, how, limit);
     if (layer && layer->jsonl) {
         sinks.jsonl = layer->jsonl;

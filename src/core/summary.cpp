@@ -44,13 +44,15 @@ HeadClass classify_head(const Summary& s, std::size_t b, std::size_t h) {
     return c;
 }
 
+std::size_t sink_window(std::size_t Tk) { return std::clamp<std::size_t>(Tk / 16, 1, kMaxSinkWindow); }
+
 std::string sink_keys_words(std::size_t s) {
     return s == 0 ? "no key" : s == 1 ? "key 0" : "keys 0.." + std::to_string(s - 1);
 }
 
 std::string head_class_rule(const SummarySpec& spec) {
     auto pct = [](double v) { return std::to_string(int(std::lround(v * 100))) + "%"; };
-    return "sink: mean mass on " + sink_keys_words(spec.sink_keys) + " >= " + pct(kSinkHead) +
+    return "sink: mean mass on " + sink_keys_words(spec.sink_keys.value_or(kMaxSinkWindow)) + " >= " + pct(kSinkHead) +
            "; diagonal: at distance 0 >= " + pct(kDiagonalHead) +
            "; previous-token: at distance 1 >= " + pct(kPreviousHead) + "; local: within " +
            std::to_string(spec.local) + " >= " + pct(kLocalHead) + "; else broad";
@@ -114,7 +116,7 @@ struct BlockSums {
 struct MassBounds {
     long long sinks, local;
     explicit MassBounds(const Summary& s)
-        : sinks((long long)s.spec.sink_keys),
+        : sinks((long long)s.spec.sink_keys.value_or(sink_window(s.Tk))),
           local((long long)std::min<std::size_t>(s.spec.local, std::size_t{1} << 60)) {}
 };
 

@@ -84,6 +84,7 @@ class SummaryTiles {
         const Dims& d = s_.d;
         auto s = std::make_shared<Summary>();
         s->B = d.B, s->H = d.H, s->Tq = d.Tq, s->Tk = d.Tk, s->spec = *s_.how.summary, s->K = s->spec.topk;
+        if (!s->spec.sink_keys) s->spec.sink_keys = sink_window(d.Tk);
         s->bins = distance_bin(farthest()) + 1;
         const std::size_t rows = d.B * d.H * d.Tq;
         for (auto* v : {&s->entropy, &s->effective_keys, &s->max_weight, &s->sink_mass, &s->local_mass,

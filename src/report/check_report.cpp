@@ -103,8 +103,12 @@ void write_stage_line(std::ostream& out, const StageCheck& s, std::size_t width)
     }
     const std::string theirs = escape_control(clip_fragment(s.their_name, 40)) + " (" + s.axes + ", " + s.dtype + ")";
     const std::string pad(width + 4, ' ');
+    const auto reading = [&] {
+        if (!s.reading.empty()) out << pad << wrap(s.reading, pad.size()) << '\n';
+    };
     if (s.match) {
         out << "matches  " << theirs << ", max |Δ| " << num(s.max_abs_diff) << '\n';
+        reading();
         if (s.large_negative_fill)
             out << pad
                 << wrap(std::to_string(s.large_negative_fill) +
@@ -114,6 +118,7 @@ void write_stage_line(std::ostream& out, const StageCheck& s, std::size_t width)
         return;
     }
     out << "differs  " << theirs << '\n';
+    reading();
     const auto [u, r] = distinct_nums(s.theirs_at, s.ref_at);
     out << pad
         << wrap("max |Δ| " + num(s.max_abs_diff) + " at " + index_text(s.at) + " (" + cell_words(s) + "): theirs " + u +
@@ -188,7 +193,7 @@ void put_stage_json(JsonWriter& w, const StageCheck& s) {
         return;
     }
     measure(w.key("match").value(s.match).key("max_abs_diff"), s.max_abs_diff).key("at");
-    index_or_null(w, s.at).key("axes").value(s.axes).key("name").value(s.their_name);
+    index_or_null(w, s.at).key("axes").value(s.axes).key("name").value(s.their_name).key("reading").value(s.reading);
     w.key("dtype").value(s.dtype).key("shape").list(s.their_shape).key("at_reference");
     index_or_null(w, s.at_ref).key("precision").value(s.precision);
     measure(w.key("relative_error"), s.relative_error);

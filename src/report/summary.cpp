@@ -59,7 +59,7 @@ void put_head_fields(JsonWriter& w, const Summary& s, std::size_t b, std::size_t
 }
 
 void put_options(JsonWriter& w, const Summary& s) {
-    w.key("topk").value(s.K).key("sink_keys").value(s.spec.sink_keys).key("local").value(s.spec.local);
+    w.key("topk").value(s.K).key("sink_keys").value(s.spec.sink_keys.value_or(0)).key("local").value(s.spec.local);
     w.key("distance_bins").begin_array();
     for (std::size_t k = 0; k < s.bins; ++k) w.value(bin_label(k));
     w.end_array().key("classes").value(head_class_rule(s.spec));
@@ -196,7 +196,7 @@ void write_summary_text(std::ostream& out, const Summary& s, const TraceView& v,
     out << "\n== summary: " << (v.batched ? "(B, H, Tq) = (" + std::to_string(s.B) + ", " : "(H, Tq) = (") << s.H
         << ", " << s.Tq << "), Tk = " << s.Tk << "\n   per row (in --dump, --json, --jsonl): entropy, top " << s.K
         << " keys, masses, distance\n";
-    out << "   mass: sink on " << sink_keys_words(s.spec.sink_keys) << ", local on q-" << s.spec.local
+    out << "   mass: sink on " << sink_keys_words(s.spec.sink_keys.value_or(0)) << ", local on q-" << s.spec.local
         << " < k <= q, diag/prev at distance 0/1\n";
     out << "   eff = exp(entropy); dist = sum w|q-k|; means over the rows that see a key\n";
     write_head_table(out, s, batches, heads);

@@ -292,7 +292,7 @@ void check_summary(const Problem<T>& p, const Trace<T>& tr, const Summary& s) {
                     const double d = double(k > q ? k - q : q - k);
                     sum += w, dist += w * d, top = std::max(top, w);
                     if (w > 0) far = std::max(far, d);
-                    if (k >= 0 && k < (long long)s.spec.sink_keys) sink += w;
+                    if (k >= 0 && k < (long long)*s.spec.sink_keys) sink += w;
                     if (k <= q && k > q - (long long)s.spec.local) near += w;
                 }
                 if (!std::isfinite(sum)) continue;  // e.g. a sink logit that overflowed

@@ -461,6 +461,57 @@ def is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+class BareAttnScores(CheckCase):
+    """A bare `attn_scores` is read by its content: scaled scores before the mask (finite
+    where the mask hides keys) are `scores`, scores after it (-inf or a fill value there)
+    `masked_scores`; the report says which, in text and JSON. The student is
+    scripts/make_mistakes.py's numpy attention, padded."""
+
+    def student(self, bug):
+        inputs = mm.make_inputs(padding=True)
+        return inputs, mm.student_attention(inputs, HEADS, causal=False, bug=bug)
+
+    def test_raw_scores_of_a_padded_student_are_diagnosed(self):
+        for bug in ("no-scale", None):
+            inputs, st = self.student(bug)
+            self.assertTrue(np.isfinite(st["scores"]).all() and np.isinf(st["masked_scores"]).any())
+            with self.subTest(bug=bug):
+                code, doc, r = self.check({"attn_scores": st["scores"], "weights": st["weights"]}, inputs)
+                self.assertTrue(doc["stages"]["scores"]["given"], r)
+                self.assertFalse(doc["stages"]["masked_scores"]["given"])
+                self.assertEqual(doc["stages"]["scores"]["name"], "attn_scores")
+                self.assertIn("read as scores", doc["stages"]["scores"]["reading"])
+                if bug:
+                    self.assertEqual(doc["first_divergent_stage"], "scores")
+                    self.assert_named(bug, doc, r, "raw scores under attn_scores")
+                else:
+                    self.assertEqual((code, doc["verdict"]), (0, "match"), r)
+
+    def test_masked_scores_with_inf_or_a_fill_value(self):
+        inputs, st = self.student(None)
+        for fill in (-np.inf, -1e9, np.finfo(np.float32).min):
+            with self.subTest(fill=fill):
+                ms = np.where(np.isinf(st["masked_scores"]), fill, st["masked_scores"])
+                code, doc, r = self.check({"attn_scores": ms}, inputs)
+                self.assertEqual((code, doc["verdict"]), (0, "match"), r)
+                self.assertTrue(doc["stages"]["masked_scores"]["given"])
+                self.assertIn("read as masked_scores", doc["stages"]["masked_scores"]["reading"])
+
+    def test_the_text_report_says_which(self):
+        inputs, st = self.student("no-scale")
+        self.save_npz("bundle.npz", **inputs)
+        self.save_npz("theirs.npz", attn_scores=st["scores"])
+        r = run_text("check", "theirs.npz", "--against", "bundle.npz", "--heads", str(HEADS), cwd=self.tmp)
+        self.assertEqual(r.code, 1, r)
+        text = " ".join(r.out.split())
+        self.assertIn("scores differs attn_scores", text)
+        self.assertIn("read as scores: a bare attn_scores with no -inf and no fill value", text)
+        self.assertIn("first divergent stage: scores", text)
+        self.assertIn("no-scale", text)
+        for line in r.out.splitlines():
+            self.assertLessEqual(len(line), 80, line)
+
+
 class JsonFields(CheckCase):
 
     def test_infinite_difference_is_a_number_and_never_small(self):

@@ -127,6 +127,39 @@ class Make(common.CliTestCase):
                 self.assertIn(int(w[i].argmax()), expected(toks, i), f"{pattern}: query {i}")
             self.check_run(p, b)
 
+    def test_induction_default_rows_above_099(self):
+        """docs/classroom.md: a query with an earlier copy weights the key after it above 0.99
+        (numpy's weights); the default sentence has no token twice."""
+        p = self.make("ind.npz", "--pattern", "induction")
+        b = load(p)
+        toks = [str(t) for t in b["query_tokens"]]
+        half = len(toks) // 2
+        self.assertEqual(toks[:half], toks[half:])
+        self.assertEqual(len(set(toks[:half])), half, toks)
+        w = attention(b)[0]
+        copies = 0
+        for i in range(len(toks)):
+            after = [j for j in range(1, i + 1) if toks[j - 1] == toks[i]]
+            if after:
+                copies += 1
+                self.assertEqual(len(after), 1, (i, toks))
+                self.assertGreater(w[i, after[0]], 0.99, (i, toks[i], w[i]))
+        self.assertEqual(copies, half)
+        self.check_run(p, b)
+
+    def test_output_fits_80_columns(self):
+        """The docs' own example and the widest numbers make prints, run in a folder of their own."""
+        for args in (("--pattern", "previous-token", "--force"),
+                     ("--pattern", "previous-token", "--seed", str(2**64 - 1), "--length", "65536", "--heads",
+                      "4096", "--dk", "2", "--dtype", "float32", "--force")):
+            with self.subTest(args=args):
+                r = run_text("make", "-o", "prev.npz", *args, cwd=self.tmp)
+                self.assert_ok(r)
+                self.assertEqual(r.out.splitlines()[0], "attnscope make: wrote prev.npz")
+                self.assertEqual(r.out.splitlines()[-1], "  attnscope run prev.npz")
+                for line in r.out.splitlines():
+                    self.assertLessEqual(len(line), 80, line)
+
     def test_cross_and_padding(self):
         p = self.make("cross.json", "--tokens", "le chat noir", "--memory-tokens", "the black cat", "--pad", "2",
                       "--heads", "2", "--dk", "3", "--dv", "5", "--seed", "7")
@@ -174,7 +207,7 @@ class Make(common.CliTestCase):
         out = self.path("x.npz")
         self.assert_error(run_text("make", "-o", self.path("x.txt")), "--out", ".npz or .json")
         self.assert_error(run_text("make", "-o", out, "--pattern", "induction", "--dk", "2"), "--dk 2",
-                          "induction", "at least 6")
+                          "induction", "at least 7")
         self.assert_error(run_text("make", "-o", out, "--tokens", "a", "--length", "3"), "--length")
         self.assert_error(run_text("make", "-o", out, "--tokens", "   "), "--tokens", "found none")
         self.assert_error(run_text("make", "-o", out, "--dm", "100000", "--dk", "100000"), "at most")
@@ -864,6 +897,157 @@ class LessonOverASubject(common.CliTestCase):
                 self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
                 self.assertIn(words, r.stderr)
 
+
+class LessonInput(common.CliTestCase):
+    """What a quiz reads: one bounded line per answer (a NUL byte or an endless line is refused
+    in one line, exit 2), the last answer without its newline, and any arithmetic of the
+    right value, evaluated here by Python's own arithmetic."""
+
+    def quiz(self, **stdin):
+        return subprocess.run([str(BIN), "lesson", "heads", "--quiz"], capture_output=True, cwd=ROOT, timeout=120,
+                              **stdin)
+
+    def test_dev_zero_and_an_endless_line_are_refused(self):
+        with open("/dev/zero", "rb") as zero:
+            r = self.quiz(stdin=zero)
+        err = r.stderr.decode()
+        self.assertEqual((r.returncode, len(err.splitlines())), (2, 1), err)
+        self.assertIn("<stdin>: an answer holds a NUL byte", err)
+        r = self.quiz(input=b"a" * (1 << 22))
+        err = r.stderr.decode()
+        self.assertEqual((r.returncode, len(err.splitlines())), (2, 1), err)
+        self.assertIn("<stdin>: an answer longer than 1024 bytes", err)
+
+    def test_the_last_answer_needs_no_newline(self):
+        qs = json.loads(lesson("heads", "--json").stdout)["questions"]
+        r = lesson("heads", "--quiz", stdin="\n".join(q["answer"] for q in qs))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"Score: {len(qs)} of {len(qs)} right", r.stdout)
+
+    def test_any_arithmetic_of_the_scale(self):
+        sentence = bundle_of("sentence")
+        dk = sentence["W_Q"].shape[1] // 2
+        scale = 1 / math.sqrt(dk)
+        self.assertEqual(dk, 4)  # the expressions below are written for it
+        right = ["0.5", ".5", "1/2", "1/sqrt(4)", "2^-1", "2**-1", "(1+1)/4", " 1 / ( 1 + 1 ) ", "4^-0.5",
+                 "exp(-log(2))", "e^(-log(2))", "50e-2", "-(-1)/2", "sqrt(1/4)", "1/sqrt(2)^2"]
+        wrong = ["1/3", "2", "sqrt(4)", "1/", "1/0", "2^", "import os", "__import__('os')", "1/2)", "(1/2",
+                 "sqrt 4", "0x10", "nan", "inf", "(" * 200 + "1/2" + ")" * 200]
+        for answer in right:
+            self.assertAlmostEqual(eval(answer.replace("^", "**").replace("sqrt", "math.sqrt").replace(
+                "exp", "math.exp").replace("log", "math.log").replace("e**", "math.e**")), scale, places=9, msg=answer)
+        for answers, expect in ((right, "Right: "), (wrong, "Not quite: the answer is ")):
+            for answer in answers:
+                with self.subTest(answer=answer):
+                    r = lesson("scaling", "--quiz", stdin=answer + "\n")
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    first = r.stdout.split("Predict:", 2)[1]
+                    self.assertIn(expect + f"{scale:.4f}.", first)
+
+
+class LessonSubjectRefusals(common.CliTestCase):
+    """A subject the lesson cannot teach over is refused in one line, with the run's own words:
+    a non-finite input, a single token, a head the run does not have."""
+
+    def test_a_nan_input_is_the_run_s_warning(self):
+        b = {k: np.array(v, dtype=np.float64) for k, v in json.loads((DATA / "sentence.json").read_text()).items()
+             if k not in ("query_tokens", "key_tokens")}
+        b["x"][0, 0] = np.nan
+        p = self.save_npz("nan.npz", **b)
+        for extra in ((), ("--json",)):
+            r = lesson("keys", str(p), "--head", "0", *extra)
+            with self.subTest(extra=extra):
+                self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+                self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+                self.assertTrue(r.stderr.startswith("attnscope: error: "), r.stderr)
+                self.assertNotIn("internal error", r.stderr)
+                self.assertIn("x: 1 non-finite value, the first nan at [0][0]", r.stderr)
+                self.assertIn("a lesson needs finite inputs", r.stderr)
+
+    def test_one_token(self):
+        one = self.path("one.npz")
+        self.assert_ok(run_text("make", "-o", one, "--tokens", "cat"))
+        r = lesson("keys", str(one))
+        self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+        self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+        self.assertIn("has 1 key; the lesson zeroes key 1, so it needs 2 or more", r.stderr)
+        self.assertNotIn("--zero-key", r.stderr)
+        self.assertNotIn("\\n", r.stderr)
+
+    def test_a_refusal_says_attnscope_error_once(self):
+        for args in (("keys", "data/sentence.json", "--head", "7"), ("keys", "data/reverse.json", "--layer", "1")):
+            with self.subTest(args=args):
+                r = lesson(*args)
+                self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+                self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+                self.assertEqual(r.stderr.count("attnscope: error:"), 1, r.stderr)
+
+
+class LessonCommands(common.CliTestCase):
+    """The commands a lesson shows, and the --json "command" field, as a POSIX shell reads
+    them: shlex.split gives back the run's arguments, and `sh -c` runs them to the same
+    output as the arguments given directly."""
+
+    TEXT = "It's a cat;dog $HOME `id` \\ \"q\" *"
+
+    def shell_env(self):
+        bindir = self.path("bin")
+        bindir.mkdir()
+        (bindir / "attnscope").symlink_to(BIN)
+        return dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", COLUMNS="80", NO_COLOR="1")
+
+    def test_json_commands_roundtrip_through_sh(self):
+        args = ["--model", "data/tiny-gpt2", "--text", self.TEXT]
+        r = lesson("keys", *args, "--json")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        env = self.shell_env()
+        for q in json.loads(r.stdout)["questions"]:
+            with self.subTest(q=q["id"]):
+                argv = shlex.split(q["command"])
+                self.assertEqual(argv[:6], ["attnscope", "run", *args])
+                by_sh = subprocess.run(["sh", "-c", q["command"]], capture_output=True, text=True, cwd=ROOT, env=env)
+                direct = subprocess.run([str(BIN), *argv[1:]], capture_output=True, text=True, cwd=ROOT, env=env)
+                self.assertEqual(by_sh.returncode, 0, by_sh.stderr)
+                self.assertEqual((by_sh.stdout, by_sh.stderr), (direct.stdout, direct.stderr))
+
+    def test_shown_commands_wrapped_run_in_sh(self):
+        r = lesson("keys", "--model", "data/tiny-gpt2", "--text", self.TEXT, "--no-pause")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        commands = re.findall(r"^\$ (attnscope .*?(?:\\\n.*?)*)$", r.stdout, re.M)
+        self.assertGreater(len(commands), 4)
+        env = self.shell_env()
+        for c in commands:
+            with self.subTest(command=c):
+                argv = shlex.split(c.replace("\\\n", ""))  # the shell's line continuation
+                self.assertIn(self.TEXT, argv)
+                by_sh = subprocess.run(["sh", "-c", c], capture_output=True, text=True, cwd=ROOT, env=env)
+                direct = subprocess.run([str(BIN), *argv[1:]], capture_output=True, text=True, cwd=ROOT, env=env)
+                self.assertEqual(by_sh.returncode, 0, by_sh.stderr)
+                self.assertEqual((by_sh.stdout, by_sh.stderr), (direct.stdout, direct.stderr))
+
+
+class LessonLines(common.CliTestCase):
+    """`lesson scaling` shows make's lines whole (a number is never cut across lines), and
+    `lesson --help` names --data's folder."""
+
+    def test_numbers_are_never_cut(self):
+        made = run_text("make", "-o", "dk1024.npz", "--dk", "1024", "--seed", "1", cwd=self.tmp)
+        self.assert_ok(made)
+        self.assertIn("1024,", made.out.split())
+        for width in (80, 60, 40):
+            with self.subTest(width=width):
+                r = lesson("scaling", "--no-pause", columns=width)
+                self.assertEqual((r.returncode, r.stderr), (0, ""))
+                # make's output, word by word as the lesson shows it: wrapped between words only
+                self.assertIn(" ".join(made.out.split()), " ".join(r.stdout.split()))
+                for line in r.stdout.splitlines():
+                    self.assertLessEqual(columns(line), width, line)
+
+    def test_help_names_a_folder(self):
+        r = run_text("lesson", "--help")
+        self.assertEqual(r.code, 0, r)
+        self.assertIn("--data DIR", r.out)
+        self.assertNotIn("--data FILE", r.out)
 
 if __name__ == "__main__":
     common.main("test_classroom")

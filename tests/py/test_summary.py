@@ -160,6 +160,57 @@ class Against(CliTestCase):
         self.check(bundle(20, sinks=np.array([0.5, 2.0, -1.0, 3.0])), 4, dtype="float32", alibi=True)
 
 
+def sink_window(T):
+    """docs/long-context.md: without --sink-keys, floor(Tk / 16) keys, at least 1, at most 4."""
+    return min(4, max(1, T // 16))
+
+
+class SinkWindow(CliTestCase):
+    """The default sink window scales with Tk (key 0 alone for a short sentence), against the
+    reference's sink mass over that window; and the README's induction head of data/tiny-gpt2,
+    classed from numpy's float64 forward pass (scripts/lm_reference.py) by the documented rule."""
+
+    def test_default_window_against_the_reference(self):
+        for T in (12, 31, 32, 47, 64, 100):
+            with self.subTest(T=T):
+                b = bundle(60 + T, B=1, Tq=T, H=2)
+                src, out = self.save_npz("b.npz", **b), self.path("out.npz")
+                r = run_text("run", src, "--heads", "2", "--causal", "--summary", "--dump", out, "-q", "--force")
+                self.assertEqual(r.code, 0, r)
+                want = sref.from_modern(dict(np.load(src)), 2, sink_keys=sink_window(T), causal=True)
+                with np.load(out) as got:
+                    np.testing.assert_allclose(got["sink_mass"], want["sink_mass"], rtol=0, atol=1e-12)
+                doc = json.loads(run_text("run", src, "--heads", "2", "--causal", "--summary", "--json").out)
+                self.assertEqual(doc["summary"]["sink_keys"], sink_window(T))
+                text = run_text("run", src, "--heads", "2", "--causal", "--summary").out
+                words = "key 0" if sink_window(T) == 1 else f"keys 0..{sink_window(T) - 1}"
+                self.assertIn(f"sink on {words},", text)
+        r = run_text("run", src, "--heads", "2", "--causal", "--summary", "--sink-keys", "4", "--json")
+        self.assertEqual(json.loads(r.out)["summary"]["sink_keys"], 4)  # given, never scaled
+
+    def test_readme_induction_head(self):
+        import train_model  # noqa: E402  (scripts/: the .safetensors reader)
+        import lm_reference as lref  # noqa: E402  (scripts/: the numpy forward pass)
+        model, text, layer = common.ROOT / "data" / "tiny-gpt2", "The cat sat. The cat sat.", 1
+        r = run_text("tokens", "--model", model, "--text", text, "--json")
+        self.assertEqual(r.code, 0, r)
+        ids = json.loads(r.out)["ids"]
+        config, state = train_model.load_model(str(model))
+        w = lref.forward(config, {k: v.astype(np.float64) for k, v in state.items()}, ids)["weights"][layer]
+        T, s = len(ids), sink_window(len(ids))
+        self.assertEqual((T, s), (12, 1))
+        mean_sink = w[:, :, :s].sum(-1).mean(-1)  # (H,): the mean over rows of the mass on keys 0..s-1
+        r = run_text("run", "--model", model, "--text", text, "--layer", str(layer), "--summary", "--json")
+        self.assertEqual(r.code, 0, r)
+        heads = json.loads(r.out)["summary"]["heads"]
+        for h, head in enumerate(heads):
+            self.assertAlmostEqual(head["mean_sink_mass"], mean_sink[h], places=9)
+            self.assertEqual(head["class"] == "sink", mean_sink[h] >= 0.5, (h, head["class"], mean_sink[h]))
+        self.assertNotEqual(heads[1]["class"], "sink")  # README: head 1 of layer 1 is an induction head
+        r = run_text("run", "--model", model, "--text", text, "--layer", str(layer), "--summary")
+        self.assertIn("sink on key 0,", r.out)
+
+
 class DenseStagesToo(CliTestCase):
     """Summaries with dense stages kept (every key of each tile) equal those without."""
 
@@ -345,9 +396,9 @@ class TextView(CliTestCase):
             self.assertLessEqual(len(line), 80, line)
         self.assertTrue(r.out.startswith("attnscope: self-attention, 2 heads, float64, "), r.out[:200])
         self.assertIn("  masks   causal", r.out)
-        self.assertIn("sink on keys 0..3,", r.out)
+        self.assertIn(f"sink on keys 0..{sink_window(T) - 1},", r.out)  # Tk 40: keys 0..1
         self.assertNotIn("-1 >=", r.out)
-        self.assertIn("sink: mean mass on keys 0..3 >= 50%", " ".join(r.out.split()))
+        self.assertIn(f"sink: mean mass on keys 0..{sink_window(T) - 1} >= 50%", " ".join(r.out.split()))
         self.assertNotIn("0..4-1", r.out)
         # the ruler: first distance of every 4th bin (T = 40: bins 0..6), under "profile"
         lines = r.out.splitlines()

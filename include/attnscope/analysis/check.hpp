@@ -58,6 +58,7 @@ struct StageCheck {
     std::string dtype;       // theirs: "float32", "float64", "json", ...
     std::string precision;   // the precision its tolerance follows (precision_of)
     std::string axes;        // their axis order as recognised, e.g. "bthd", "bt(hd)", "htd"
+    std::string reading;     // why their name was read as this stage (a bare attn_scores), or ""
     std::vector<std::size_t> their_shape;
     Tolerance tol;
     bool match = false;
@@ -116,7 +117,9 @@ const std::vector<Mistake>& mistake_catalogue();
 // (q/query, k/key, v/value, logits, attn/attn_weights/probs/p_attn/attention/pattern,
 // z/attn_output_per_head, out/attn_output/attn_out), and TransformerLens's hook names with
 // or without their prefix (blocks.0.attn.hook_q, hook_attn_scores — after the causal mask,
-// so masked_scores —, hook_pattern, hook_z, hook_result, blocks.0.hook_attn_out).
+// so masked_scores —, hook_pattern, hook_z, hook_result, blocks.0.hook_attn_out). A bare
+// attn_scores (no hook_ prefix) is read by its content in check_tensors: masked_scores
+// when a cell holds -inf or a fill value, scores otherwise.
 std::optional<Stage> stage_of_name(std::string_view name);
 
 // The axis orders a stage is recognised in, for a run of these sizes (help and messages):

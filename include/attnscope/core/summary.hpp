@@ -11,7 +11,7 @@
 //   max_weight     the largest weight; max_key its key (lowest index on ties; -1: no key)
 //   topk_index     (B, H, Tq, K) the K largest weights' keys, largest first; ties go to
 //   topk_weight      the lower key index; slots beyond the visible keys hold -1 and 0
-//   sink_mass      Σ w_ij over keys with 0 <= k < s            (--sink-keys s)
+//   sink_mass      Σ w_ij over keys with 0 <= k < s   (--sink-keys s; default sink_window(Tk))
 //   local_mass     Σ w_ij over keys with q - w < k <= q        (--local w)
 //   mean_distance  Σ_j w_ij · |q - k|
 //   visible_keys   the keys the mask rule lets the row see
@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,9 +37,14 @@ namespace attnscope {
 
 struct SummarySpec {
     std::size_t topk = 8;
-    std::size_t sink_keys = 4;
+    std::optional<std::size_t> sink_keys;  // none: sink_window(Tk); a Summary's is always set
     std::size_t local = 64;
 };
+// The sink window when none is given: Tk / 16 keys, at least key 0 and at most keys 0..3
+// (key 0 alone below 32 keys, keys 0..3 from 64), so that a short sentence's first keys
+// are not a third of it (docs/long-context.md).
+std::size_t sink_window(std::size_t Tk);
+inline constexpr std::size_t kMaxSinkWindow = 4;
 
 struct Summary {
     std::size_t B = 0, H = 0, Tq = 0, Tk = 0, K = 0, bins = 0;

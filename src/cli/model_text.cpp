@@ -89,7 +89,8 @@ Tokens tokens_of(const ModelTextOptions& m, std::size_t limit) {
 void write_predictions_text(std::ostream& out, const Predictions& p, std::size_t width) {
     for (const PredictionRow& r : p.rows) {
         out << (p.at_masks ? "predicted at the masked token " : "predicted next token after token ") << r.position
-            << " (" << escape_control(r.token) << "): top " << r.top.size() << " of " << p.vocab << '\n';
+            << " (" << escape_control(clip_fragment(r.token, 30)) << "): top " << r.top.size() << " of " << p.vocab
+            << '\n';
         out << "  rank  probability  log-prob        id  token\n";
         for (std::size_t i = 0; i < r.top.size(); ++i) {
             char line[80];

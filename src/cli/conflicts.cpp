@@ -1,10 +1,12 @@
 // Options that contradict each other, one row each: when it applies, the option the
 // message blames, and the message. A contradiction is refused, never resolved in silence.
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/text.hpp"
 #include "attnscope/core/view.hpp"
 #include "attnscope/report/report.hpp"
 #include "options.hpp"
@@ -83,6 +85,32 @@ bool panels_draw_nothing(const O& o) {
                         [](const std::string& s) { return s == "scores" || s == "masked_scores" || s == "weights"; });
 }
 
+// --model makes x from a text: the inputs of another run that it refuses ("" when none).
+// Key masks (--key_padding_mask) apply to the chosen layer's attention, as on a bundle.
+std::string model_other_input(const O& o) {
+    if (o.model_text.model.empty()) return {};
+    if (!o.bundle.empty()) return "a bundle";
+    for (const auto& [name, file] : o.array_files)
+        if (name != "key_padding_mask") return "--" + name;
+    return !o.checkpoint.empty() ? "--checkpoint" : !o.prefix.empty() ? "--prefix" : !o.qkv.empty() ? "--qkv" : "";
+}
+
+// A bundle given with --model: a file, or a sentence meant as the text (suggest --text).
+std::string model_bundle(const O& o) {
+    std::error_code ec;
+    if (std::filesystem::exists(o.bundle, ec))
+        return "makes x from the text with the model's weights; a bundle cannot be given with it";
+    std::string quoted = "'";
+    for (char c : o.bundle) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return "makes x from a text: " + escape_control(clip_fragment(quoted + "'", 60)) +
+           " is no file; to run the model on it, give it as --text " + escape_control(clip_fragment(quoted + "'", 60));
+}
+
+int model_sources(const O& o) {
+    const auto& m = o.model_text;
+    return int(!m.text.empty()) + int(!m.text_file.empty()) + int(!m.tokens.empty());
+}
+
 // The rows of every scope (Scope::every).
 std::vector<Conflict> every_rows() {
     return {
@@ -108,6 +136,12 @@ std::vector<Conflict> every_rows() {
          },
          "run", "expected a bundle (.npz, .json or -) or arrays given with --x, --W_Q, ..."},
 
+        {Scope::every, [](const O& o) { return !o.model_text.model.empty() && !o.bundle.empty(); }, "--model", "{}",
+         model_bundle},
+        {Scope::every, [](const O& o) { return !model_other_input(o).empty(); }, "--model",
+         "makes x from the text with the model's weights; {} cannot be given with it", model_other_input},
+        {Scope::every, [](const O& o) { return !o.model_text.model.empty() && model_sources(o) != 1; }, "--model",
+         "give one of --text, --text-file or --tokens"},
         {Scope::every, [](const O& o) { return o.every_layer && o.model_text.model.empty(); }, "--layer all",
          "every layer of a --model DIR's forward pass; a checkpoint's run takes one layer (--layer N)"},
     };

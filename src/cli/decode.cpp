@@ -93,8 +93,7 @@ std::optional<std::size_t> chosen_layer(const DecodeArgs& a, std::size_t layers,
 
 int run_generate(DecodeArgs& a) {
     const ModelTextOptions& m = a.run.model_text;
-    const int sources = int(!m.text.empty()) + int(!m.text_file.empty()) + int(!m.tokens.empty());
-    if (sources != 1) throw UsageError("--model: give one of --text, --text-file or --tokens");
+    check_conflicts(a.run, Scope::every);  // one of --text, --text-file or --tokens
     const std::size_t limit = memory_limit(a.run);
     const LanguageModel model = LanguageModel::open(m.model, limit);
     GenerationTextOptions o;

@@ -63,7 +63,7 @@ Bundle load_named_arrays(const std::string& path, std::size_t limit) {
     return b;
 }
 
-Bundle load_inputs(const RunOptions& command_line, std::size_t limit, Spec& spec) {
+Bundle load_inputs(const RunOptions& command_line, std::size_t limit, Spec& spec, Predictions* predicted) {
     Bundle bundle;
     if (!command_line.bundle.empty())
         bundle = load_bundle(command_line.bundle, limit, check_array_name);  // an unknown array is never read
@@ -84,7 +84,7 @@ Bundle load_inputs(const RunOptions& command_line, std::size_t limit, Spec& spec
             std::cerr << "attnscope: note: --ignore-padding: the inputs hold no key_padding_mask; nothing dropped\n";
     }
     if (!o.model_text.model.empty()) {
-        add_model_input(o, limit, bundle, spec);
+        add_model_input(o, limit, bundle, spec, predicted);
     } else if (!o.checkpoint.empty()) {
         add_checkpoint_layer(o, limit, bundle, spec);
     } else if (o.layout == WeightLayout::tl) {

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "attnscope/base/errors.hpp"
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/report/summary_report.hpp"
 
 namespace attnscope::cli {
@@ -45,8 +46,15 @@ void JsonlOutput::add_stages(const TraceView& view, const std::vector<std::strin
     out_->flush();
 }
 
-void JsonlOutput::complete() {
+void JsonlOutput::complete(const Predictions* predictions) {
     std::lock_guard<std::mutex> g(lock_);
+    if (predictions) {
+        JsonWriter w(*out_);  // one line
+        w.begin_object().key("schema").value("attnscope.jsonl/1").key("kind").value("predictions");
+        write_predictions_json(w, *predictions);
+        w.end_object();
+        *out_ << '\n';
+    }
     out_->flush();
     if (file_)
         file_->commit();

@@ -12,6 +12,7 @@
 #include "attnscope/core/attention.hpp"
 #include "attnscope/core/view.hpp"
 #include "attnscope/io/write.hpp"
+#include "model_text.hpp"
 
 namespace attnscope::cli {
 
@@ -25,15 +26,17 @@ class JsonlOutput {
     void rows(const Summary& s, std::size_t b, std::size_t h, std::size_t i0, std::size_t n);
     // The dense stages (a line per stage, batch item and head) and the per-head summaries;
     // then the file is complete.
-    void finish(const TraceView& view, const std::vector<std::string>& stages, const Summary* s) {
+    void finish(const TraceView& view, const std::vector<std::string>& stages, const Summary* s,
+                const Predictions* predictions = nullptr) {
         add_stages(view, stages, s);
-        complete();
+        complete(predictions);
     }
     // run --layer all: the lines that follow are layer `layer`'s, each naming it (its own
     // run line first); add_stages ends each layer, complete() the file.
     void start_layer(std::size_t layer, const Dims& dims);
     void add_stages(const TraceView& view, const std::vector<std::string>& stages, const Summary* s);
-    void complete();
+    // The file complete: with --predict, a last line of kind "predictions" (the model's, no layer).
+    void complete(const Predictions* predictions = nullptr);
 
    private:
     void header(const Summary* s);

@@ -18,6 +18,7 @@
 #include "attnscope/io/write.hpp"
 #include "attnscope/lm/forward.hpp"
 #include "attnscope/tokenize/tokenizer.hpp"
+#include "counts.hpp"
 #include "run.hpp"
 
 namespace attnscope::cli {
@@ -43,29 +44,22 @@ Array text_array(const std::vector<std::string>& labels) {
     return a;
 }
 
-// The top K of each logits row, as probabilities (softmax over the vocabulary).
-void print_predictions(const ForwardResult& f, const Tokens& t, std::size_t k, const std::string& where) {
-    for (std::size_t r = 0; r < f.logit_rows.size(); ++r) {
-        const std::size_t pos = f.logit_rows[r], V = f.logits.shape(1);
-        const double* row = &f.logits(r, 0);
-        const double top = *std::max_element(row, row + V);
-        double sum = 0;
-        for (std::size_t v = 0; v < V; ++v) sum += std::exp(row[v] - top);
-        std::vector<std::size_t> order(V);
-        std::iota(order.begin(), order.end(), std::size_t{0});
-        const std::size_t n = std::min(k, V);
-        std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(n), order.end(),
-                          [&](std::size_t a, std::size_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-        std::cout << where << " token " << pos << " (" << escape_control(t.labels[pos]) << "): top " << n << " of " << V
-                  << "\n";
-        for (std::size_t i = 0; i < n; ++i) {
-            char line[64];
-            std::snprintf(line, sizeof line, "  %2zu  %8.4f  %8zu  ", i + 1, std::exp(row[order[i]] - top) / sum,
-                          order[i]);
-            std::cout << line << escape_control(t.label(std::uint32_t(order[i]))) << '\n';
+// `text` wrapped at spaces into lines of at most `width` columns, each after `indent`.
+void put_wrapped(std::ostream& out, const std::string& indent, const std::string& text, std::size_t width) {
+    std::string line;
+    std::size_t at = 0;
+    while (at < text.size()) {
+        std::size_t end = text.find(' ', at);
+        if (end == std::string::npos) end = text.size();
+        const std::string word = text.substr(at, end - at);
+        if (!line.empty() && display_width(indent + line + " " + word) > width) {
+            out << indent << line << '\n';
+            line.clear();
         }
+        line += (line.empty() ? "" : " ") + word;
+        at = end + 1;
     }
-    std::cout << '\n';
+    if (!line.empty()) out << indent << line << '\n';
 }
 
 }  // namespace
@@ -79,6 +73,9 @@ Tokens tokens_of(const ModelTextOptions& m, std::size_t limit) {
         t.ids = parse_ids(m.tokens, "--tokens");
     } else {
         const std::string text = m.text_file.empty() ? m.text : read_file(m.text_file, limit);
+        const std::string origin = m.text_file.empty() ? "--text" : escape_control(m.text_file);
+        if (const std::size_t bad = invalid_utf8_at(text); bad != std::string::npos)
+            throw InputError(origin + ": invalid UTF-8 at byte " + std::to_string(bad) + " (the text must be UTF-8)");
         t.ids = tok->encode(text, !m.no_special).ids;
     }
     for (std::size_t i = 0; i < t.ids.size(); ++i) {
@@ -87,6 +84,52 @@ Tokens tokens_of(const ModelTextOptions& m, std::size_t limit) {
         if (piece && (*piece == "[MASK]" || *piece == "<mask>")) t.masks.push_back(i);
     }
     return t;
+}
+
+void write_predictions_text(std::ostream& out, const Predictions& p, std::size_t width) {
+    for (const PredictionRow& r : p.rows) {
+        out << (p.at_masks ? "predicted at the masked token " : "predicted next token after token ") << r.position
+            << " (" << escape_control(clip_fragment(r.token, 30)) << "): top " << r.top.size() << " of " << p.vocab
+            << '\n';
+        out << "  rank  probability  log-prob        id  token\n";
+        for (std::size_t i = 0; i < r.top.size(); ++i) {
+            char line[80];
+            std::snprintf(line, sizeof line, "  %4zu  %11.4f  %8.4f  %8u  ", i + 1, r.top[i].pick.probability,
+                          r.top[i].pick.log_probability, unsigned(r.top[i].pick.id));
+            out << line << escape_control(clip_fragment(r.top[i].text, 30)) << '\n';
+        }
+    }
+    if (!p.not_applied.empty()) {
+        std::string list;
+        for (const std::string& o : p.not_applied) list += (list.empty() ? "" : ", ") + o;
+        put_wrapped(out, "  ",
+                    "note: these are the unmodified model's predictions: " + list +
+                        " changes the attention shown, not the forward pass that makes the logits",
+                    width);
+    }
+    out << '\n';
+}
+
+void write_predictions_json(JsonWriter& w, const Predictions& p) {
+    w.key("predictions").begin_object();
+    w.key("at").value(p.at_masks ? "mask" : "next").key("vocab").value(p.vocab);
+    w.key("unmodified").value(true).key("not_applied").begin_array();
+    for (const std::string& o : p.not_applied) w.value(o);
+    w.end_array().key("rows").begin_array();
+    for (const PredictionRow& r : p.rows) {
+        w.begin_object().key("position").value(r.position).key("token").value(r.token).key("top").begin_array();
+        for (const PredictedToken& t : r.top) {
+            w.begin_object().key("id").value(std::size_t(t.pick.id)).key("piece");
+            if (t.piece)
+                w.value(*t.piece);
+            else
+                w.value(nullptr);
+            w.key("text").value(t.text).key("probability").value(t.pick.probability);
+            w.key("log_probability").value(t.pick.log_probability).end_object();
+        }
+        w.end_array().end_object();
+    }
+    w.end_array().end_object();
 }
 
 std::vector<std::uint32_t> parse_ids(const std::string& text, const std::string& flag) {
@@ -126,31 +169,15 @@ void add_model_text_options(CLI::App* run, RunOptions& o) {
     add_model_source_options(run, o);
     auto* g = run->get_option_group(kModelText);
     g->add_option_function<std::size_t>(
-        "--predict", [&m](std::size_t k) { m.predict = k; },
-        "With --model: the K most likely next tokens after the last (BERT: at each [MASK]) with their probabilities");
+         "--predict", [&m](std::size_t k) { m.predict = k; },
+         "With --model: the K most likely next tokens after the last (BERT: at each [MASK]) with their probabilities, "
+         "from the unmodified model")
+        ->check(count_in(1, kMaxPositions));
     g->add_option("--save-forward", m.save_forward,
                   "With --model: write the token ids, x and the logits of every position to this .npz");
 }
 
 namespace {
-
-// The refusals of --model, before any work.
-void check_model_options(const RunOptions& o) {
-    const ModelTextOptions& m = o.model_text;
-    const std::pair<bool, const char*> others[] = {{!o.bundle.empty(), "a bundle"},
-                                                   {!o.array_files.empty(), "--x and the weights' options"},
-                                                   {!o.checkpoint.empty(), "--checkpoint"},
-                                                   {!o.prefix.empty(), "--prefix"},
-                                                   {!o.qkv.empty(), "--qkv"}};
-    for (const auto& [given, what] : others)
-        if (given)
-            throw UsageError(std::string("--model: makes x from the text with the model's weights; ") + what +
-                             " cannot be given with it");
-    const int sources = int(!m.text.empty()) + int(!m.text_file.empty()) + int(!m.tokens.empty());
-    if (sources != 1) throw UsageError("--model: give one of --text, --text-file or --tokens");
-    if (m.predict && (o.json || !o.jsonl.empty()))
-        throw UsageError("--predict: a table of the printed report; run it without --json/--jsonl");
-}
 
 // {layer} N among the model's layers, which config.json counts.
 void check_layer(const LanguageModel& model, const std::string& dir, std::size_t layer) {
@@ -162,34 +189,67 @@ void check_layer(const LanguageModel& model, const std::string& dir, std::size_t
                      std::to_string(n) + ")");
 }
 
-// What to compute: the logits when --predict or --save-forward asks for them (at --predict's
-// positions: after the last token, or BERT's [MASK]s).
+// --predict's positions: after the last token, or BERT's [MASK]s (refused when there are none).
+std::vector<std::size_t> predicted_positions(const LanguageModel& model, const Tokens& t) {
+    if (model.config().family != LmFamily::bert) return {t.ids.size() - 1};
+    if (t.masks.empty()) throw UsageError("--predict: BERT predicts at [MASK] tokens; the text has none");
+    return t.masks;
+}
+
+// What to compute: the logits when --predict or --save-forward asks for them (every
+// position for --save-forward, else --predict's alone).
 ForwardRequest request_of(const RunOptions& o, const LanguageModel& model, const Tokens& t) {
     const ModelTextOptions& m = o.model_text;
     ForwardRequest r;
     r.threads = o.threads;
     r.float32 = o.dtype == Precision::float32;  // the forward in the run's precision
     r.logits = m.predict.has_value() || !m.save_forward.empty();
-    const bool bert = model.config().family == LmFamily::bert;
-    if (m.predict && m.save_forward.empty()) {
-        if (bert && t.masks.empty()) throw UsageError("--predict: BERT predicts at [MASK] tokens; the text has none");
-        r.logit_rows = bert ? t.masks : std::vector<std::size_t>{t.ids.size() - 1};
-    }
+    if (m.predict) r.logit_rows = predicted_positions(model, t);
+    if (!m.save_forward.empty()) r.logit_rows.clear();  // every position
     return r;
 }
 
-void maybe_predict(const RunOptions& o, const LanguageModel& model, const ForwardResult& f, const Tokens& t) {
-    if (!o.model_text.predict) return;
-    const bool bert = model.config().family == LmFamily::bert;
-    print_predictions(f, t, *o.model_text.predict, bert ? "at the masked" : "next token after");
+// The options of this run that change the layer's attention (the experiments, the masks and
+// the attention's own settings), which the forward pass making the logits does not follow.
+std::vector<std::string> options_not_applied(const RunOptions& o) {
+    static const char* const kChanging[] = {
+        "--zero-key",   "--temperature",   "--scale",    "--causal", "--no-causal",      "--causal-align",
+        "--window",     "--alibi",         "--softcap",  "--rope",   "--rope-base",      "--rope-dim",
+        "--rope-style", "--add-zero-attn", "--kv-heads", "--heads",  "--attn-mask-means"};
+    std::vector<std::string> out;
+    for (const char* flag : kChanging)
+        if (o.given.count(flag)) out.push_back(flag);
+    for (const auto& [name, file] : o.array_files) out.push_back("--" + name);
+    return out;
 }
 
-// Layer `layer`'s attention input (T, Dm) as x, the tokens as labels, and its weights and
-// options as --checkpoint gives them.
+// --predict K's table from the logits f of the positions predicted_positions gives.
+Predictions predictions_of(const RunOptions& o, const LanguageModel& model, const ForwardResult& f, const Tokens& t) {
+    Predictions p;
+    p.at_masks = model.config().family == LmFamily::bert;
+    p.vocab = f.logits.shape(1);
+    p.not_applied = options_not_applied(o);
+    for (std::size_t pos : predicted_positions(model, t)) {
+        const auto at = std::find(f.logit_rows.begin(), f.logit_rows.end(), pos);
+        if (at == f.logit_rows.end()) throw std::logic_error("--predict: no logits at position " + std::to_string(pos));
+        PredictionRow row{pos, t.labels.at(pos), {}};
+        for (const Pick& k :
+             top_tokens(&f.logits(std::size_t(at - f.logit_rows.begin()), 0), p.vocab, *o.model_text.predict))
+            row.top.push_back({k, t.tok ? t.tok->piece(k.id) : std::nullopt, t.label(k.id)});
+        p.rows.push_back(std::move(row));
+    }
+    return p;
+}
+
+// Layer `layer`'s attention input (T, Dm) as x, the tokens as labels, the key masks given
+// (--key_padding_mask FILE, read unless `bundle` holds them), and its weights and options as
+// --checkpoint gives them.
 void add_layer_of(const RunOptions& o, std::size_t limit, const Array& x, const Tokens& t, std::size_t layer,
                   Bundle& bundle, Spec& spec) {
     const std::string& dir = o.model_text.model;
     bundle.source = dir;
+    for (const auto& [name, file] : o.array_files)
+        if (!bundle.arrays.count(name)) bundle.arrays[name] = load_array(file, name, limit);
     bundle.arrays["x"] = x;  // its numbers shared, not copied
     bundle.arrays["x"].origin = dir + ": layer " + std::to_string(layer) + "'s input";
     bundle.arrays["query_tokens"] = text_array(t.labels);
@@ -213,20 +273,20 @@ void save_forward(const RunOptions& o, const ForwardResult& f, const Tokens& t, 
 
 }  // namespace
 
-void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec) {
+void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec, Predictions* predicted) {
     const ModelTextOptions& m = o.model_text;
-    check_model_options(o);
     const LanguageModel model = LanguageModel::open(m.model, limit);
     const Tokens t = tokens_of(m, limit);
     const std::size_t layer = o.layer.value_or(0);
     check_layer(model, m.model, layer);
+    model.check_layer_heads(layer);  // the forward pass checks the layers before it
     ForwardRequest r = request_of(o, model, t);
     r.stop_after = layer;
     if (!m.save_forward.empty()) check_output_target(m.save_forward, o.force, "{save-forward} " + m.save_forward);
     const ForwardResult f = model.forward(t.ids, r);
     add_layer_of(o, limit, f.attention_inputs[layer], t, layer, bundle, spec);
-    if (o.explain) std::cout << describe_forward(model.config(), layer, t.ids.size(), r.float32) << '\n';
-    maybe_predict(o, model, f, t);
+    if (o.explain && !o.json) std::cout << describe_forward(model.config(), layer, t.ids.size(), r.float32) << '\n';
+    if (m.predict && predicted) *predicted = predictions_of(o, model, f, t);
     if (!m.save_forward.empty()) save_forward(o, f, t, layer);
 }
 
@@ -236,13 +296,14 @@ struct ModelLayers::State {
     LanguageModel model;
     Tokens t;
     ForwardResult f;
+    std::optional<Predictions> predictions;
 };
 
 ModelLayers::ModelLayers(const RunOptions& o, std::size_t limit) {
-    check_model_options(o);
     s_ = std::make_unique<State>(
-        State{o, limit, LanguageModel::open(o.model_text.model, limit), tokens_of(o.model_text, limit), {}});
+        State{o, limit, LanguageModel::open(o.model_text.model, limit), tokens_of(o.model_text, limit), {}, {}});
     s_->model.check_ids(s_->t.ids);
+    if (o.model_text.predict) predicted_positions(s_->model, s_->t);  // BERT without a [MASK]: before any work
 }
 
 ModelLayers::~ModelLayers() = default;
@@ -255,9 +316,12 @@ void ModelLayers::forward() {
     ForwardRequest r = request_of(s_->o, s_->model, s_->t);
     r.every_input = true;
     r.stop_after = count() - 1;
+    s_->model.check_layer_heads(count() - 1);  // the forward pass checks the layers before it
     s_->f = s_->model.forward(s_->t.ids, r);
-    maybe_predict(s_->o, s_->model, s_->f, s_->t);
+    if (s_->o.model_text.predict) s_->predictions = predictions_of(s_->o, s_->model, s_->f, s_->t);
 }
+
+const Predictions* ModelLayers::predictions() const { return s_->predictions ? &*s_->predictions : nullptr; }
 
 void ModelLayers::add_layer(std::size_t layer, Bundle& bundle, Spec& spec) const {
     add_layer_of(s_->o, s_->limit, s_->f.attention_inputs.at(layer), s_->t, layer, bundle, spec);

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "attnscope/base/json_writer.hpp"
 #include "attnscope/io/array.hpp"
+#include "attnscope/lm/forward.hpp"
 #include "attnscope/model/model.hpp"
 #include "attnscope/tokenize/tokenizer.hpp"
 
@@ -38,6 +40,31 @@ struct Tokens {
     }
 };
 
+// --predict K: the K most likely tokens at each position predicted (the next one after the
+// last token; BERT: at each [MASK]), from the unmodified model's logits.
+struct PredictedToken {
+    Pick pick;                         // id, probability, log-probability
+    std::optional<std::string> piece;  // its piece in the vocabulary (none without a tokenizer)
+    std::string text;                  // as the labels show it ("␣cat"), or the id
+};
+struct PredictionRow {
+    std::size_t position = 0;
+    std::string token;  // the token there, as the labels show it
+    std::vector<PredictedToken> top;
+};
+struct Predictions {
+    bool at_masks = false;  // BERT's [MASK]s; else the next token after the last
+    std::size_t vocab = 0;
+    // The run's options that change the shown layer's attention: the forward pass that
+    // makes the logits runs the model unmodified, so the predictions do not follow them.
+    std::vector<std::string> not_applied;
+    std::vector<PredictionRow> rows;
+};
+// The printed table (headings, a line per token, then a note when options are not applied),
+// within `width` columns; the JSON member "predictions" (docs/json.md).
+void write_predictions_text(std::ostream& out, const Predictions& p, std::size_t width = 80);
+void write_predictions_json(JsonWriter& w, const Predictions& p);
+
 // --tokens' ids, or --text/--text-file through the model's tokenizer (InputError naming the
 // files looked for, and that --tokens needs none, when it has none).
 Tokens tokens_of(const ModelTextOptions& m, std::size_t limit);
@@ -50,8 +77,10 @@ std::vector<std::uint32_t> parse_ids(const std::string& text, const std::string&
 void add_model_source_options(CLI::App* cmd, RunOptions& o);
 void add_model_text_options(CLI::App* run, RunOptions& o);
 // With --model: x (the layer's attention input, (T, Dm)) and the token labels into `bundle`,
-// the layer's weights and options as --checkpoint gives them; prints --predict's table.
-void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec);
+// the layer's weights and options as --checkpoint gives them; --predict's predictions into
+// `predicted` when given.
+void add_model_input(const RunOptions& o, std::size_t limit, Bundle& bundle, Spec& spec,
+                     Predictions* predicted = nullptr);
 
 // --model with every layer (`run --layer all`, `report --model`): ONE forward pass that
 // keeps every layer's attention input, then each layer's inputs as add_model_input gives them.
@@ -63,10 +92,12 @@ class ModelLayers {
     std::size_t count() const;  // the model's layers (config.json)
     // UsageError for a layer beyond count(), naming config.json's key.
     void check_layer(std::size_t layer) const;
-    // The forward pass, every layer's attention input kept; prints --predict's table.
+    // The forward pass, every layer's attention input kept, and --predict's predictions.
     void forward();
-    // Layer `layer`'s x and labels into `bundle` (which holds no weights), its weights and
-    // options as --checkpoint gives them into `bundle` and `spec`.
+    const Predictions* predictions() const;  // with --predict, once forward() has run
+    // Layer `layer`'s x and labels into `bundle` (which holds no weights, or only the key
+    // masks given with --key_padding_mask), its weights and options as --checkpoint gives
+    // them into `bundle` and `spec`.
     void add_layer(std::size_t layer, Bundle& bundle, Spec& spec) const;
     // --explain: how layer `layer`'s x was made.
     std::string describe(std::size_t layer) const;

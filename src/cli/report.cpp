@@ -37,11 +37,38 @@ struct ReportArgs {
 // One computed layer.
 using Layer = Held;
 
+// What a row of the page keeps: the weights and what the heatmaps need.
+const StageSet kPageKeeps = StageSet().set(kWeights) | kHeatmapNeeds;
+
 template <typename T>
 Layer compute(const Bundle& bundle, const Spec& spec, std::size_t threads, std::size_t limit) {
     Problem<T> problem = make_problem<T>(bundle, spec);
     for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
-    return held(attend_checked(bundle, std::move(problem), StageSet().set(kWeights) | kHeatmapNeeds, threads, limit));
+    return held(attend_checked(bundle, std::move(problem), kPageKeeps, threads, limit));
+}
+
+// --model: the page keeps every layer's stages, so before the first is computed, `layers`
+// times one layer's kept stages (layer 0's shapes: every layer of a model has them), the
+// forward pass's inputs (T, Dm) of every layer and one layer's run are checked against the limit.
+template <typename T>
+void check_page_memory(const Bundle& bundle, const Spec& spec, std::size_t layers, std::size_t threads,
+                       std::size_t limit) {
+    const Problem<T> p = make_problem<T>(bundle, spec);
+    const Dims& d = p.dims;
+    double kept = 0;
+    for (const StageInfo& s : stage_table())
+        if (kPageKeeps[s.id]) kept += double(s.value == ValueKind::boolean ? 1 : sizeof(T)) * double(s.elements(d));
+    Compute how;
+    how.keep = kPageKeeps;
+    how.threads = threads;
+    const double inputs = double(layers) * double(d.Tq) * double(d.Dm) * sizeof(T);
+    const double need = double(layers) * kept + inputs + double(planned_bytes(d, sizeof(T), how));
+    if (need <= double(limit)) return;
+    throw MemoryLimitError("the page keeps every layer's weights: " + std::to_string(layers) + " layers of " +
+                           format_bytes(std::size_t(kept)) + ", about " +
+                           format_bytes(need >= 1.8e19 ? ~std::size_t{0} : std::size_t(need)) +
+                           " with the forward pass's inputs and a layer's run, more than {max_memory} " +
+                           format_bytes(limit) + "; give fewer tokens, or raise {max_memory}");
 }
 
 // One bundle of the page: its file, and the name its row is labelled with.
@@ -152,6 +179,14 @@ void add_model_layers(const ReportArgs& a, const Spec& spec, std::size_t limit, 
     ModelLayers model(a.run, limit);
     model.check_layer(a.run.layer.value_or(0));
     model.forward();
+    {
+        Spec first_spec = spec;
+        Bundle first;
+        model.add_layer(0, first, first_spec);
+        (a.run.dtype == Precision::float32
+             ? check_page_memory<float>
+             : check_page_memory<double>)(first, first_spec, model.count(), a.run.threads, limit);
+    }
     for (std::size_t l = 0; l < model.count(); ++l) {
         Spec layer_spec = spec;
         Bundle bundle;

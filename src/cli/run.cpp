@@ -3,10 +3,15 @@
 // --compare is compare.cpp's.
 #include "run.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -128,7 +133,7 @@ Compute plan(const RunOptions& o, const Problem<T>& problem, const Bundle& bundl
 
 template <typename T>
 int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit, Clock::time_point t0,
-              const LayerRun* layer = nullptr) {
+              const LayerRun* layer = nullptr, const Predictions* predictions = nullptr) {
     Problem<T> problem = problem_of<T>(o, bundle, spec, limit);
     const auto stages = stages_of_run(o, stages_of(problem));
     if (!o.svg.empty() && std::find(stages.begin(), stages.end(), o.svg_stage) == stages.end())
@@ -158,10 +163,10 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     const bool select = (o.json || sinks.dump) && (!o.batches.empty() || !o.heads_shown.empty());
     const TraceView selected = select ? select_view(view, o.batches, o.heads_shown) : TraceView();
     const TraceView& whole = select ? selected : view;
-    write_files(o, view, whole, stages, sinks.dump, trace.summary.get());
-    write_stdout(o, view, whole, stages, text, cell, trace.summary.get(), layer);
+    write_files(o, view, whole, stages, sinks.dump, trace.summary.get(), !layer);  // --layer all: said once
+    write_stdout(o, view, whole, stages, text, cell, trace.summary.get(), layer, predictions);
     // last: a run killed while writing its report (a closed pipe) leaves no .jsonl behind
-    if (sinks.own_jsonl) sinks.own_jsonl->finish(view, stages, trace.summary.get());
+    if (sinks.own_jsonl) sinks.own_jsonl->finish(view, stages, trace.summary.get(), predictions);
     if (sinks.own_jsonl && o.jsonl != "-") say_written(o, o.jsonl, "line-delimited JSON");
     if (layer && layer->jsonl) layer->jsonl->add_stages(view, stages, trace.summary.get());
     if (o.timings) {
@@ -173,30 +178,113 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     return 0;
 }
 
-// --layer all's options for layer `l` of `n`: its own folder of the dump (DIR/layer_00).
-RunOptions layer_options(const RunOptions& o, std::size_t l, std::size_t n) {
+// Layer `l`'s folder name of `n`: layer_00, ... (two digits at least).
+std::string layer_folder(std::size_t l, std::size_t n) {
+    std::string name = std::to_string(l);
+    name.insert(0, std::max<std::size_t>(2, std::to_string(n - 1).size()) - name.size(), '0');
+    return "layer_" + name;
+}
+
+// --layer all's options for layer `l` of `n`: its own folder of the dump under `root`
+// (DIR/layer_00; the run writes them under a folder beside DIR first).
+RunOptions layer_options(const RunOptions& o, std::size_t l, std::size_t n, const std::string& root) {
     RunOptions c = o;
     c.layer = l;
     c.every_layer = false;
-    std::string name = std::to_string(l);
-    name.insert(0, std::max<std::size_t>(2, std::to_string(n - 1).size()) - name.size(), '0');
-    if (!o.dump.empty()) c.dump = o.dump + "/layer_" + name;
+    if (!o.dump.empty()) c.dump = root + "/" + layer_folder(l, n);
     return c;
 }
 
-// --dump DIR with --layer all: DIR absent (made once the forward pass has run) or a
-// directory, each layer's folder in it checked as a dump of its own.
+// --dump DIR with --layer all: DIR absent or a directory, each layer's folder in it checked
+// as a dump of its own. A layer's folder is replaced whole: one that holds anything needs
+// --force, and then nothing but .npy files.
 void check_layer_outputs(const RunOptions& o, std::size_t n) {
     const auto stages = parse_stage_list(o.stages);
     if (o.dump.empty() || describe_path(o.dump) != "a directory") return check_outputs(o, stages);
-    for (std::size_t l = 0; l < n; ++l) check_outputs(layer_options(o, l, n), stages);
+    for (std::size_t l = 0; l < n; ++l) {
+        const RunOptions c = layer_options(o, l, n, o.dump);
+        check_outputs(c, stages);
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(c.dump, ec)) {
+            const std::string found = escape_control(c.dump) + " holds " + escape_control(e.path().filename().string());
+            if (!o.force)
+                throw UsageError("--dump " + escape_control(o.dump) + ": " + found +
+                                 "; --force replaces each layer's folder whole");
+            if (!e.is_regular_file() || e.path().extension() != ".npy")
+                throw UsageError("--dump " + escape_control(o.dump) +
+                                 ": --force replaces each layer's folder whole, "
+                                 "and " +
+                                 found + "; choose another directory");
+        }
+    }
 }
 
-// --dump DIR of --layer all, made when absent (each layer's folder is a dump of its own).
-void make_dump_directory(const std::string& dir) {
-    std::error_code ec;
-    std::filesystem::create_directory(dir, ec);
-    if (ec) throw RuntimeFailure("--dump " + escape_control(dir) + ": cannot make the directory: " + ec.message());
+// --dump DIR of --layer all: every layer's folder is written under a new folder beside DIR
+// and moved in once every layer has run, so DIR holds one run whole (the old one, or the
+// new one); a run that fails leaves DIR as it was.
+class LayerDumps {
+   public:
+    LayerDumps(const std::string& dir, std::size_t n) : dir_(dir), n_(n) {
+        if (dir.empty()) return;
+        std::string name = dir;
+        while (name.size() > 1 && name.back() == '/') name.pop_back();
+        name += ".attnscope-XXXXXX";
+        if (!::mkdtemp(name.data()))
+            throw RuntimeFailure("--dump " + escape_control(dir) +
+                                 ": cannot make a folder beside it: " + std::strerror(errno));
+        staging_ = name;
+        const mode_t mask = ::umask(0);  // made as a directory is made: mkdtemp's is private
+        ::umask(mask);
+        ::chmod(staging_.c_str(), 0777 & ~mask);
+    }
+    ~LayerDumps() {
+        std::error_code ec;
+        if (!staging_.empty()) std::filesystem::remove_all(staging_, ec);
+    }
+    const std::string& root() const { return staging_; }
+    // The new folders in place of the old ones (DIR made when absent).
+    void commit() {
+        try {
+            move_in();
+        } catch (const std::filesystem::filesystem_error& e) {
+            throw RuntimeFailure("--dump " + escape_control(dir_) +
+                                 ": cannot move the layers' folders in: " + e.code().message());
+        }
+    }
+
+   private:
+    void move_in() {
+        namespace fs = std::filesystem;
+        if (staging_.empty()) return;
+        if (describe_path(dir_) == "absent") {
+            fs::rename(staging_, dir_);
+            staging_.clear();
+            return;
+        }
+        const fs::path old = fs::path(staging_) / ".old";
+        fs::create_directory(old);
+        for (std::size_t l = 0; l < n_; ++l)  // the old folders out, then the new ones in
+            if (fs::exists(fs::path(dir_) / layer_folder(l, n_)))
+                fs::rename(fs::path(dir_) / layer_folder(l, n_), old / layer_folder(l, n_));
+        for (std::size_t l = 0; l < n_; ++l)
+            fs::rename(fs::path(staging_) / layer_folder(l, n_), fs::path(dir_) / layer_folder(l, n_));
+    }
+    std::string dir_, staging_;
+    std::size_t n_;
+};
+
+// The layers' document of --json (attnscope.layers/1): opened before the first layer, the
+// predictions after the last.
+void open_layers_json(JsonWriter& json) {
+    json.begin_object().key("schema").value("attnscope.layers/1").key("layers").begin_array();
+}
+
+void close_layers_json(JsonWriter& json, const Predictions* predictions) {
+    json.newline().end_array();
+    if (predictions) write_predictions_json(json, *predictions);
+    json.end_object();
+    std::cout << '\n' << std::flush;
+    if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
 }
 
 // run --model DIR --layer all: ONE forward pass keeping every layer's attention input, then
@@ -208,12 +296,9 @@ int run_every_layer(const RunOptions& o, const Spec& spec, std::size_t limit, Cl
     std::optional<JsonlOutput> jsonl;
     if (!o.jsonl.empty()) jsonl.emplace(o.jsonl, o.force, o.model_text.model, Dims{}, false);
     model.forward();
-    if (!o.dump.empty()) make_dump_directory(o.dump);
+    LayerDumps dumps(o.dump, n);
     std::optional<JsonWriter> json;
-    if (o.json) {
-        json.emplace(std::cout);
-        json->begin_object().key("schema").value("attnscope.layers/1").key("layers").begin_array();
-    }
+    if (o.json) open_layers_json(json.emplace(std::cout));
     Arena arena;  // each layer's stages are freed before the next: one block for them all
     for (std::size_t l = 0; l < n; ++l) {
         Spec layer_spec = spec;
@@ -225,18 +310,18 @@ int run_every_layer(const RunOptions& o, const Spec& spec, std::size_t limit, Cl
                              .jsonl = jsonl ? &*jsonl : nullptr,
                              .explain = o.explain ? model.describe(l) : std::string(),
                              .arena = &arena};
-        const RunOptions c = layer_options(o, l, n);
+        const RunOptions c = layer_options(o, l, n, dumps.root());
         if (o.dtype == Precision::float32)
             run_typed<float>(c, bundle, layer_spec, limit, t0, &layer);
         else
             run_typed<double>(c, bundle, layer_spec, limit, t0, &layer);
     }
-    if (json) {
-        json->newline().end_array().end_object();
-        std::cout << '\n' << std::flush;
-        if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");
-    }
-    if (jsonl) jsonl->complete();
+    dumps.commit();
+    if (!o.dump.empty()) say_written(o, o.dump, "a folder of the stages per layer");
+    if (json) close_layers_json(*json, model.predictions());
+    if (!o.json && !o.quiet && o.jsonl != "-" && model.predictions())
+        write_predictions_text(std::cout << '\n', *model.predictions(), o.width ? o.width : terminal_width());
+    if (jsonl) jsonl->complete(model.predictions());
     if (jsonl && o.jsonl != "-") say_written(o, o.jsonl, "line-delimited JSON, every layer");
     return 0;
 }
@@ -285,9 +370,11 @@ int run_run(const RunOptions& o) {
     if (o.every_layer) return run_every_layer(o, spec, memory_limit(o), t0);
     check_outputs(o, parse_stage_list(o.stages));
     const std::size_t limit = memory_limit(o);
-    const Bundle bundle = load_inputs(o, limit, spec);
-    return o.dtype == Precision::float32 ? run_typed<float>(o, bundle, spec, limit, t0)
-                                         : run_typed<double>(o, bundle, spec, limit, t0);
+    std::optional<Predictions> predicted;
+    const Bundle bundle = load_inputs(o, limit, spec, o.model_text.predict ? &predicted.emplace() : nullptr);
+    const Predictions* p = predicted ? &*predicted : nullptr;
+    return o.dtype == Precision::float32 ? run_typed<float>(o, bundle, spec, limit, t0, nullptr, p)
+                                         : run_typed<double>(o, bundle, spec, limit, t0, nullptr, p);
 }
 
 }  // namespace attnscope::cli

@@ -20,8 +20,9 @@ int run_run(const RunOptions& opts);
 // the bundle as loaded, the problem.
 Spec spec_of(const RunOptions& o);  // UsageError for options that contradict each other
 // The bundle, with a checkpoint's layer as its weights when {checkpoint} is given (and
-// `spec` completed from what the checkpoint's config fixes, where no option said otherwise).
-Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec);
+// `spec` completed from what the checkpoint's config fixes, where no option said otherwise);
+// with --model --predict, the predictions into `predicted` when given.
+Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec, Predictions* predicted = nullptr);
 // The run's problem: from the bundle's x and weights, or from {qkv}'s own Q, K and V.
 template <typename T>
 Problem<T> problem_of(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit);

@@ -146,10 +146,12 @@ void say_written(const RunOptions& o, const std::string& path, const char* what)
 }
 
 void write_files(const RunOptions& o, const TraceView& view, const TraceView& selected,
-                 const std::vector<std::string>& stages, std::optional<Dump>& dump, const Summary* summary) {
+                 const std::vector<std::string>& stages, std::optional<Dump>& dump, const Summary* summary,
+                 bool announce) {
     if (dump) {
         dump->commit(selected, summary ? summary_arrays(*summary, view.batched) : std::vector<OutArray>{});
-        say_written(o, o.dump, dump_is_npz(o.dump) ? "the stages in one .npz archive" : "the stages as NAME.npy");
+        if (announce)
+            say_written(o, o.dump, dump_is_npz(o.dump) ? "the stages in one .npz archive" : "the stages as NAME.npy");
     }
     FigureOptions figure;
     figure.full = o.full;
@@ -172,7 +174,7 @@ void write_files(const RunOptions& o, const TraceView& view, const TraceView& se
 
 void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& selected,
                   const std::vector<std::string>& stages, TextOptions text, const CellRef& cell, const Summary* summary,
-                  const LayerRun* layer) {
+                  const LayerRun* layer, const Predictions* predictions) {
     std::vector<RowDiagnostics> diagnostics;
     if (o.diagnose) diagnostics = diagnose(view);
     if (o.jsonl == "-") return;  // standard output holds the line-delimited JSON
@@ -185,12 +187,10 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
                                              return !chosen(o.batches, r.batch) || !chosen(o.heads_shown, r.head);
                                          }),
                           diagnostics.end());
-        std::function<void(JsonWriter&)> extra;
-        if (summary)
-            extra = [&](JsonWriter& w) {
-                w.key("summary");
-                write_summary_json(w, *summary, view.batched);
-            };
+        const std::function<void(JsonWriter&)> extra = [&](JsonWriter& w) {
+            if (summary) write_summary_json(w.key("summary"), *summary, view.batched);
+            if (predictions) write_predictions_json(w, *predictions);
+        };
         if (layer && layer->json) {
             layer->json->newline().begin_object().key("layer").value(layer->layer);
             write_json_members(*layer->json, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
@@ -198,8 +198,10 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
         } else {
             write_json(std::cout, selected, stages, o.diagnose ? &diagnostics : nullptr, extra);
         }
-    } else if (o.quiet || !report_wanted(o)) {
+    } else if (o.quiet) {
         return;
+    } else if (!report_wanted(o)) {
+        if (predictions) write_predictions_text(std::cout, *predictions, o.width ? o.width : terminal_width());
     } else {
         text.color = color_mode(o.color);
         text.width = o.width ? o.width : terminal_width();
@@ -214,6 +216,7 @@ void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& s
         if (o.diagnose) write_diagnostics_text(std::cout, view, diagnostics, text);
         if (!o.cell.empty()) write_cell(std::cout, view, cell, o.decimals);
         if (summary) write_summary_text(std::cout, *summary, view, text);
+        if (predictions) write_predictions_text(std::cout << '\n', *predictions, text.width);
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");

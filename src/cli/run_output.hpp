@@ -43,14 +43,18 @@ void say_written(const RunOptions& o, const std::string& path, const char* what)
 
 // The files: --dump (prepared before the computation, committed here; only the chosen
 // batch items and heads: `selected`, with the summaries when asked for), --html, --svg.
+// `announce`: say each file written (say_written).
 void write_files(const RunOptions& o, const TraceView& view, const TraceView& selected,
-                 const std::vector<std::string>& stages, std::optional<Dump>& dump, const Summary* summary);
+                 const std::vector<std::string>& stages, std::optional<Dump>& dump, const Summary* summary,
+                 bool announce = true);
 
 // Standard output: one JSON document, or the report a person reads. With `layer`: an
 // element of the layers' document, or the report under the layer's heading.
+// --predict's table comes after the report (a single run's; --layer all prints it once, after
+// every layer), its JSON member "predictions" in the document.
 void write_stdout(const RunOptions& o, const TraceView& view, const TraceView& selected,
                   const std::vector<std::string>& stages, TextOptions text, const CellRef& cell, const Summary* summary,
-                  const LayerRun* layer = nullptr);
+                  const LayerRun* layer = nullptr, const Predictions* predictions = nullptr);
 
 // "N query rows see no key" on stderr, naming them.
 void warn_fully_masked(const std::vector<MaskedRow>& rows, bool batched);

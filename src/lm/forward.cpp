@@ -3,8 +3,10 @@
 #include "attnscope/lm/forward.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -152,6 +154,47 @@ Spec spec_of_layer(const CheckpointLayer& cl, const std::string& path) {
     return s;
 }
 
+// A projection's output features as the layer stores it (nothing when it has none).
+std::optional<std::size_t> outputs_of(const CheckpointLayer& cl, const char* name) {
+    const auto it = cl.arrays.find(name);
+    if (it == cl.arrays.end() || it->second.ndim() != 2) return std::nullopt;
+    return cl.layout == Layout::torch ? it->second.shape[0] : it->second.shape[1];
+}
+
+// The heads config.json gives against the layer's key projection and RoPE, each refused
+// naming config.json and its keys (not the options a bundle's run would take).
+void check_config_heads(const CheckpointLayer& cl, const LmConfig& m, const std::string& config) {
+    const LayerConfig& c = cl.config;
+    const auto q = outputs_of(cl, "W_Q"), k = outputs_of(cl, "W_K");
+    if (!c.heads || !*c.heads || !q || !k || *q % *c.heads) return;  // refused by the preset, naming n_head
+    const std::size_t H = *c.heads, G = c.kv_heads.value_or(H), Dk = *q / H;
+    const std::string facts = " (" + facts_text(c) + ")";
+    const char* heads_key = m.family == LmFamily::gpt2 ? "n_head" : "num_attention_heads";
+    if (G == 0 || *k != G * Dk)
+        throw InputError(escape_control(config) + ": " + (c.kv_heads ? "num_key_value_heads " : heads_key) +
+                         (c.kv_heads ? "" : " ") + std::to_string(G) + " K/V heads of " + std::to_string(Dk) +
+                         " features need " + std::to_string(G * Dk) + " key features, but " +
+                         escape_control(cl.prefix) + "'s W_K has " + std::to_string(*k) + facts);
+    const std::size_t rotated = c.rope && c.rope->dim ? *c.rope->dim : Dk;
+    if (c.rope && rotated % 2)
+        throw InputError(escape_control(config) + ": " + heads_key + " " + std::to_string(H) + " gives heads of " +
+                         std::to_string(Dk) + " features, and RoPE rotates " + std::to_string(rotated) +
+                         ", an odd number (it rotates features in pairs)" + facts);
+}
+
+// The query projection's outputs against heads × config.json's head_dim, refused as
+// `run --checkpoint` refuses them.
+void check_head_dim(const CheckpointLayer& cl, const std::string& path) {
+    const LayerConfig& c = cl.config;
+    const auto it = cl.arrays.find("W_Q");
+    if (!c.head_dim || !c.heads || it == cl.arrays.end() || it->second.ndim() != 2) return;
+    const std::size_t width = cl.layout == Layout::torch ? it->second.shape[0] : it->second.shape[1];
+    if (width != *c.heads * *c.head_dim)
+        throw InputError(escape_control(path) + ": " + escape_control(cl.prefix) + " query projection has " +
+                         std::to_string(width) + " outputs, expected heads " + std::to_string(*c.heads) +
+                         " × head width " + std::to_string(*c.head_dim) + " (" + facts_text(c) + ")");
+}
+
 }  // namespace
 
 template <class T>
@@ -163,6 +206,8 @@ Problem<T> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, 
     if (!cl.arrays.count("W_O"))
         throw InputError(escape_control(c.path) + ": " + escape_control(cl.prefix) +
                          " has no output projection (the forward pass needs it)");
+    check_head_dim(cl, c.path);
+    check_config_heads(cl, m, c.config_path);
     const Spec spec = spec_of_layer(cl, c.path);
     Bundle bundle;
     bundle.source = c.path;
@@ -254,38 +299,26 @@ Tensor<T, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::u
 
 namespace {
 
-// logits (R, V) = h (R, Dm) · Eᵀ (Dm, V) (+ bias), E (V, Dm) converted to T a block of
-// rows at a time.
+// out (R, n) = h (R, Dm) · rowsᵀ (Dm, n), rows (n, Dm) as T
 template <class T>
-Tensor<T, 2> project(const Array& e, const Tensor<T, 2>& h, const std::vector<T>& bias) {
-    const std::size_t R = h.shape(0), D = h.shape(1), V = e.shape[0], block = 4096;
-    Tensor<T, 2> out = Tensor<T, 2>::from_shape({R, V});
-    Buffer<T> rows(std::min(V, block) * D);
-    for (std::size_t v0 = 0; v0 < V; v0 += block) {
-        const std::size_t n = std::min(block, V - v0);
-        for (std::size_t k = 0; k < n * D; ++k) rows[k] = T(e.value(v0 * D + k));
-        linear(h.data(), R, D, rows.data(), D, n, Layout::torch, nullptr, &out(0, v0), V);
-    }
-    if (!bias.empty())
-        for (std::size_t r = 0; r < R; ++r)
-            for (std::size_t v = 0; v < V; ++v) out(r, v) += bias[v];
-    return out;
+void project_rows(const Tensor<T, 2>& h, const T* rows, std::size_t n, T* out, std::size_t ld) {
+    const std::size_t R = h.shape(0), D = h.shape(1);
+    linear(h.data(), R, D, rows, D, n, Layout::torch, nullptr, out, ld);
 }
 
 }  // namespace
 
-// The LM head on the final hidden states h (R, Dm) -> logits (R, V).
 template <class T>
-Tensor<T, 2> head(const Weights& w, const LmConfig& m, Tensor<T, 2> h) {
+Head<T> read_head(const Weights& w, const LmConfig& m) {
     const std::size_t D = m.hidden;
     const std::string wd = std::string("config.json ") + width_key(m), vd = "config.json vocab_size, " + wd;
     std::string embedding = m.prefix + (m.family == LmFamily::gpt2 ? "wte.weight" : "embed_tokens.weight");
     std::string unembedding = "lm_head.weight";
-    std::vector<T> bias;
+    Head<T> hd;
     if (m.family == LmFamily::gpt2) {
-        apply(w.norm<T>(m.prefix + "ln_f", D, m.eps, false, wd), h);
+        hd.norm = w.norm<T>(m.prefix + "ln_f", D, m.eps, false, wd);
     } else if (m.family == LmFamily::llama) {
-        apply(w.norm<T>(m.prefix + "norm", D, m.eps, true, wd), h);
+        hd.norm = w.norm<T>(m.prefix + "norm", D, m.eps, true, wd);
     } else {  // the masked-LM head: LN(act(dense(h))) · Eᵀ + bias
         const bool roberta = m.model_type == "roberta";
         const std::string p = roberta ? "lm_head." : "cls.predictions.";
@@ -293,16 +326,56 @@ Tensor<T, 2> head(const Weights& w, const LmConfig& m, Tensor<T, 2> h) {
         if (!w.has(dense + ".weight"))
             throw InputError(escape_control(w.path()) + ": no masked-LM head (no tensor '" + dense +
                              ".weight'): the checkpoint holds the encoder alone, and the logits need the head");
-        h = apply(w.linear<T>(dense, D, D, true, true, wd, wd), h);
-        activate(roberta ? Activation::gelu_erf : m.act, h);
-        apply(roberta ? w.norm<T>(p + "layer_norm", D, m.eps, false, wd)
-                      : w.norm<T>(p + "transform.LayerNorm", D, m.eps, false, wd),
-              h);
-        bias = w.vec<T>(p + "bias", m.vocab, "config.json vocab_size");
+        hd.dense = w.linear<T>(dense, D, D, true, true, wd, wd);
+        hd.act = roberta ? Activation::gelu_erf : m.act;
+        hd.norm = roberta ? w.norm<T>(p + "layer_norm", D, m.eps, false, wd)
+                          : w.norm<T>(p + "transform.LayerNorm", D, m.eps, false, wd);
+        hd.bias = w.vec<T>(p + "bias", m.vocab, "config.json vocab_size");
         embedding = m.prefix + "embeddings.word_embeddings.weight";
         unembedding = p + "decoder.weight";
     }
-    return project(w.read(m.tied ? embedding : unembedding, {m.vocab, D}, vd), h, bias);
+    hd.unembedding = w.read(m.tied ? embedding : unembedding, {m.vocab, D}, vd);
+    return hd;
+}
+
+template <class T>
+void convert_unembedding(Head<T>& hd) {
+    hd.converted.resize(hd.unembedding.shape[0] * hd.unembedding.shape[1]);
+    copy_numbers(hd.unembedding, hd.converted.data());
+}
+
+// logits (R, V) = head(h (R, Dm)): the norm (after BERT's dense and activation), then · Eᵀ
+// (Dm, V) (+ bias); E converted to T a block of rows at a time unless converted already.
+template <class T>
+Tensor<T, 2> apply_head(const Head<T>& hd, Tensor<T, 2> h) {
+    if (hd.dense) {
+        h = apply(*hd.dense, h);
+        activate(hd.act, h);
+    }
+    apply(hd.norm, h);
+    const Array& e = hd.unembedding;
+    const std::size_t R = h.shape(0), D = h.shape(1), V = e.shape[0], block = 4096;
+    Tensor<T, 2> out = Tensor<T, 2>::from_shape({R, V});
+    if (!hd.converted.empty()) {
+        project_rows(h, hd.converted.data(), V, out.data(), V);
+    } else {
+        Buffer<T> rows(std::min(V, block) * D);
+        for (std::size_t v0 = 0; v0 < V; v0 += block) {
+            const std::size_t n = std::min(block, V - v0);
+            for (std::size_t k = 0; k < n * D; ++k) rows[k] = T(e.value(v0 * D + k));
+            project_rows(h, rows.data(), n, &out(0, v0), V);
+        }
+    }
+    if (!hd.bias.empty())
+        for (std::size_t r = 0; r < R; ++r)
+            for (std::size_t v = 0; v < V; ++v) out(r, v) += hd.bias[v];
+    return out;
+}
+
+// The LM head on the final hidden states h (R, Dm) -> logits (R, V).
+template <class T>
+Tensor<T, 2> head(const Weights& w, const LmConfig& m, Tensor<T, 2> h) {
+    return apply_head(read_head<T>(w, m), std::move(h));
 }
 
 // Every step in float and double.
@@ -321,7 +394,10 @@ Tensor<T, 2> head(const Weights& w, const LmConfig& m, Tensor<T, 2> h) {
     template Tensor<T, 2> attention_input<T>(const Block<T>&, const LmConfig&, const Tensor<T, 2>&);                 \
     template void add_attention<T>(const Block<T>&, const LmConfig&, const Tensor<T, 3>&, Tensor<T, 2>&);            \
     template Tensor<T, 2> embed<T>(const Weights&, const LmConfig&, const std::vector<std::uint32_t>&, std::size_t); \
-    template Tensor<T, 2> head<T>(const Weights&, const LmConfig&, Tensor<T, 2>);
+    template Tensor<T, 2> head<T>(const Weights&, const LmConfig&, Tensor<T, 2>);                                    \
+    template Head<T> read_head<T>(const Weights&, const LmConfig&);                                                  \
+    template void convert_unembedding<T>(Head<T>&);                                                                  \
+    template Tensor<T, 2> apply_head<T>(const Head<T>&, Tensor<T, 2>);
 ATTNSCOPE_LM_STEPS(float)
 ATTNSCOPE_LM_STEPS(double)
 #undef ATTNSCOPE_LM_STEPS
@@ -343,6 +419,34 @@ LanguageModel LanguageModel::open(const std::string& dir, std::size_t max_bytes)
     }
     if (m.family == LmFamily::llama) m.prefix = w.has("model.embed_tokens.weight") ? "model." : "";
     return model;
+}
+
+std::vector<Pick> top_tokens(const double* logits, std::size_t V, std::size_t k) {
+    if (V == 0) throw std::logic_error("top_tokens: no logits");
+    const double top = *std::max_element(logits, logits + V);
+    double sum = 0;
+    for (std::size_t v = 0; v < V; ++v) sum += std::exp(logits[v] - top);
+    const double log_sum = std::log(sum);
+    std::vector<std::uint32_t> order(V);
+    std::iota(order.begin(), order.end(), std::uint32_t{0});
+    const std::size_t n = std::min(k, V);
+    std::partial_sort(
+        order.begin(), order.begin() + std::ptrdiff_t(n), order.end(),
+        [&](std::uint32_t a, std::uint32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    std::vector<Pick> picks(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const double lp = (logits[order[i]] - top) - log_sum;
+        picks[i] = {order[i], std::exp(lp), lp};
+    }
+    return picks;
+}
+
+void LanguageModel::check_layer_heads(std::size_t layer) const {
+    LayerRequest req;
+    req.layer = layer;
+    const CheckpointLayer cl = choose_layer(*checkpoint_, req, max_bytes_);
+    lm::check_head_dim(cl, checkpoint_->path);
+    lm::check_config_heads(cl, config_, checkpoint_->config_path);
 }
 
 void LanguageModel::check_ids(const std::vector<std::uint32_t>& ids) const {
@@ -374,6 +478,73 @@ Tensor<double, 2> widened(Tensor<T, 2>&& a) {
         return xt::cast<double>(a);
 }
 
+// The bytes of tensor `name` as the checkpoint stores it (what reading it maps or holds);
+// 0 when absent (its read names it).
+const TensorInfo* info_of(const Checkpoint& c, const std::string& name) {
+    for (const TensorInfo& t : c.source->tensors())
+        if (t.name == name) return &t;
+    return nullptr;
+}
+
+std::size_t stored_bytes(const Checkpoint& c, const std::string& name) {
+    const TensorInfo* t = info_of(c, name);
+    return t ? t->bytes : 0;
+}
+
+std::string token_embedding(const LmConfig& m) {
+    return m.prefix + (m.family == LmFamily::gpt2   ? "wte.weight"
+                       : m.family == LmFamily::bert ? "embeddings.word_embeddings.weight"
+                                                    : "embed_tokens.weight");
+}
+
+// What the forward pass of T tokens holds at its peak, in bytes (float64 arithmetic: a
+// hostile config cannot wrap it): h and the attention input a (T, Dm) and every kept
+// attention input, plus the largest of its phases, each weight matrix counted as T and,
+// while it is converted, as stored:
+//   embeddings   the token embedding (V, Dm) as stored
+//   attention    W_Q, W_K, W_V, W_O: 4 Dm² as T and as stored
+//   MLP          its two or three matrices together (Dm, Dff) as T, the largest as stored,
+//                and the (T, Dff) intermediates (two with a gate)
+//   head         the logits (R, V) as T and widened to double, E (V, Dm) as stored, and a
+//                block of 4096 of its rows as T
+template <class T>
+double forward_bytes(const LmConfig& m, const Checkpoint& c, std::size_t tokens, const ForwardRequest& r) {
+    const double t = double(tokens), D = double(m.hidden), F = double(m.mlp), V = double(m.vocab), s = sizeof(T);
+    const double kept = r.every_input ? double(m.layers) : 1;
+    const double resident = (2 + kept) * t * D * s;
+    const double embed = double(stored_bytes(c, token_embedding(m)));
+    // a number as stored: block 0's MLP up-projection tells (8 bytes when it cannot)
+    const char* up = m.family == LmFamily::gpt2   ? "mlp.c_fc.weight"
+                     : m.family == LmFamily::bert ? "intermediate.dense.weight"
+                                                  : "mlp.up_proj.weight";
+    const double up_bytes = double(stored_bytes(c, lm::block_prefix(m, 0) + up));
+    const double e = up_bytes > 0 && D * F > 0 ? up_bytes / (D * F) : 8;
+    const double attention = 4 * D * D * (s + e);
+    const bool gate = m.family == LmFamily::llama;
+    const double mlp = (gate ? 3 : 2) * D * F * s + D * F * e + (gate ? 2 : 1) * t * F * s + 2 * t * D * s;
+    const double rows = r.logit_rows.empty() ? t : double(r.logit_rows.size());
+    const double head = r.logits ? rows * V * (s + 8) + V * D * 8 + std::min(V, 4096.0) * D * s : 0;
+    const bool blocks = r.logits || (r.stop_after && *r.stop_after > 0);  // a block's attention and MLP run
+    return resident + std::max({embed, blocks ? attention : 0, blocks ? mlp : 0, head});
+}
+
+// MemoryLimitError, before anything is read, when forward_bytes is over the limit.
+template <class T>
+void check_forward_memory(const LmConfig& m, const Checkpoint& c, std::size_t max_bytes, std::size_t tokens,
+                          const ForwardRequest& r) {
+    // a width the token embedding contradicts is refused by its read, naming both shapes
+    const TensorInfo* e = info_of(c, token_embedding(m));
+    if (e && e->shape != std::vector<std::size_t>{m.vocab, m.hidden}) return;
+    const double need = forward_bytes<T>(m, c, tokens, r);
+    if (need <= double(max_bytes)) return;
+    throw MemoryLimitError("the forward pass of " + std::to_string(tokens) + " tokens holds about " +
+                           format_bytes(need >= 1.8e19 ? ~std::size_t{0} : std::size_t(need)) +
+                           " at its peak (the hidden states (T, Dm), with a layer's weights: its MLP " +
+                           std::to_string(m.family == LmFamily::llama ? 3 : 2) + " matrices of " +
+                           std::to_string(m.hidden) + " × " + std::to_string(m.mlp) +
+                           " together), more than {max_memory} " + format_bytes(max_bytes));
+}
+
 // The forward pass in T: every step (weights, hidden states, attention, logits) in T; the
 // logits widened to double, the attention inputs held as T.
 template <class T>
@@ -381,6 +552,7 @@ ForwardResult forward_in(const LmConfig& m, const Checkpoint& c, std::size_t max
                          const std::vector<std::uint32_t>& ids, const ForwardRequest& r) {
     using namespace lm;
     if (r.traces && !std::is_same_v<T, double>) throw std::logic_error("forward: traces are kept in float64 only");
+    check_forward_memory<T>(m, c, max_bytes, ids.size(), r);
     const Weights w(c, max_bytes);
     ForwardResult out;
     out.attention_inputs.resize(m.layers);

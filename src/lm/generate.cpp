@@ -18,11 +18,7 @@ namespace attnscope {
 
 Pick greedy_pick(const std::vector<double>& logits) {
     if (logits.empty()) throw std::logic_error("greedy_pick: no logits");
-    // max_element keeps the first of equal values: ties go to the lowest id
-    const auto top = std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (double v : logits) sum += std::exp(v - *top);
-    return {std::uint32_t(top - logits.begin()), 1.0 / sum};
+    return top_tokens(logits.data(), logits.size(), 1).front();
 }
 
 // Layer l: its block's other weights, its attention's problem (x sized for the whole length)
@@ -32,6 +28,10 @@ struct Generator::Layer {
     lm::Block<double> block;
     Problem<double> problem;  // x (1, length, Dm)
     std::unique_ptr<Decoder<double>> decoder;
+};
+
+struct Generator::Head {
+    lm::Head<double> head;
 };
 
 Generator::Generator(const LanguageModel& m, std::size_t length, std::size_t threads)
@@ -52,6 +52,8 @@ Generator::Generator(const LanguageModel& m, std::size_t length, std::size_t thr
         layer->decoder = std::make_unique<Decoder<double>>(layer->problem);
         layers_.push_back(std::move(layer));
     }
+    head_ = std::make_unique<Head>(Head{lm::read_head<double>(w, c)});
+    lm::convert_unembedding(head_->head);
 }
 
 Generator::~Generator() = default;
@@ -72,9 +74,9 @@ void write_rows(Problem<double>& p, std::size_t start, const Tensor<double, 2>& 
 }
 
 // The logits (V) of the last row of h (T, Dm).
-std::vector<double> last_logits(const LanguageModel& m, const Tensor<double, 2>& h) {
+std::vector<double> last_logits(const lm::Head<double>& head, const Tensor<double, 2>& h) {
     Tensor<double, 2> last = xt::view(h, xt::range(h.shape(0) - 1, h.shape(0)), xt::all());  // (1, Dm)
-    const Tensor<double, 2> logits = lm::head(lm::Weights(m.checkpoint(), m.max_bytes()), m.config(), last);
+    const Tensor<double, 2> logits = lm::apply_head(head, last);
     return std::vector<double>(logits.begin(), logits.end());
 }
 
@@ -95,7 +97,7 @@ std::vector<double> Generator::prefill(const std::vector<std::uint32_t>& prompt,
         if (traces) traces->push_back(std::move(tr));
     }
     position_ = prompt.size();
-    return last_logits(m_, h);
+    return last_logits(head_->head, h);
 }
 
 std::vector<double> Generator::step(std::uint32_t id, std::vector<DecodeStep<double>>* steps) {
@@ -110,7 +112,7 @@ std::vector<double> Generator::step(std::uint32_t id, std::vector<DecodeStep<dou
         if (steps) steps->push_back(std::move(s));
     }
     ++position_;
-    return last_logits(m_, h);
+    return last_logits(head_->head, h);
 }
 
 namespace {
@@ -132,6 +134,41 @@ DecodeStep<double> last_row(const Trace<double>& tr, const std::array<std::size_
     return s;
 }
 
+std::size_t clamp(double bytes) { return bytes >= 1.8e19 ? ~std::size_t{0} : std::size_t(bytes); }
+
+// What a generation of P prompt and N new tokens holds besides the weights, in float64
+// bytes: each layer's K/V cache (L = P + N rows of G·(Dk + Dv)), its prefill's trace
+// (weights H·P², mask, sink, context H·P·Dv, output P·Dm) and each step's row (weights,
+// mask and sink over the cache, context, output), and every step's logits (V).
+double records_bytes(const std::vector<Dims>& dims, std::size_t P, std::size_t N, std::size_t V) {
+    const double p = double(P), n = double(N), L = p + n;
+    const double cached = (n - 1) * (2 * p + n) / 2 + p;  // Σ of the steps' cache lengths
+    double total = n * double(V);
+    for (const Dims& d : dims) {
+        const double H = double(d.H), G = double(d.G ? d.G : d.H);
+        total += G * L * double(d.Dk + d.Dv);
+        total += (H + 1) * p * p + H * p * (double(d.Dv) + 1) + p * double(d.Dm);
+        total += (H + 1) * cached + n * (H * double(d.Dv) + H + double(d.Dm));
+    }
+    return total * sizeof(double);
+}
+
+// What the generator holds for every layer, about: its weights (attention 4 Dm², MLP up to
+// 3 Dm·Dff) and its x (length, Dm), in float64; and the unembedding (V, Dm), converted once.
+double weights_bytes(const LanguageModel& m, std::size_t length) {
+    const LmConfig& c = m.config();
+    const double D = double(c.hidden), per_layer = 4 * D * D + 3 * D * double(c.mlp) + double(length) * D;
+    return (double(c.layers) * per_layer + double(c.vocab) * D) * sizeof(double);
+}
+
+// What check_generation's full forward on T tokens keeps: every layer's weights (H, T, T)
+// and context (H, T, Dv), in float64.
+double full_check_bytes(const std::vector<Dims>& dims, std::size_t T) {
+    double bytes = 0;
+    for (const Dims& d : dims) bytes += double(d.H) * double(T) * double(T + d.Dv) * sizeof(double);
+    return bytes;
+}
+
 void check_request(const LanguageModel& m, const std::vector<std::uint32_t>& prompt, std::size_t n) {
     const LmConfig& c = m.config();
     if (n == 0) throw UsageError("{generate} 0: expected 1 or more tokens to generate");
@@ -143,14 +180,10 @@ void check_request(const LanguageModel& m, const std::vector<std::uint32_t>& pro
                          std::to_string(room) + " positions (" + escape_control(m.checkpoint().config_path) + " " +
                          (c.family == LmFamily::gpt2 ? "n_positions" : "max_position_embeddings") + ")");
     m.check_ids(prompt);
-    // What the generator holds for every layer, about: its weights (attention 4 Dm², MLP
-    // up to 3 Dm·Dff) and its x (P + N, Dm), in float64.
-    const std::size_t D = c.hidden, per_layer = 4 * D * D + 3 * D * c.mlp + (prompt.size() + n) * D;
-    const double bytes = double(c.layers) * double(per_layer) * sizeof(double);
+    const double bytes = weights_bytes(m, prompt.size() + n);
     if (bytes > double(m.max_bytes()))
         throw MemoryLimitError("generating holds every layer's weights and inputs, about " +
-                               format_bytes(std::size_t(bytes)) + ", more than {max_memory} " +
-                               format_bytes(m.max_bytes()));
+                               format_bytes(clamp(bytes)) + ", more than {max_memory} " + format_bytes(m.max_bytes()));
 }
 
 }  // namespace
@@ -161,9 +194,17 @@ Generation generate(const LanguageModel& m, const std::vector<std::uint32_t>& pr
     const std::size_t P = prompt.size(), L = m.config().layers;
     Generator gen(m, P + n, threads);
     Generation g;
+    for (std::size_t l = 0; l < L; ++l) g.dims.push_back(gen.dims(l));
+    // The weights are read (check_request counted them): with them, the caches and records.
+    const double records = records_bytes(g.dims, P, n, m.config().vocab);
+    const double held = std::max(weights_bytes(m, P + n), full_check_bytes(g.dims, P + n)) + records;
+    if (held > double(m.max_bytes()))
+        throw MemoryLimitError("generating " + std::to_string(n) + " tokens after " + std::to_string(P) +
+                               " holds every layer's weights (or, to check them, a full forward's attention "
+                               "weights), its KV cache and each step's rows, about " +
+                               format_bytes(clamp(held)) + ", more than {max_memory} " + format_bytes(m.max_bytes()));
     g.ids = prompt;
     g.prompt = P;
-    for (std::size_t l = 0; l < L; ++l) g.dims.push_back(gen.dims(l));
     GenerationStep first;
     first.t = P - 1;
     first.logits = gen.prefill(prompt, &g.prefill);
@@ -187,12 +228,13 @@ Generation generate(const LanguageModel& m, const std::vector<std::uint32_t>& pr
 
 void check_generation(const LanguageModel& m, Generation& g, std::size_t threads) {
     const std::size_t T = g.ids.size(), L = g.dims.size();
-    std::size_t bytes = 0;  // the full run's kept weights and context, every layer
-    for (const Dims& d : g.dims) bytes += d.H * T * (T + d.Dv) * sizeof(double);
-    if (bytes > m.max_bytes())
-        throw MemoryLimitError("checking " + std::to_string(T) + " tokens against one full forward keeps " +
-                               format_bytes(bytes) + " of attention weights, more than {max_memory} " +
-                               format_bytes(m.max_bytes()));
+    // the full run's kept weights and context, every layer, beside the generation's own records
+    const double bytes =
+        records_bytes(g.dims, g.prompt, g.steps.size(), m.config().vocab) + full_check_bytes(g.dims, T);
+    if (bytes > double(m.max_bytes()))
+        throw MemoryLimitError(
+            "checking " + std::to_string(T) + " tokens against one full forward keeps " + format_bytes(clamp(bytes)) +
+            " of attention weights beside the generation's, more than {max_memory} " + format_bytes(m.max_bytes()));
     ForwardRequest r;
     r.traces = true;
     r.threads = threads;

@@ -131,7 +131,26 @@ void add_attention(const Block<T>& b, const LmConfig& m, const Tensor<T, 3>& out
 template <class T>
 Problem<T> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, const Tensor<T, 2>& a,
                          std::size_t max_bytes);
-// The LM head on the final hidden states h (R, Dm) -> logits (R, V).
+// The LM head: the final norm (BERT: dense, activation and LayerNorm), the unembedding E
+// (V, Dm) as read (its pages mapped), or converted to T once (convert_unembedding: a
+// generator applies it at every step), and BERT's bias (V).
+template <class T>
+struct Head {
+    std::optional<Linear<T>> dense;
+    Activation act = Activation::gelu_erf;
+    Norm<T> norm;
+    Array unembedding;    // (V, Dm)
+    Buffer<T> converted;  // (V, Dm) as T, or empty
+    std::vector<T> bias;  // (V) or empty
+};
+template <class T>
+Head<T> read_head(const Weights& w, const LmConfig& m);
+template <class T>
+void convert_unembedding(Head<T>& hd);
+// logits (R, V) of the final hidden states h (R, Dm).
+template <class T>
+Tensor<T, 2> apply_head(const Head<T>& hd, Tensor<T, 2> h);
+// read_head, then apply_head: the LM head on h (R, Dm) -> logits (R, V).
 template <class T>
 Tensor<T, 2> head(const Weights& w, const LmConfig& m, Tensor<T, 2> h);
 

@@ -523,9 +523,11 @@ void write_generation_header(std::ostream& out, const Generation& g, const Gener
         out << "  rows: each layer's weights averaged over its heads" << (o.heatmap ? "" : ", their top keys") << '\n';
     if (o.heatmap) out << "  heatmap rows: '" << kRamp << "' = weight 0..1, " << kMasked << " = masked key\n";
     const auto k = g.steps.at(0).layers.at(o.layer.value_or(0)).k_cache_shape;
-    out << "prefill: " << (P == 1 ? "position 0" : "positions 0.." + std::to_string(P - 1))
-        << " in one causal run through every layer; layer " << o.layer.value_or(0) << "'s K cache "
-        << shape_words(k, false) << '\n';
+    put_wrapped(out, "",
+                "prefill: " + (P == 1 ? std::string("position 0") : "positions 0.." + std::to_string(P - 1)) +
+                    " in one causal run through every layer; layer " + std::to_string(o.layer.value_or(0)) +
+                    "'s K cache " + shape_words(k, false),
+                o.width);
 }
 
 void write_generation_step(std::ostream& out, const Generation& g, std::size_t k, const GenerationTextOptions& o) {

@@ -193,5 +193,38 @@ class Refusals(GenerateCase):
                           "--layer all")
 
 
+class Limits(GenerateCase):
+    """What run refuses, generation refuses; the memory plan counts the KV caches and every
+    step's records; the text stays within 80 columns."""
+
+    def test_head_dim_contradicting_the_weights(self):
+        model, _, _ = self.write_model("llama", config_over={"head_dim": 8})  # 4 heads × 4 features in q_proj
+        run = self.assert_error(run_text("run", "--model", model, "--tokens", "1,2"), "query projection has 16 outputs",
+                                "head width 8")
+        gen = self.assert_error(run_text("decode", "--model", model, "--tokens", "1,2", "--generate", "2"),
+                                "query projection has 16 outputs", "head width 8")
+        self.assertIn("config.json head_dim", gen)
+
+    def test_cache_and_records_are_counted(self):
+        # 3 layers of 4 heads, 16 wide: weights and x about 40 KB in float64; 40 tokens of 59
+        # positions keep the caches (3 × 59 × 2 × 16 doubles), the prefill's and every step's
+        # rows (3 × 5 × Σ t) and 40 rows of logits, about 250 KB, and the check's full forward
+        # (3 × 4 × 59 × 63 doubles) 360 KB.
+        model, _, _ = self.write_model("llama")
+        args = ("--tokens", ",".join(["1"] * 19), "--generate", "40")
+        self.assert_ok(run_text("decode", "--model", model, *args, "--max-memory", "2M"))
+        self.assert_error(run_text("decode", "--model", model, *args, "--max-memory", "400K"), "each step's rows",
+                          "--max-memory")
+
+    def test_prefill_line_within_80_columns(self):
+        model, _, _ = self.write_model("llama")
+        r = run_text("decode", "--model", model.name, "--tokens", "1,2,3,4,5,6,7,8,9,10,11", "--generate", "3",
+                     cwd=model.parent)  # a short name: the header's width is the name's
+        self.assert_ok(r)
+        for line in r.out.splitlines():
+            self.assertLessEqual(len(line), 80, line)
+        self.assertIn("prefill: positions 0..10 in one causal run through every layer;", r.out)
+
+
 if __name__ == "__main__":
     common.main("test_generate", against="lm_reference.py")

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """docs/json.md against real output: real commands run (run --json with every optional
-member, --compare --json, --jsonl, check --json, decode --json, decode --generate --json,
-tokens --json, inspect --json (a GGUF file's too), run --sweep --json, run --why --json, the data of run --html and report, run --model --layer all's
+member (run --model --predict's predictions too), --compare --json, --jsonl, check --json, decode --json,
+decode --generate --json, tokens --json, inspect --json (a GGUF file's too), run --sweep --json, run --why --json,
+the data of run --html and report, run --model --layer all's
 --json and --jsonl), and
 
 * every key they print is documented in docs/json.md, under its document's section;
@@ -169,16 +170,24 @@ class JsonSchema(common.CliTestCase):
         d.mkdir()
         (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
         cref.write_safetensors(d / "model.safetensors", state, "F64")
-        source = ("--model", d, "--tokens", "3,17,5", "--layer", "all", "--summary")
+        source = ("--model", d, "--tokens", "3,17,5", "--layer", "all", "--summary", "--predict", "2")
         doc = json.loads(cls.out("run", *source, "--diagnose", "--json"))
         cls.documents.append(("attnscope.layers/1", doc))
-        members = {**doc, "layers": [{k: None for k in e} for e in doc["layers"]]}
+        members = {**doc, "layers": [{k: None for k in e} for e in doc["layers"]],
+                   "predictions": {k: None for k in doc["predictions"]}}
         cls.produced.setdefault("attnscope.layers/1", set()).update(keys_of(members))
+        cls.produced["attnscope.run/1"].update(keys_of({"predictions": doc["predictions"]}))
         for e in doc["layers"]:
             cls.produced["attnscope.run/1"].update(keys_of({k: v for k, v in e.items() if k != "layer"}))
         for line in cls.out("run", *source, "--stages", "weights", "--jsonl", "-").splitlines():
             doc = json.loads(line)
+            if doc.get("kind") == "predictions":  # its members are attnscope.run/1's predictions
+                cls.produced["attnscope.run/1"].update(keys_of({"predictions": doc["predictions"]}))
+                doc = {**doc, "predictions": {k: None for k in doc["predictions"]}}
             cls.add(f"attnscope.jsonl/1 {doc.get('kind')}", doc)
+        # a single layer's run: its predictions, and an option they do not follow
+        cls.add("attnscope.run/1", json.loads(cls.out("run", "--model", d, "--tokens", "3,17,5", "--predict", "2",
+                                                      "--zero-key", "1", "--json")))
 
     @classmethod
     def gguf(cls):

@@ -14,6 +14,7 @@ logits are compared with the reference: ≤ 1e-10 relative. Also: --text equals 
 """
 
 import json
+import re
 import shutil
 import sys
 
@@ -173,11 +174,11 @@ class Text(LmCase):
         p = np.exp(logits - logits.max())
         p /= p.sum()
         top = np.argsort(-p, kind="stable")[:3]
-        lines = r.out.splitlines()
-        self.assertTrue(lines[0].startswith("next token after token 1 ("), lines[0])
+        lines = predictions_text(r.out)
+        self.assertTrue(lines[0].startswith("predicted next token after token 1 ("), lines[0])
         self.assertTrue(lines[0].endswith("): top 3 of 40"), lines[0])
         for k in range(3):
-            rank, prob, tid = lines[1 + k].split()[:3]
+            rank, prob, _, tid = lines[2 + k].split()[:4]
             self.assertEqual((int(rank), int(tid)), (k + 1, int(top[k])), lines)
             self.assertAlmostEqual(float(prob), p[top[k]], places=4)
 
@@ -199,8 +200,9 @@ class Text(LmCase):
         self.assert_ok(r)
         ids = json.loads(run_text("tokens", "--model", model, "--text", "hello [MASK] world", "--json").out)["ids"]
         logits = lref.forward(config, state, ids)["logits"][ids.index(4)]
-        self.assertIn(f"at the masked token {ids.index(4)} ([MASK]): top 2 of 40\n", r.out)
-        self.assertIn(f"  {int(np.argmax(logits)):8d}  ", r.out.splitlines()[1])
+        table = predictions_text(r.out)
+        self.assertEqual(f"predicted at the masked token {ids.index(4)} ([MASK]): top 2 of 40", table[0])
+        self.assertEqual(int(table[2].split()[3]), int(np.argmax(logits)))
 
 
 class Refusals(LmCase):
@@ -265,6 +267,226 @@ class Refusals(LmCase):
     def test_bad_ids(self):
         model, _, _ = self.write_model("gpt2")
         self.refused(model, "--tokens 1,x", "expected ids separated by commas", source=("--tokens", "1,x"))
+
+
+def softmax_top(logits, k):
+    """The k most likely ids of a logits row (ties: the lowest id), their probabilities and
+    log-probabilities, in float64 from the formula."""
+    z = logits - logits.max()
+    logp = z - np.log(np.exp(z).sum())
+    top = np.argsort(-logits, kind="stable")[:k]
+    return top, np.exp(logp[top]), logp[top]
+
+
+def predictions_text(out):
+    """The lines of the --predict table (from its first heading to the blank line after it)."""
+    lines = out.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("predicted "))
+    end = next((i for i in range(start, len(lines)) if not lines[i]), len(lines))
+    return lines[start:end]
+
+
+class Predict(LmCase):
+    """--predict: the same table with or without --save-forward, after the run's header with
+    headings, in --json and --jsonl, refused for 0 and negative counts, and saying when the
+    run's options are not carried into the logits."""
+
+    def test_same_with_or_without_save_forward(self):
+        model, _, _ = self.write_model("gpt2")
+        plain = run_text("run", "--model", model, "--tokens", "1,5,9", "--predict", "2", "--stages", "weights")
+        saved = run_text("run", "--model", model, "--tokens", "1,5,9", "--predict", "2", "--stages", "weights",
+                         "--save-forward", self.path("f.npz"), "-q")
+        self.assert_ok(plain)
+        self.assertEqual(saved.code, 0, saved)
+        saved = run_text("run", "--model", model, "--tokens", "1,5,9", "--predict", "2", "--stages", "weights",
+                         "--save-forward", self.path("f.npz"), "--force")
+        self.assertEqual(saved.code, 0, saved)
+        self.assertEqual(predictions_text(plain.out), predictions_text(saved.out))
+        self.assertEqual(sum(l.startswith("predicted ") for l in saved.out.splitlines()), 1, saved.out)
+        with np.load(self.path("f.npz")) as f:
+            self.assertEqual(f["logits"].shape, (3, 40))  # --save-forward keeps every position
+
+    def test_bert_without_mask_refused_with_save_forward(self):
+        model, _, _ = self.write_model("bert")
+        for more in ((), ("--save-forward", self.path("b.npz"))):
+            with self.subTest(more=more):
+                r = run_text("run", "--model", model, "--tokens", "1,5,9", "--predict", "2", *more)
+                self.assert_error(r, "--predict: BERT predicts at [MASK] tokens; the text has none")
+        self.assertFalse(self.path("b.npz").exists())
+
+    def test_zero_and_negative_refused(self):
+        model, _, _ = self.write_model("gpt2")
+        for k in ("0", "-1", "18446744073709551615000"):
+            with self.subTest(k=k):
+                self.assert_error(run_text("run", "--model", model, "--tokens", "1,5", f"--predict={k}"),
+                                  "--predict", "expected a number from 1 to", f"found '{k}'")
+
+    def test_table_has_headings_after_the_header(self):
+        model, config, state = self.write_model("gpt2")
+        r = run_text("run", "--model", model, "--tokens", "1,5,9", "--predict", "3", "--stages", "weights")
+        self.assert_ok(r)
+        lines = r.out.splitlines()
+        header = next(i for i, l in enumerate(lines) if l.startswith("attnscope: self-attention"))
+        table = predictions_text(r.out)
+        self.assertLess(header, lines.index(table[0]))
+        self.assertRegex(table[0], r"^predicted next token after token 2 \(.+\): top 3 of 40$")
+        self.assertEqual(table[1].split(), ["rank", "probability", "log-prob", "id", "token"])
+        top, p, logp = softmax_top(lref.forward(config, state, [1, 5, 9])["logits"][-1], 3)
+        for k, line in enumerate(table[2:]):
+            rank, prob, lp, tid = line.split()[:4]
+            self.assertEqual((int(rank), int(tid)), (k + 1, int(top[k])))
+            self.assertAlmostEqual(float(prob), p[k], places=4)
+            self.assertAlmostEqual(float(lp), logp[k], places=4)
+
+    def check_json_predictions(self, pred, config, state, ids, k):
+        top, p, logp = softmax_top(lref.forward(config, state, ids)["logits"][-1], k)
+        self.assertEqual(pred["at"], "next")
+        self.assertEqual(pred["vocab"], 40)
+        row, = pred["rows"]
+        self.assertEqual(row["position"], len(ids) - 1)
+        self.assertEqual([t["id"] for t in row["top"]], [int(i) for i in top])
+        common.assert_close(np.array([t["probability"] for t in row["top"]]), p, TOL, "probabilities", "softmax",
+                            rtol=1)
+        common.assert_close(np.array([t["log_probability"] for t in row["top"]]), logp, TOL, "log-probabilities",
+                            "log-softmax", rtol=1)
+        return row
+
+    def test_json_and_jsonl_hold_the_predictions(self):
+        model, config, state = self.write_model("gpt2")
+        ids = json.loads(run_text("tokens", "--model", model, "--text", "Hello world", "--json").out)["ids"]
+        r = run_text("run", "--model", model, "--text", "Hello world", "--predict", "3", "--json")
+        self.assert_ok(r)
+        row = self.check_json_predictions(json.loads(r.out)["predictions"], config, state, ids, 3)
+        self.assertTrue(all(t["piece"] is None or isinstance(t["piece"], str) for t in row["top"]), row)
+        self.assertTrue(all(t["text"] for t in row["top"]), row)
+        r = run_text("run", "--model", model, "--text", "Hello world", "--predict", "3", "--jsonl", "-")
+        self.assert_ok(r)
+        lines = [json.loads(l) for l in r.out.splitlines()]
+        self.assertEqual(lines[-1]["kind"], "predictions")
+        self.check_json_predictions(lines[-1]["predictions"], config, state, ids, 3)
+
+    def test_options_not_carried_into_the_logits_are_named(self):
+        model, _, _ = self.write_model("gpt2")
+        base = ("run", "--model", model, "--tokens", "1,5,9", "--predict", "2", "--stages", "weights")
+        plain, zeroed = run_text(*base), run_text(*base, "--zero-key", "1")
+        self.assert_ok(zeroed)
+        self.assertNotIn("unmodified", plain.out)
+        self.assertIn("note: these are the unmodified model's predictions: --zero-key changes the attention shown",
+                      " ".join(l.strip() for l in zeroed.out.splitlines()))
+        doc = json.loads(run_text(*base[:-2], "--zero-key", "1", "--json").out)
+        self.assertEqual(doc["predictions"]["not_applied"], ["--zero-key"])
+        self.assertTrue(doc["predictions"]["unmodified"])
+        doc = json.loads(run_text(*base[:-2], "--json").out)
+        self.assertEqual(doc["predictions"]["not_applied"], [])
+
+
+class KeyMasks(LmCase):
+    """Key masks on a model run: --key_padding_mask hides keys of the chosen layer's
+    attention, and the zero-key explanation's advice runs as printed."""
+
+    def test_advised_command_runs(self):
+        model, config, state = self.write_model("gpt2")
+        ids = [1, 5, 9, 3]
+        cmd = ["run", "--model", str(model), "--tokens", ",".join(map(str, ids)), "--layer", "1", "--stages",
+               "weights"]
+        r = run_text(*cmd, "--zero-key", "2", "--explain")
+        self.assert_ok(r)
+        text = " ".join(l.strip() for l in r.out.splitlines())
+        m = re.search(r"To try it: echo '([^']*)' > (\S+), then the same command with (--key_padding_mask \S+) "
+                      r"in place of --zero-key 2\.", text)
+        self.assertIsNotNone(m, r.out)
+        (self.tmp / m.group(2)).write_text(m.group(1) + "\n")
+        flag, file = m.group(3).split()
+        r = run_text(*cmd, flag, file, "--json", cwd=self.tmp)
+        self.assert_ok(r)
+        got = np.array(json.loads(r.out)["stages"]["weights"]["data"])  # (H, T, T)
+        w = lref.forward(config, state, ids)["weights"][1]  # (H, T, T)
+        want = w.copy()
+        want[..., 2] = 0
+        want /= want.sum(axis=-1, keepdims=True)  # a hidden key: the others share the row
+        common.assert_close(got, want, TOL, "weights with key 2 hidden", "lm (float64)", rtol=1)
+
+    def test_every_layer_takes_the_mask(self):
+        model, _, _ = self.write_model("gpt2")
+        mask = self.path("m.json")
+        mask.write_text("[0, 1, 0]")
+        r = run_text("run", "--model", model, "--tokens", "1,5,9", "--layer", "all", "--json", "--stages", "weights",
+                     "--key_padding_mask", mask)
+        self.assert_ok(r)
+        for layer in json.loads(r.out)["layers"]:
+            w = np.array(layer["stages"]["weights"]["data"])
+            self.assertTrue(np.all(w[..., 1] == 0), layer["layer"])
+            self.assertTrue(layer["config"]["key_padding_mask"])
+
+    def test_other_arrays_still_refused(self):
+        model, _, _ = self.write_model("gpt2")
+        x = self.save_npy("x.npy", np.zeros((3, 8)))
+        self.assert_error(run_text("run", "--model", model, "--tokens", "1,5,9", "--x", x),
+                          "--model: makes x from the text with the model's weights; --x cannot be given with it")
+
+
+class Messages(LmCase):
+    """What a model run says: a sentence where a bundle goes, a file that is not UTF-8, the
+    config's head counts, and 80 columns."""
+
+    def test_sentence_as_bundle_suggests_text(self):
+        model, _, _ = self.write_model("gpt2")
+        self.assert_error(run_text("run", "--model", model, "The cat sat."),
+                          "is no file", "give it as --text 'The cat sat.'")
+        self.assert_error(run_text("run", "--model", model, "--tokens", "1", str(common.DATA / "sentence.npz")),
+                          "a bundle cannot be given with it")
+
+    def test_text_file_not_utf8_names_the_file(self):
+        model, _, _ = self.write_model("gpt2")
+        f = self.path("latin1.txt")
+        f.write_bytes(b"ab\xff\xfe")
+        self.assert_error(run_text("run", "--model", model, "--text-file", f),
+                          f"{f}: invalid UTF-8 at byte 2")
+
+    def test_config_head_counts_blame_config_json(self):
+        # K/V heads the key projection contradicts (2 stored, 1 said), and heads of one
+        # feature under RoPE (16 heads over 16 features): config.json's keys, not --kv-heads
+        # or --rope, which the run was not given.
+        for over, words in (({"num_key_value_heads": 1}, "config.json: num_key_value_heads 1 K/V heads of 4 "
+                                                         "features need 4 key features"),
+                            ({"num_attention_heads": 16, "num_key_value_heads": 8},
+                             "config.json: num_attention_heads 16 gives heads of 1 features")):
+            with self.subTest(over=over):
+                model, _, _ = self.write_model("llama", config_over=over)
+                for cmd in (("run", "--model", model, "--tokens", "1,2"),
+                            ("run", "--model", model, "--tokens", "1,2", "--layer", "2"),
+                            ("decode", "--model", model, "--tokens", "1,2", "--generate", "1")):
+                    msg = self.assert_error(run_text(*cmd), words)
+                    self.assertNotIn("--kv-heads", msg)
+                    self.assertNotIn("--rope", msg)
+                shutil.rmtree(model)
+
+    def test_explain_within_80_columns(self):
+        for arch in ("gpt2", "bert", "roberta", "llama"):
+            with self.subTest(arch=arch):
+                model, _, _ = self.write_model(arch)
+                r = run_text("run", "--model", model, "--tokens", "0,3,5", "--layer", "2", "--explain",
+                             "--stages", "weights")
+                self.assert_ok(r)
+                made = r.out[r.out.index("How x was made"):r.out.index("attnscope: ")]
+                for line in made.splitlines():
+                    self.assertLessEqual(len(line), 80, line)
+                shutil.rmtree(model)
+
+
+class Memory(LmCase):
+    """The forward pass's memory plan counts a layer's MLP matrices together."""
+
+    def test_mlp_matrices_counted_together(self):
+        # A llama of width 64 and MLP 4096: each MLP matrix is 2 MiB in float64 (under the
+        # limit alone), the three together 6 MiB, and the (T, Dff) intermediates with them.
+        import test_lm_memory  # noqa: E402  (its llama writer, F16 on disk)
+        model = str(self.path("wide-mlp"))
+        test_lm_memory.write_llama(model, 2, D=64, F=4096)
+        args = ("run", "--model", model, "--tokens", "1,2,3", "--layer", "1", "--stages", "weights", "-q")
+        self.assert_ok(run_text(*args, "--max-memory", "12M"), stdout_empty=True)
+        self.assert_error(run_text(*args, "--max-memory", "5M"), "the forward pass of 3 tokens holds about",
+                          "3 matrices of 64 × 4096", "--max-memory 5.0 MiB")
 
 
 if __name__ == "__main__":

@@ -116,6 +116,60 @@ class EveryLayer(LayersCase):
             self.assertIn("attnscope: self-attention, 2 heads", text)
 
 
+class WholeOutputs(LayersCase):
+    """--layer all --dump OUT --force leaves OUT wholly old (a refusal) or wholly new; the
+    predictions join the layers' document once; report --model keeps within --max-memory."""
+
+    def dump(self, model, source, out, *more):
+        return run_text("run", "--model", model, *source, "--layer", "all", "--dump", out, "--stages", "weights",
+                        "-q", *more)
+
+    def test_refusal_at_a_later_layer_keeps_the_old_dump(self):
+        model, _, source = self.model_and_reference("gpt2")
+        out = self.path("out")
+        self.assert_ok(self.dump(model, source, out), stdout_empty=True)
+        (out / "layer_01" / "notes.txt").write_text("mine")  # not a dump's file: layer 1 cannot be replaced
+        before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+        other = ["--tokens", "1,2"]  # a run whose weights differ from the first's
+        self.assert_error(self.dump(model, other, out, "--force"), "layer_01 holds notes.txt")
+        after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+        self.assertEqual(before, after)
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir() if p.name.startswith("out")), ["out"])
+
+    def test_force_replaces_every_layer(self):
+        model, _, source = self.model_and_reference("gpt2")
+        out = self.path("out")
+        self.assert_ok(self.dump(model, source, out), stdout_empty=True)
+        self.assert_ok(self.dump(model, ["--tokens", "1,2"], out, "--force"), stdout_empty=True)
+        for k in range(3):
+            self.assertEqual(np.load(out / f"layer_{k:02d}" / "weights.npy").shape, (2, 2, 2))
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir() if p.name.startswith("out")), ["out"])
+        # without --force, a layer's folder that holds anything is refused before any work
+        self.assert_error(self.dump(model, source, out), "layer_00/weights.npy: exists", "--force")
+
+    def test_predictions_once_in_the_layers_document(self):
+        model, want, source = self.model_and_reference("gpt2")
+        r = run_text("run", "--model", model, *source, "--layer", "all", "--json", "--stages", "weights",
+                     "--predict", "2")
+        self.assert_ok(r)
+        doc = json.loads(r.out)
+        logits = want["logits"][-1]
+        self.assertEqual([t["id"] for t in doc["predictions"]["rows"][0]["top"]],
+                         [int(i) for i in np.argsort(-logits, kind="stable")[:2]])
+        self.assertTrue(all("predictions" not in e for e in doc["layers"]))
+
+    def test_report_keeps_within_the_memory_limit(self):
+        # 3 layers of 2 heads on 30 tokens: each layer keeps (2, 30, 30) weights and what the
+        # heatmaps need, about 40 KB; the page keeps every layer's, with the forward pass's
+        # inputs. 100K: one layer's run fits, the page does not.
+        model, _, _ = self.write_model("gpt2")
+        ids = ",".join(str(i % 40) for i in range(30))
+        args = ("report", "--model", model, "--tokens", ids, "--html", self.path("r.html"))
+        self.assert_ok(run_text(*args, "--max-memory", "2M"))
+        self.assert_error(run_text(*args, "--force", "--max-memory", "100K"), "the page keeps every layer's weights",
+                          "--max-memory")
+
+
 class ModelReport(LayersCase):
     """report --model: a row per layer, its thumbnails the reference's weights; the head
     view and coloured text of a chosen layer on the model's tokens."""

@@ -87,6 +87,16 @@ struct ForwardResult {
     std::vector<Trace<double>> traces;
 };
 
+// A token the logits pick: its id, its probability and log-probability (softmax over the
+// vocabulary, in float64: log p = l - max - log Σ exp(l - max)).
+struct Pick {
+    std::uint32_t id = 0;
+    double probability = 0, log_probability = 0;
+};
+// The k most likely tokens of one row of logits (V), most likely first (ties: the lowest
+// id); at most V. The one softmax and top-k over logits (--predict, generation).
+std::vector<Pick> top_tokens(const double* logits, std::size_t V, std::size_t k);
+
 // How layer `layer`'s attention input was made from `tokens` tokens, step by step, for --explain.
 // `float32`: the run's precision (ForwardRequest::float32).
 std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens, bool float32 = false);
@@ -105,6 +115,9 @@ class LanguageModel {
     // tokens than the model has positions.
     void check_ids(const std::vector<std::uint32_t>& ids) const;
     ForwardResult forward(const std::vector<std::uint32_t>& ids, const ForwardRequest& r) const;
+    // InputError naming config.json and its keys when layer `layer`'s heads contradict its
+    // projections: heads × head_dim against W_Q, K/V heads against W_K, an odd RoPE width.
+    void check_layer_heads(std::size_t layer) const;
 
    private:
     LmConfig config_;

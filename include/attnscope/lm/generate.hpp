@@ -26,11 +26,6 @@
 
 namespace attnscope {
 
-// A token the logits pick, and its probability (softmax over the vocabulary, float64).
-struct Pick {
-    std::uint32_t id = 0;
-    double probability = 0;
-};
 // The argmax of logits (V) (ties: the lowest id).
 Pick greedy_pick(const std::vector<double>& logits);
 
@@ -78,18 +73,23 @@ class Generator {
 
    private:
     struct Layer;
+    struct Head;  // the LM head, its unembedding converted once for every step
     const LanguageModel& m_;
     std::vector<std::unique_ptr<Layer>> layers_;
+    std::unique_ptr<Head> head_;
     std::size_t length_ = 0, position_ = 0, threads_ = 0;
 };
 
 // Refuses (before any work) an encoder, ids outside the vocabulary, no prompt, or P + n
-// positions beyond the model's; then n tokens greedily: the prefill and n - 1 steps.
+// positions beyond the model's; MemoryLimitError when the weights, or once they are read
+// (before the prefill) the weights or check_generation's full forward, with the KV caches
+// and every step's records, pass the model's limit. Then n tokens greedily: the prefill
+// and n - 1 steps.
 Generation generate(const LanguageModel& m, const std::vector<std::uint32_t>& prompt, std::size_t n,
                     std::size_t threads = 0);
 // One full forward on g.ids: each step's rows (weights, context, output; every layer) and
 // logits against the same rows of it, into the diffs and g.max_diff. MemoryLimitError when
-// the full run's weights (H, T, T per layer) would pass the model's memory limit.
+// the full run's weights (H, T, T per layer) with g's records would pass the model's limit.
 void check_generation(const LanguageModel& m, Generation& g, std::size_t threads = 0);
 
 }  // namespace attnscope

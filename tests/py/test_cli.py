@@ -58,6 +58,8 @@ def text_tables(text, stage):
             table = None
         elif line.startswith("  -- "):
             title, table = line[5:].strip(), None
+        elif line.lstrip().startswith("(… stands for"):  # the note under a cut table
+            continue
         elif table is None:                    # a column header opens a table
             table = (line.split(), [])
             tables[title] = table

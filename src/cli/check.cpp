@@ -53,7 +53,7 @@ int run_check(const CheckArgs& a) {
     const Bundle theirs = load_named_arrays(a.theirs, limit);
 
     Problem<double> problem = make_problem<double>(bundle, spec);
-    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
+    print_warnings(problem.warnings);
     const auto run = attend_checked(bundle, std::move(problem), all_stages(), a.run.threads, limit);
     const TraceView& view = run->view;
 

@@ -49,10 +49,16 @@ RunOptions second_run(const RunOptions& a, const std::vector<std::string>& delta
     return b;
 }
 
-// A computed run with every stage.
+// The stages --stages names ("" or all: none named).
+std::vector<std::string> chosen_stages(const RunOptions& o) {
+    return o.stages.empty() || o.stages == "all" ? std::vector<std::string>() : parse_stage_list(o.stages);
+}
+
+// A computed run with every stage, and those --stages names.
 template <typename T>
 Held compute_all(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit) {
-    return held(attend_checked(bundle, problem_of<T>(o, bundle, spec, limit), default_stages(), o.threads, limit));
+    const StageSet keep = default_stages() | stage_set(chosen_stages(o));
+    return held(attend_checked(bundle, problem_of<T>(o, bundle, spec, limit), keep, o.threads, limit));
 }
 
 Held compute_all(const RunOptions& o, std::size_t limit) {
@@ -100,17 +106,56 @@ std::vector<std::vector<std::string>> diff_table(const std::vector<StageDiff>& d
     return table;
 }
 
+// The differences of the stages --stages names (each of which both runs must have), or of
+// every stage; over the batch items and heads --batch and --head choose.
+std::vector<StageDiff> chosen_diffs(const RunOptions& a, const Held& A, const Held& B) {
+    TextOptions chosen;
+    chosen.batches = a.batches, chosen.heads = a.heads_shown;
+    check_selection(chosen, A.view.dims);
+    check_selection(chosen, B.view.dims);
+    const bool select = !a.batches.empty() || !a.heads_shown.empty();
+    const auto diffs = select ? compare_stages(select_view(A.view, a.batches, a.heads_shown),
+                                               select_view(B.view, a.batches, a.heads_shown))
+                              : compare_stages(A.view, B.view);
+    if (chosen_stages(a).empty()) return diffs;
+    std::vector<StageDiff> out;
+    for (const std::string& name : chosen_stages(a)) {
+        const Stage id = *find_stage(name);
+        const auto d = std::find_if(diffs.begin(), diffs.end(), [id](const StageDiff& x) { return x.id == id; });
+        if (d == diffs.end())
+            throw UsageError("{stages}: the runs compared have no stage " + name + "; it exists with " +
+                             std::string(stage_info(id).exists_with));
+        out.push_back(*d);
+    }
+    return out;
+}
+
+// The stages --heatmap draws: those --stages names that are (query, key) matrices, or weights.
+std::vector<Stage> heatmap_stages(const RunOptions& a) {
+    const auto names = chosen_stages(a);
+    if (names.empty()) return {kWeights};
+    std::vector<Stage> out;
+    for (const std::string& name : names)
+        if (stage_info(*find_stage(name)).over_keys()) out.push_back(*find_stage(name));
+    if (out.empty())
+        throw UsageError("--compare with --heatmap: draws (query, key) stages such as scores and weights; --stages " +
+                         escape_control(a.stages) + " names none of them");
+    return out;
+}
+
 // --heatmap's one batch item and head (--batch, --head: default 0), and the terminal; a
 // selection of several, or a B whose weights differ in shape from A's, is refused.
 TextOptions heatmap_options(const RunOptions& a, const Held& A, const Held& B) {
     if (a.batches.size() > 1 || a.heads_shown.size() > 1)
         throw UsageError(
             "--compare with --heatmap: draws one batch item and one head; --batch and --head give one each");
-    const StageView &wa = A.view.stage(kWeights), &wb = B.view.stage(kWeights);
-    if (wa.shape != wb.shape)
-        throw UsageError("--compare '" + escape_control(a.compare) + "' --heatmap: weights of A " +
-                         shape_str(wa.shape) + " and B " + shape_str(wb.shape) +
-                         " differ in shape; B - A cannot be drawn");
+    for (const Stage id : heatmap_stages(a)) {
+        const StageView &wa = A.view.stage(id), &wb = B.view.stage(id);
+        if (wa.shape != wb.shape)
+            throw UsageError("--compare '" + escape_control(a.compare) + "' --heatmap: " + wa.name + " of A " +
+                             shape_str(wa.shape) + " and B " + shape_str(wb.shape) +
+                             " differ in shape; B - A cannot be drawn");
+    }
     TextOptions text = text_options(a, {});
     text.batches = {a.batches.empty() ? 0 : a.batches[0]};
     text.heads = {a.heads_shown.empty() ? 0 : a.heads_shown[0]};
@@ -128,19 +173,21 @@ int run_compare(const RunOptions& a) {
     const std::size_t limit = memory_limit(a);
     const Held A = compute_all(a, limit), B = compute_all(b, limit);
     const std::optional<TextOptions> heat = a.heatmap ? std::optional(heatmap_options(a, A, B)) : std::nullopt;
+    const std::vector<StageDiff> diffs = chosen_diffs(a, A, B);
     if (a.json) {
-        write_compare_json(std::cout, delta, A.view.scale, B.view.scale, compare_stages(A.view, B.view));
+        write_compare_json(std::cout, delta, A.view.scale, B.view.scale, diffs);
     } else {
         std::cout << "attnscope: compare  A = run " << escape_control(a.bundle.empty() ? "<options>" : a.bundle)
                   << "  vs  B = A +";
         for (const auto& w : delta) std::cout << ' ' << w;
         std::cout << "\n  scale  A " << A.view.scale << " (" << A.view.scale_source << ")   B " << B.view.scale << " ("
                   << B.view.scale_source << ")\n\n";
-        print_table(diff_table(compare_stages(A.view, B.view)));
+        print_table(diff_table(diffs));
         std::cout << "  (inf where one run has -inf and the other a number: a mask changed)\n";
         if (heat)
-            write_compare_heatmaps(std::cout, A.view, B.view, {"A", "B: " + escape_control(a.compare)},
-                                   heat->batches[0], heat->heads[0], *heat);
+            for (const Stage id : heatmap_stages(a))
+                write_compare_heatmaps(std::cout, A.view, B.view, id, {"A", "B: " + escape_control(a.compare)},
+                                       heat->batches[0], heat->heads[0], *heat);
     }
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");

@@ -1,7 +1,10 @@
-// Options that contradict each other, one row each: when it applies, the option the
-// message blames, and the message. A contradiction is refused, never resolved in silence.
+// Options that contradict each other: the modes of run against every option (a matrix), then
+// one row per other contradiction (when it applies, the option the message blames, and the
+// message). A contradiction is refused, never resolved in silence.
 #include <algorithm>
+#include <array>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +12,7 @@
 #include "attnscope/base/text.hpp"
 #include "attnscope/core/view.hpp"
 #include "attnscope/report/report.hpp"
+#include "help.hpp"
 #include "options.hpp"
 
 namespace attnscope::cli {
@@ -24,18 +28,153 @@ struct Conflict {
 
 using O = RunOptions;
 
-// --compare prints a table (or with --json a document) of differences; the outputs and
-// views of a single run have no meaning there.
-std::string single_run(const char* flag) {
-    return std::string("prints the differences of two runs; ") + flag +
-           " belongs to a single run (run it without --compare)";
+// The modes of run against every option (docs/usage.md, "Modes and the options they take").
+// A mode changes what a run prints (--compare a table of differences, --sweep a table per
+// value, --why one row, --layer all every layer, --model x from a text), so an option of a
+// single run may mean nothing there. Each option has a row with a verdict per mode: taken
+// (ok), or refused with its sentence ("{option}" stands for the option). An option with no
+// row, and under no heading whose options configure the run, is refused in every mode: a
+// new output is refused until it is placed here, never dropped in silence.
+const char* const ok = "";
+
+const char* const kSingleRun =
+    "--compare: prints the differences of two runs; {option} belongs to a single run (run it without --compare)";
+const char* const kOneTable =
+    "--sweep: prints one table of a run per value; {option} belongs to a single run (run it without --sweep)";
+const char* const kOneRow =
+    "--why: shows one row's arithmetic; {option} belongs to the whole run (run it without --why)";
+const char* const kOneLayer =
+    "{option}: draws one layer with --layer N; every layer's heads on one page: attnscope report --model DIR --html "
+    "FILE";
+const char* const kSaveOneLayer = "{option}: writes one layer's x; give --layer N";
+const char* const kModelX = "--model: makes x from the text with the model's weights; {option} cannot be given with it";
+// The modes with each other: the same sentence whichever of the two is checked first.
+const char* const kSweepCompare =
+    "--sweep: prints one table of a run per value; --compare belongs to a single run "
+    "(run it without --sweep)";
+const char* const kCompareLayers =
+    "--compare: prints the differences of two runs; --layer all belongs to a single run "
+    "(run it without --compare)";
+const char* const kSweepLayers =
+    "--sweep: prints one table of a run per value; --layer all belongs to a single run "
+    "(run it without --sweep)";
+const char* const kWhyCompare =
+    "--why: shows one row's arithmetic; --compare belongs to the whole run (run it "
+    "without --why)";
+const char* const kWhySweep =
+    "--why: shows one row's arithmetic; --sweep belongs to the whole run (run it without "
+    "--why)";
+const char* const kWhyLayers =
+    "--why: shows one row's arithmetic; --layer all belongs to the whole run (run it "
+    "without --why)";
+
+// An option no row places: refused in every mode (with {option} for the option).
+const char* const kUnplaced =
+    "{mode}: takes no {option} (no verdict places it with this mode, so it is refused, not ignored); run it without "
+    "one of them";
+
+// The modes, in the order they are checked, and the flag each is given by.
+enum Mode { kCompare, kSweep, kWhy, kEveryLayer, kModelRun, kModes };
+const char* const kModeFlags[kModes] = {"--compare", "--sweep", "--why", "--layer all", "--model"};
+
+bool in_mode(const O& o, Mode m) {
+    switch (m) {
+        case kCompare:
+            return !o.compare.empty();
+        case kSweep:
+            return !o.sweep.empty();
+        case kWhy:
+            return !o.why.empty();
+        case kEveryLayer:
+            return o.every_layer;
+        case kModelRun:
+            return !o.model_text.model.empty();
+        case kModes:
+            return false;
+    }
+    return false;
 }
 
-// --sweep prints one table of a run per value; a single run's outputs and views have no
-// meaning there.
-std::string one_table(const char* flag) {
-    return std::string("prints one table of a run per value; ") + flag +
-           " belongs to a single run (run it without --sweep)";
+struct Placement {
+    const char* option;                       // a long option ("--dump"), "bundle", or a help heading
+    std::array<const char*, kModes> verdict;  // per mode: ok, or the refusal
+};
+
+// clang-format off
+// Every option of run's outputs, views, selections, limits and experiments by name; the
+// headings whose options configure the run (inputs, the model, masks) as a whole.
+const Placement kMatrix[] = {
+    //                      --compare       --sweep         --why           --layer all     --model
+    {"--json",             {ok,             ok,             ok,             ok,             ok}},
+    {"--stages",           {ok,             kOneTable,      kOneRow,        ok,             ok}},
+    {"--dump",             {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--quiet",            {kSingleRun,     ok,             kOneRow,        ok,             ok}},
+    {"--force",            {kSingleRun,     ok,             ok,             ok,             ok}},
+    {"--html",             {kSingleRun,     ok,             kOneRow,        kOneLayer,      ok}},
+    {"--svg",              {kSingleRun,     kOneTable,      kOneRow,        kOneLayer,      ok}},
+    {"--svg-stage",        {kSingleRun,     kOneTable,      kOneRow,        kOneLayer,      ok}},
+    {"--batch",            {ok,             ok,             kOneRow,        ok,             ok}},
+    {"--head",             {ok,             ok,             kOneRow,        ok,             ok}},
+    {"--decimals",         {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--edgeitems",        {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--full",             {ok,             kOneTable,      kOneRow,        ok,             ok}},
+    {"--diagnose",         {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--cell",             {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--why",              {kWhyCompare,    kWhySweep,      ok,             kWhyLayers,     ok}},
+    {"--heatmap",          {ok,             kOneTable,      kOneRow,        ok,             ok}},
+    {"--panels",           {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--explain",          {kSingleRun,     kOneTable,      ok,             ok,             ok}},
+    {"--color",            {ok,             kOneTable,      kOneRow,        ok,             ok}},
+    {"--range",            {ok,             kOneTable,      kOneRow,        ok,             ok}},
+    {"--log-scale",        {ok,             kOneTable,      kOneRow,        ok,             ok}},
+    {"--width",            {ok,             kOneTable,      kOneRow,        ok,             ok}},
+    {"--temperature",      {ok,             ok,             ok,             ok,             ok}},
+    {"--zero-key",         {ok,             ok,             ok,             ok,             ok}},
+    {"--ignore-padding",   {ok,             ok,             ok,             ok,             ok}},
+    {"--compare",          {ok,             kSweepCompare,  kWhyCompare,    kCompareLayers, ok}},
+    {"--sweep",            {kSweepCompare,  ok,             kWhySweep,      kSweepLayers,   ok}},
+    {"--threads",          {ok,             ok,             ok,             ok,             ok}},
+    {"--max-memory",       {ok,             ok,             ok,             ok,             ok}},
+    {"--timings",          {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--summary",          {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--topk",             {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--sink-keys",        {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--local",            {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--jsonl",            {kSingleRun,     kOneTable,      kOneRow,        ok,             ok}},
+    {"--model",            {ok,             ok,             ok,             ok,             ok}},
+    {"--text",             {ok,             ok,             ok,             ok,             ok}},
+    {"--text-file",        {ok,             ok,             ok,             ok,             ok}},
+    {"--tokens",           {ok,             ok,             ok,             ok,             ok}},
+    {"--no-special-tokens",{ok,             ok,             ok,             ok,             ok}},
+    {"--predict",          {kSingleRun,     kOneTable,      ok,             ok,             ok}},
+    {"--save-forward",     {kSingleRun,     kOneTable,      ok,             kSaveOneLayer,  ok}},
+    {"--checkpoint",       {ok,             ok,             ok,             ok,             kModelX}},
+    {"--layer",            {ok,             ok,             ok,             ok,             ok}},
+    {"--preset",           {ok,             ok,             ok,             ok,             ok}},
+    {"--prefix",           {ok,             ok,             ok,             ok,             kModelX}},
+    {"bundle",             {ok,             ok,             ok,             ok,             kModelX}},
+    {kInputs,              {ok,             ok,             ok,             ok,             kModelX}},
+    {kOwnQKV,              {ok,             ok,             ok,             ok,             kModelX}},
+    {kModel,               {ok,             ok,             ok,             ok,             ok}},
+    {kMasks,               {ok,             ok,             ok,             ok,             ok}},
+    {kModern,              {ok,             ok,             ok,             ok,             ok}},
+};
+// clang-format on
+
+// The row of `name` (an option or a heading), or nullptr.
+const Placement* placement_of(const std::string& name) {
+    for (const Placement& p : kMatrix)
+        if (name == p.option) return &p;
+    return nullptr;
+}
+
+// `sentence` with {mode} and {option} spelled.
+std::string spelled(std::string sentence, const std::string& mode, const std::string& option) {
+    for (const auto& [name, value] :
+         {std::pair<std::string, std::string>{"{mode}", mode}, {"{option}", option == "bundle" ? "a bundle" : option}})
+        if (const std::size_t at = sentence.find(name); at != std::string::npos)
+            sentence.replace(at, name.size(), value);
+    return sentence;
 }
 
 std::string sweep_over(const O& o) { return o.sweep.substr(0, o.sweep.find('=')); }
@@ -46,19 +185,10 @@ bool sweep_sets_scale(const O& o) {
     return !o.sweep.empty() && (over == "dk" || over == "scale" || over == "temperature");
 }
 
-// --why shows one row's arithmetic; the whole run's outputs and views are another command.
-std::string one_row(const char* flag) {
-    return std::string("shows one row's arithmetic; ") + flag + " belongs to the whole run (run it without --why)";
-}
-
 // --json replaces the printed report: its views are refused, never dropped in silence.
 const char* const kTextView =
     "a view of the printed report, which --json replaces; run it without --json (the JSON holds every number it "
     "shows)";
-
-// --layer all shows each layer through outputs that hold several; a page or a figure holds one.
-const char* const kOneLayer =
-    "draws one layer with --layer N; every layer's heads on one page: attnscope report --model DIR --html FILE";
 
 const char* const kNoRope = "has no effect without --rope";
 
@@ -147,7 +277,7 @@ std::vector<Conflict> every_rows() {
     };
 }
 
-// The rows of run alone (Scope::run).
+// The rows of run alone (Scope::run): options against each other within a mode.
 std::vector<Conflict> run_rows() {
     return {
         {Scope::run, [](const O& o) { return o.json && o.explain; }, "--explain", kTextView},
@@ -155,76 +285,21 @@ std::vector<Conflict> run_rows() {
          [](const O& o) { return o.every_layer && !o.summary && !o.json && o.jsonl.empty() && o.dump.empty(); },
          "--layer all",
          "shows every layer through --summary, --json, --jsonl or --dump; give one of them (or --layer N)"},
-        {Scope::run, [](const O& o) { return o.every_layer && !o.html.empty(); }, "--html", kOneLayer},
-        {Scope::run, [](const O& o) { return o.every_layer && !o.svg.empty(); }, "--svg", kOneLayer},
-        {Scope::run, [](const O& o) { return o.every_layer && !o.model_text.save_forward.empty(); }, "--save-forward",
-         "writes one layer's x; give --layer N"},
         {Scope::run, [](const O& o) { return o.every_layer && dump_is_npz(o.dump); }, "--dump",
          "{}: with --layer all, a folder per layer (DIR/layer_00/NAME.npy, ...); give a directory",
          [](const O& o) { return o.dump; }},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && o.every_layer; }, "--compare",
-         single_run("--layer all")},
         {Scope::run, [](const O& o) { return o.json && !o.cell.empty(); }, "--cell", kTextView},
         {Scope::run, [](const O& o) { return o.json && o.heatmap; }, "--heatmap", kTextView},
         {Scope::run, [](const O& o) { return o.json && o.panels; }, "--panels", kTextView},
         {Scope::run, panels_draw_nothing, "--panels",
          "draws scores, masked_scores and weights; --stages {} names none of them",
          [](const O& o) { return o.stages; }},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.dump.empty(); }, "--compare",
-         single_run("--dump")},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.html.empty(); }, "--compare",
-         single_run("--html")},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.svg.empty(); }, "--compare", single_run("--svg")},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && o.panels; }, "--compare", single_run("--panels")},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && o.explain; }, "--compare", single_run("--explain")},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && o.diagnose; }, "--compare",
-         single_run("--diagnose")},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.cell.empty(); }, "--compare",
-         single_run("--cell")},
-        {Scope::run, [](const O& o) { return !o.compare.empty() && !o.stages.empty(); }, "--compare",
-         single_run("--stages")},
-    };
-}
-
-// The rows of the classroom experiments, --sweep and --why (Scope::run).
-std::vector<Conflict> experiment_rows() {
-    return {
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.compare.empty(); }, "--sweep",
-         one_table("--compare")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.every_layer; }, "--sweep", one_table("--layer all")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.dump.empty(); }, "--sweep", one_table("--dump")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.svg.empty(); }, "--sweep", one_table("--svg")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.heatmap; }, "--sweep", one_table("--heatmap")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.panels; }, "--sweep", one_table("--panels")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.explain; }, "--sweep", one_table("--explain")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.diagnose; }, "--sweep", one_table("--diagnose")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.cell.empty(); }, "--sweep", one_table("--cell")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.stages.empty(); }, "--sweep",
-         one_table("--stages")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && o.summary; }, "--sweep", one_table("--summary")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.jsonl.empty(); }, "--sweep", one_table("--jsonl")},
-        {Scope::run, [](const O& o) { return !o.sweep.empty() && !o.model_text.save_forward.empty(); }, "--sweep",
-         one_table("--save-forward")},
         {Scope::run, [](const O& o) { return sweep_sets_scale(o) && !o.scale_text.empty(); }, "--sweep",
          "{}= sets the scale of each run; --scale contradicts it (give one of them)", sweep_over},
         {Scope::run, [](const O& o) { return sweep_sets_scale(o) && o.temperature != 1; }, "--sweep",
          "{}= sets the scale of each run; --temperature contradicts it (give one of them)", sweep_over},
         {Scope::run, [](const O& o) { return sweep_over(o) == "dk" && !o.sweep.empty() && !o.qkv.empty(); }, "--sweep",
          "dk= draws W_Q and W_K for x; --qkv gives Q and K themselves (sweep scale= or temperature=)"},
-
-        {Scope::run, [](const O& o) { return !o.why.empty() && !o.sweep.empty(); }, "--why", one_row("--sweep")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && !o.compare.empty(); }, "--why", one_row("--compare")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && o.every_layer; }, "--why", one_row("--layer all")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && !o.dump.empty(); }, "--why", one_row("--dump")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && !o.html.empty(); }, "--why", one_row("--html")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && !o.svg.empty(); }, "--why", one_row("--svg")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && o.heatmap; }, "--why", one_row("--heatmap")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && o.panels; }, "--why", one_row("--panels")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && o.diagnose; }, "--why", one_row("--diagnose")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && !o.cell.empty(); }, "--why", one_row("--cell")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && !o.stages.empty(); }, "--why", one_row("--stages")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && o.summary; }, "--why", one_row("--summary")},
-        {Scope::run, [](const O& o) { return !o.why.empty() && !o.jsonl.empty(); }, "--why", one_row("--jsonl")},
     };
 }
 
@@ -262,8 +337,7 @@ std::vector<Conflict> decode_rows() {
 const std::vector<Conflict>& conflicts() {
     static const std::vector<Conflict> kRows = [] {
         std::vector<Conflict> rows = every_rows();
-        for (auto part : {run_rows(), experiment_rows(), decode_rows()})
-            rows.insert(rows.end(), part.begin(), part.end());
+        for (auto part : {run_rows(), decode_rows()}) rows.insert(rows.end(), part.begin(), part.end());
         return rows;
     }();
     return kRows;
@@ -271,7 +345,29 @@ const std::vector<Conflict>& conflicts() {
 
 }  // namespace
 
+std::optional<std::string> mode_refusal(const std::string& mode, const std::string& option,
+                                        const std::string& heading) {
+    const auto m = std::find(std::begin(kModeFlags), std::end(kModeFlags), mode);
+    if (m == std::end(kModeFlags)) return std::nullopt;
+    const Placement* p = placement_of(option);
+    if (!p) p = placement_of(heading);
+    if (!p) return spelled(kUnplaced, mode, option);  // refused by default
+    const char* verdict = p->verdict[std::size_t(m - std::begin(kModeFlags))];
+    if (*verdict == '\0') return std::nullopt;
+    return spelled(verdict, mode, option);
+}
+
 void check_conflicts(const RunOptions& o, Scope scope) {
+    if (scope == Scope::run)  // the modes against every option given, then the rows
+        for (int m = 0; m < kModes; ++m) {
+            if (!in_mode(o, Mode(m))) continue;
+            for (const std::string& option : o.given) {
+                const auto heading = o.headings.find(option);
+                auto refusal =
+                    mode_refusal(kModeFlags[m], option, heading == o.headings.end() ? std::string() : heading->second);
+                if (refusal) throw UsageError(std::move(*refusal));
+            }
+        }
     for (const Conflict& c : conflicts()) {
         if (c.scope != scope || !c.when(o)) continue;
         std::string message = c.message;

@@ -48,7 +48,7 @@ struct DecodeArgs {
 template <typename T>
 int run_typed(const DecodeArgs& a, const Bundle& bundle, const Spec& spec, DecodeBug bug, std::size_t limit) {
     const Problem<T> problem = make_problem<T>(bundle, spec);
-    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
+    print_warnings(problem.warnings);
     check_decodable(problem, *a.prefill, bug);
     TextOptions chosen;  // --batch, --head: checked before any work
     chosen.batches = a.run.batches, chosen.heads = a.run.heads_shown;

@@ -2,6 +2,7 @@
 // field named in a library message, the options given, and words parsed over options.
 #include <algorithm>
 #include <functional>
+#include <map>
 
 #include "help.hpp"
 #include "options.hpp"
@@ -36,13 +37,25 @@ std::string flag_of(const CLI::App& root, std::string_view field) {
     return flag.empty() ? "{" + std::string(field) + "}" : flag;
 }
 
-void note_given_options(CLI::App& cmd, std::set<std::string>& given) {
+// The help heading of each option of `app` given on its command line, its option groups' too
+// (an option in an option group is under the group's heading).
+void note_headings(const CLI::App& app, std::map<std::string, std::string>& headings) {
+    for (const CLI::Option* o : app.get_options())
+        if (o->count() > 0)
+            headings[o->get_name()] =
+                app.get_name().empty() && o->get_group() == "Options" ? app.get_group() : o->get_group();
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App* a) { return a->get_name().empty(); }))
+        note_headings(*sub, headings);
+}
+
+void note_given_options(CLI::App& cmd, std::set<std::string>& given, std::map<std::string, std::string>* headings) {
     CLI::App* app = &cmd;
-    cmd.parse_complete_callback([app, &given] {
+    cmd.parse_complete_callback([app, &given, headings] {
         visit_options(*app, [&given](const CLI::Option& o) {
             if (o.count() > 0) given.insert(o.get_name());
             return false;
         });
+        if (headings) note_headings(*app, *headings);
     });
 }
 

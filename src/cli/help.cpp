@@ -443,6 +443,11 @@ std::vector<Example> examples_of(const std::string& command) {
                  "a classic KV-cache bug, and where its steps part from the full run"}};
     if (command == "inspect")
         return {{"inspect model.safetensors", "the layers and attention tensors a checkpoint holds"}};
+    if (command == "report")
+        return {{"report data/sentence.json data/padded.json --heads 2 --html heads.html",
+                 "two bundles as rows of thumbnails, a column per head, on one HTML page"},
+                {"report --model gpt2/ --text \"The cat sat on the mat\" --html model.html",
+                 "every layer of a model on a text; a click opens a head"}};
     if (command == "make")
         return {{"make -o prev.npz --pattern previous-token", "a bundle whose weights look one token back"},
                 {"make -o cross.json --tokens \"le chat\" --memory-tokens \"the cat\" --pad 2",
@@ -623,8 +628,10 @@ std::string man_page(const CLI::App& app) {
         }
     }
     s << ".SH EXAMPLES\n" << roff(kExampleData) << '\n';
-    std::vector<std::string> shown;  // a command's examples repeat some of the top level's
-    for (const char* command : {"", "run", "check", "decode", "inspect", "report"})
+    std::vector<std::string> shown;            // a command's examples repeat some of the top level's
+    std::vector<std::string> commands = {""};  // the top level's, then each command's in its order
+    for (const CLI::App* c : commands_of(&app)) commands.push_back(c->get_name());
+    for (const std::string& command : commands)
         for (const Example& e : examples_of(command)) {
             if (std::find(shown.begin(), shown.end(), e.line) != shown.end()) continue;
             shown.emplace_back(e.line);

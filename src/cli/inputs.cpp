@@ -234,4 +234,8 @@ template std::shared_ptr<const Attended<float>> attend_checked<float>(const Bund
 template std::shared_ptr<const Attended<double>> attend_checked<double>(const Bundle&, Problem<double>, StageSet,
                                                                         std::size_t, std::size_t);
 
+void print_warnings(const std::vector<std::string>& warnings) {
+    for (const auto& w : warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
+}
+
 }  // namespace attnscope::cli

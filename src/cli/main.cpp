@@ -57,6 +57,11 @@ int main(int argc, char** argv) {
     app.set_version_flag("-V,--version", std::string("attnscope ") + cli::kVersion, "Print the version");
     app.set_help_flag("-h,--help", "Print this help");
     app.require_subcommand(1);
+    // The outputs' notes (a link replaced), spelled as the errors are.
+    set_output_notes([&app](const std::string& line) {
+        const auto spell = [&app](std::string_view field) { return cli::flag_of(app, field); };
+        std::cerr << "attnscope: note: " << escape_control(spell_fields(line, spell)) << '\n';
+    });
     std::vector<cli::Subcommand> commands;
     for (cli::SetupFn setup : cli::kSubcommands) commands.push_back(setup(app));
     const std::vector<std::string> args(argv + 1, argv + argc);

@@ -64,6 +64,16 @@ std::vector<std::string> matrix_stage_names() {
     return names;
 }
 
+// A directory given as "l0/" (as docs/models.md prints it) is the directory l0.
+CLI::Validator without_trailing_slash() {
+    return CLI::Validator(
+        [](std::string& path) {
+            while (path.size() > 1 && path.back() == '/') path.pop_back();
+            return std::string();
+        },
+        "");
+}
+
 // "8G", "512M", "100k", "12345" -> bytes (binary units).
 std::size_t parse_size(const std::string& text) {
     std::size_t pos = 0;
@@ -226,6 +236,7 @@ void OutputOptions::add(CLI::App& cmd) {
                    "bias, sink_weight; head_output when asked for")
         ->group(kOutputs);
     cmd.add_option("--dump", dump, "Write each stage as NAME.npy into this directory, or into one .npz archive")
+        ->transform(without_trailing_slash())
         ->group(kOutputs);
     cmd.add_flag("--json", json, "Print one JSON document instead of the report")->group(kOutputs);
     cmd.add_flag("-q,--quiet", quiet, "Print no report (useful with --dump)")->group(kOutputs);

@@ -184,8 +184,9 @@ struct RunOptions : InputOptions,
                     ExperimentOptions,
                     LimitOptions,
                     LongContextOptions {
-    std::set<std::string> given;  // the options given on the command line ("--heads", "--causal", …)
-    ModelTextOptions model_text;  // a model folder and text (model_text.cpp): --model DIR --text S
+    std::set<std::string> given;                  // the options given on the command line ("--heads", "--causal", …)
+    std::map<std::string, std::string> headings;  // each given option's help heading ("--heads": "Model")
+    ModelTextOptions model_text;                  // a model folder and text (model_text.cpp): --model DIR --text S
     // Each group's values that CLI11 cannot check alone (--scale, --range, --max-memory).
     void validate() const {
         ModelOptions::validate();
@@ -200,11 +201,20 @@ inline std::size_t memory_limit(const LimitOptions& o) { return o.memory_limit()
 // order; UsageError "FLAG: MESSAGE" for the first that applies. `every`: the inputs and the
 // model (checked by spec_of, so after a bundle's config too); `run` and `decode`: theirs.
 enum class Scope { every, run, decode };
+// With Scope::run, first the modes of run against every option given (conflicts.cpp's
+// matrix): see mode_refusal.
 void check_conflicts(const RunOptions& o, Scope scope);
+// The matrix's verdict on `option` (a long option, or "bundle"; `heading`: its help heading)
+// in `mode` (--compare, --sweep, --why, --layer all, --model): nothing when the mode takes
+// it, else the refusal "FLAG: MESSAGE". An option the matrix does not place, by name or by
+// a heading that configures the run, is refused in every mode.
+std::optional<std::string> mode_refusal(const std::string& mode, const std::string& option, const std::string& heading);
 
 // The option tree (flags.cpp). Fills `given` with the options given on `cmd`'s command line
-// once it is parsed: the long name of each ("--heads").
-void note_given_options(CLI::App& cmd, std::set<std::string>& given);
+// once it is parsed: the long name of each ("--heads"); `headings`, when given, with the help
+// heading of each.
+void note_given_options(CLI::App& cmd, std::set<std::string>& given,
+                        std::map<std::string, std::string>* headings = nullptr);
 // An option of one value given twice takes the later value (--heads 2 ... --heads 1, and
 // --compare's run B over run A), as in most command lines; call once every option is added.
 void later_options_replace(CLI::App* cmd);

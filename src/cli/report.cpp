@@ -24,6 +24,7 @@
 #include "counts.hpp"
 #include "help.hpp"
 #include "run.hpp"
+#include "run_output.hpp"
 #include "subcommand.hpp"
 
 namespace attnscope::cli {
@@ -43,7 +44,7 @@ const StageSet kPageKeeps = StageSet().set(kWeights) | kHeatmapNeeds;
 template <typename T>
 Layer compute(const Bundle& bundle, const Spec& spec, std::size_t threads, std::size_t limit) {
     Problem<T> problem = make_problem<T>(bundle, spec);
-    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
+    print_warnings(problem.warnings);
     return held(attend_checked(bundle, std::move(problem), kPageKeeps, threads, limit));
 }
 
@@ -100,10 +101,6 @@ bool natural_less(const std::string& a, const std::string& b) {
 }
 
 std::string without_extension(const std::filesystem::path& p) { return (p.parent_path() / p.stem()).generic_string(); }
-
-bool ends_with(const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // Whether a file found in a directory is a bundle: an .npz or .json file, but not the
 // side files scripts/capture_bundle.py writes beside callN.npz (callN.expected.npz, callN.json).
@@ -221,6 +218,7 @@ int run_report(ReportArgs& a) {
     // --model: the head view and the coloured text of one layer, on the model's tokens
     write_model_html(f, views, names, figure, model ? std::optional(a.run.layer.value_or(0)) : std::nullopt);
     f.commit();
+    say_written(a.run, a.run.html, model ? "HTML model view, every layer" : "HTML model view");
     return 0;
 }
 

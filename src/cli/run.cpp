@@ -144,7 +144,7 @@ int run_typed(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::
     const CellRef cell = parse_cell(o, problem.batched, problem.dims);
     const double load_s = seconds_since(t0);
     const auto t1 = Clock::now();
-    for (const auto& w : problem.warnings) std::cerr << "attnscope: warning: " << escape_control(w) << '\n';
+    print_warnings(problem.warnings);
 
     Sinks sinks;
     Compute how = plan(o, problem, bundle, stages, limit, sinks, layer);
@@ -348,7 +348,7 @@ CLI::App* setup_run(CLI::App& app, RunOptions& o) {
                                "memory)",
                                "Compute threads (default: every core)", true});
     o.LongContextOptions::add(*run);
-    note_given_options(*run, o.given);  // a bundle's config fills in only the others
+    note_given_options(*run, o.given, &o.headings);  // a bundle's config fills in only the others
     later_options_replace(run);
     return run;
 }

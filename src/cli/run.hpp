@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attnscope/core/stages.hpp"
 #include "attnscope/core/view.hpp"
@@ -26,6 +27,9 @@ Bundle load_inputs(const RunOptions& o, std::size_t limit, Spec& spec, Predictio
 // The run's problem: from the bundle's x and weights, or from {qkv}'s own Q, K and V.
 template <typename T>
 Problem<T> problem_of(const RunOptions& o, const Bundle& bundle, const Spec& spec, std::size_t limit);
+// A problem's warnings (a non-finite input, ...) on stderr, "attnscope: warning: " and the
+// line escaped: the one way run, report, decode and check say them.
+void print_warnings(const std::vector<std::string>& warnings);
 // A computed run: the problem, its trace, and the view that points into both (so it is
 // held by a pointer, never copied).
 template <typename T>

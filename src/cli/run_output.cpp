@@ -58,11 +58,7 @@ void check_outputs(const RunOptions& o, const std::vector<std::string>& stages) 
     }
     // Every output path, before any work: a run never computes for minutes and then fails
     // on a missing directory, nor leaves some outputs behind for another one that failed.
-    for (const std::string* f : {&o.html, &o.svg, &o.dump})
-        if (!f->empty() && describe_path(*f) == "a symbolic link to a regular file" && o.force)
-            std::cerr << "attnscope: note: " << escape_control(*f)
-                      << " is a symbolic link; --force replaces the link itself "
-                      << "(the file it points to is kept)\n";
+    // (A link replaced under --force is said as it is replaced: AtomicFile::commit.)
     if (!o.html.empty()) check_output_target(o.html, o.force, o.html);
     if (!o.svg.empty()) check_output_target(o.svg, o.force, o.svg);
     if (o.dump.empty()) return;

@@ -186,7 +186,7 @@ int run_sweep(const RunOptions& o) {
     }
     if (o.json)
         write_sweep_json(std::cout, s);
-    else if (o.html.empty())
+    else if (o.html.empty() && !o.quiet)
         write_sweep_text(std::cout, s);
     std::cout.flush();
     if (!std::cout) throw RuntimeFailure("<stdout>: cannot write the report");

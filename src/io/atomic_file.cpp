@@ -22,6 +22,16 @@
 #include "attnscope/io/write.hpp"
 
 namespace attnscope {
+namespace {
+
+NoteSink& note_sink() {
+    static NoteSink sink = [](const std::string& line) { std::fprintf(stderr, "attnscope: note: %s\n", line.c_str()); };
+    return sink;
+}
+
+}  // namespace
+
+void set_output_notes(NoteSink sink) { note_sink() = std::move(sink); }
 
 AtomicFile::AtomicFile(std::string target, bool replace) : target_(std::move(target)), replace_(replace) {
     // The temporary is listed for the signal handlers before it is created (O_EXCL), so
@@ -111,6 +121,10 @@ void AtomicFile::commit() {
         if (found != "absent" && found != "a regular file" && found != "a symbolic link to a regular file")
             throw RuntimeFailure(target_ + ": cannot move output into place: it is " + found +
                                  ", not a regular file (never replaced)");
+        if (found == "a symbolic link to a regular file")
+            note_sink()(target_ +
+                        " is a symbolic link; {force} replaces the link itself (the file it points to is "
+                        "kept)");
         if (::rename(temp_.c_str(), target_.c_str()) != 0)
             throw RuntimeFailure(target_ + ": cannot move output into place: " + std::strerror(errno));
     }

@@ -8,7 +8,6 @@
 
 namespace attnscope {
 namespace {
-using io_detail::ends_with;
 using io_detail::shown;
 using io_detail::shown_path;
 

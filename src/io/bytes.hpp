@@ -39,10 +39,6 @@ inline std::string shown(std::string_view s, std::size_t max = 80) { return esca
 // A file name in a message: escaped like shown(), but whole (the user typed it).
 inline std::string shown_path(std::string_view path) { return escape_control(path); }
 
-inline bool ends_with(std::string_view s, std::string_view suffix) {
-    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // "the memory limit of 1.0 GiB ({max_memory})": the end of every MemoryLimitError
 // message the io layer builds ("... over the memory limit of ...", "... more than the
 // memory limit of ..."), the option named as its field.

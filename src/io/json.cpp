@@ -27,7 +27,6 @@
 namespace attnscope {
 namespace {
 
-using io_detail::ends_with;
 using io_detail::GrowBuffer;
 using io_detail::shown;
 using io_detail::shown_path;

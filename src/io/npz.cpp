@@ -135,7 +135,7 @@ std::vector<std::string> array_names(const std::vector<Member>& members, const s
     std::set<std::string> seen;
     for (const Member& m : members) {
         std::string name = m.name;
-        if (name.size() > 4 && io_detail::ends_with(name, ".npy"))
+        if (name.size() > 4 && ends_with(name, ".npy"))
             name.resize(name.size() - 4);
         else
             throw InputError(shown_path(source) + ": member '" + shown(m.name) + "' is not a .npy array");

@@ -23,7 +23,9 @@ const char* kind_of(mode_t m) {
     return "not a regular file";
 }
 
-std::string parent_of(const std::string& path) {
+// The directory `path` would be made in ("l0/" names l0 itself, made in ".").
+std::string parent_of(std::string path) {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
     const std::size_t slash = path.find_last_of('/');
     if (slash == std::string::npos) return ".";
     return slash == 0 ? "/" : path.substr(0, slash);

@@ -298,10 +298,10 @@ std::string diff_cell(double d, std::size_t w) {
     return std::string(w, std::fabs(d) < kDiffBlank ? ' ' : d < 0 ? '-' : '+');
 }
 
-// The panel of B − A for weights (b, h) of two runs of one shape, laid out as A's panel.
-Panel render_diff(const TraceView& va, const TraceView& vb, std::size_t b, std::size_t h, const TextOptions& o,
-                  std::size_t max_cols_width) {
-    const StageView &sa = va.stage(kWeights), &sb = vb.stage(kWeights);
+// The panel of B − A for stage `id` (b, h) of two runs of one shape, laid out as A's panel.
+Panel render_diff(const TraceView& va, const TraceView& vb, Stage id, std::size_t b, std::size_t h,
+                  const TextOptions& o, std::size_t max_cols_width) {
+    const StageView &sa = va.stage(id), &sb = vb.stage(id);
     const std::size_t nd = sa.shape.size(), rows = sa.shape[nd - 2], cols = sa.shape[nd - 1];
     const std::size_t off = matrix_offset(sa, b, h);  // the same in B: the shapes are equal
     const Layout l = layout(va, sa.axes[nd - 2], b, rows, cols, max_cols_width, o.full);
@@ -415,12 +415,12 @@ void write_panels(std::ostream& out, const TraceView& v, const TextOptions& o) {
 
 namespace attnscope {
 
-void write_compare_heatmaps(std::ostream& out, const TraceView& va, const TraceView& vb,
+void write_compare_heatmaps(std::ostream& out, const TraceView& va, const TraceView& vb, Stage id,
                             const std::array<std::string, 2>& titles, std::size_t b, std::size_t h,
                             const TextOptions& o) {
-    const StageView &sa = va.stage(kWeights), &sb = vb.stage(kWeights);
-    if (sa.shape != sb.shape) throw UsageError("{heatmap}: the weights of A and B differ in shape");
-    // One scale (A's) for both runs' weights: the same colour is the same number.
+    const StageView &sa = va.stage(id), &sb = vb.stage(id);
+    if (sa.shape != sb.shape) throw UsageError("{heatmap}: the " + sa.name + " of A and B differ in shape");
+    // One scale (A's) for both runs' stage: the same colour is the same number.
     const scale::Scale sc = scale::stage_scale(va, sa, {b}, {h}, o.range);
     const std::size_t nd = sa.shape.size(), cols = sa.shape[nd - 1];
     // Three panels side by side when every key fits in two columns; else each alone, stacked.
@@ -429,9 +429,9 @@ void write_compare_heatmaps(std::ostream& out, const TraceView& va, const TraceV
     const std::size_t budget = l.keys.size() == cols && l.cw == 2 ? third : whole;
     const std::vector<Panel> panels = {render(va, sa, b, h, sc, o, budget, titles[0]),
                                        render(vb, sb, b, h, sc, o, budget, titles[1]),
-                                       render_diff(va, vb, b, h, o, budget)};
-    out << "\n== weights, " << (va.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head " << h
-        << ": A | B | B - A\n\n";
+                                       render_diff(va, vb, id, b, h, o, budget)};
+    out << "\n== " << sa.name << ", " << (va.batched ? "batch " + std::to_string(b) + ", " : std::string()) << "head "
+        << h << ": A | B | B - A\n\n";
     print_side_by_side(out, panels, o.width > 2 ? o.width - 2 : 1);
     write_legends(out, {&sa}, {sc}, o.color, o.width, true);
     char threshold[16];

@@ -356,8 +356,10 @@ void write_model_html(std::ostream& out, const std::vector<const TraceView*>& la
                       std::optional<std::size_t> head_view) {
     write_page_head(out, "attnscope: model view of " + std::to_string(layers.size()) + " layers");
     out << "<header>\n<h1>attnscope: model view, " << layers.size() << (layers.size() == 1 ? " layer" : " layers")
-        << "</h1>\n<p class=\"howto\">A row per bundle (layer), a column per head: the weights of batch item 0, "
-           "rows are queries and columns keys. Click a thumbnail to open it below (hover its cells for their "
+        << "</h1>\n<p class=\"howto\">"
+        << (head_view ? "A row per layer, a column per head: the weights of the text's tokens, "
+                      : "A row per bundle (a layer), a column per head: the weights of batch item 0, ")
+        << "rows are queries and columns keys. Click a thumbnail to open it below (hover its cells for their "
            "values; zoom with the buttons or ctrl + wheel).</p>\n</header>\n";
     std::size_t heads = 0;
     for (const TraceView* v : layers) heads = std::max(heads, v->dims.H);

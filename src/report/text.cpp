@@ -19,7 +19,8 @@ std::vector<std::size_t> summarised(std::size_t n, const TextOptions& o) {
     return shown(n, o.full ? n : 2 * o.edgeitems + 2, o.edgeitems);
 }
 
-void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std::size_t offset, std::size_t b,
+// Prints one matrix; whether rows or columns were left out around "…".
+bool print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std::size_t offset, std::size_t b,
                   const TextOptions& o) {
     const std::size_t nd = s.shape.size();
     const std::size_t rows = s.shape[nd - 2], cols = s.shape[nd - 1];
@@ -64,7 +65,12 @@ void print_matrix(std::ostream& out, const TraceView& v, const StageView& s, std
         }
         out << '\n';
     }
+    const auto gap = [](const std::vector<std::size_t>& at) { return std::count(at.begin(), at.end(), kGap) > 0; };
+    return gap(ri) || gap(ci);
 }
+
+// Under the report's first matrix cut around "…": what it left out and how to see it.
+const char* const kCutNote = "    (… stands for the rows and columns left out; --full shows every one)\n";
 
 void check_range(const std::vector<std::size_t>& chosen, std::size_t n, const char* option, const char* what) {
     for (std::size_t i : chosen)
@@ -137,8 +143,9 @@ namespace {
 
 // One stage: its formula and shape, the explanation when asked, then its heatmaps or
 // each chosen matrix.
+// `told`: whether the report said already what "…" leaves out.
 void write_stage(std::ostream& out, const TraceView& v, const StageView& s, const TextOptions& o,
-                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads) {
+                 const std::vector<std::size_t>& batches, const std::vector<std::size_t>& heads, bool& told) {
     out << "\n== " << s.name << " = " << s.formula << '\n';
     out << "   shape " << shape_text(s) << '\n';
     if (o.explain)
@@ -154,7 +161,10 @@ void write_stage(std::ostream& out, const TraceView& v, const StageView& s, cons
             out << "\n  -- " << m.title << '\n';
         else
             out << '\n';
-        print_matrix(out, v, s, m.offset, m.batch, o);
+        if (print_matrix(out, v, s, m.offset, m.batch, o) && !told) {
+            out << kCutNote;
+            told = true;
+        }
     }
 }
 
@@ -170,7 +180,8 @@ void write_text(std::ostream& out, const TraceView& v, const TextOptions& o) {
     const auto batches = chosen_or_all(o.batches, v.dims.B);
     const auto heads = chosen_or_all(o.heads, v.dims.H);
     write_run_header(out, v, o);
-    for (const auto& name : o.stages) write_stage(out, v, v.stage(name), o, batches, heads);
+    bool told = false;
+    for (const auto& name : o.stages) write_stage(out, v, v.stage(name), o, batches, heads, told);
 }
 
 }  // namespace attnscope

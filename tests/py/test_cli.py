@@ -58,6 +58,8 @@ def text_tables(text, stage):
             table = None
         elif line.startswith("  -- "):
             title, table = line[5:].strip(), None
+        elif line.lstrip().startswith("(… stands for"):  # the note under a cut table
+            continue
         elif table is None:                    # a column header opens a table
             table = (line.split(), [])
             tables[title] = table
@@ -1085,6 +1087,47 @@ class FileOutputs(CliTestCase):
         shown = str(link).replace("\x1b", "\\x1b")
         self.assertEqual(r.err, f"attnscope: note: {shown} is a symbolic link; --force replaces the link itself "
                                 "(the file it points to is kept)\n")
+
+    def test_every_output_says_it_replaces_a_link(self):
+        model = ["--model", DATA / "tiny-gpt2", "--text", "the cat sat"]
+        outputs = {
+            "make -o": (["make", "-o", "{}", "--pattern", "previous-token"], ".npz"),
+            "--save-forward": (["run", *model, "--save-forward", "{}", "-q"], ".npz"),
+            "report --model --html": (["report", *model, "--html", "{}"], ".html"),
+            "--sweep --html": (["run", DATA / "sentence.json", "--sweep", "scale=1,2", "--html", "{}"], ".html"),
+            "--jsonl": (["run", DATA / "sentence.json", "--summary", "--jsonl", "{}", "-q"], ".jsonl"),
+            "decode --dump": (["decode", DATA / "causal.json", "--prefill", "1", "--dump", "{}", "-q"], ".npz"),
+        }
+        for what, (args, ext) in outputs.items():
+            with self.subTest(output=what):
+                real, link = self.path("real-" + what[:6].strip("-") + ext), self.path("link" + str(len(args)) + ext)
+                real.write_text("mine")
+                if link.is_symlink() or link.exists():
+                    link.unlink()
+                link.symlink_to(real)
+                r = run_text(*[link if a == "{}" else a for a in args], "--force")
+                self.assertEqual(r.code, 0, r)
+                self.assertIn(f"attnscope: note: {link} is a symbolic link; --force replaces the link itself "
+                              "(the file it points to is kept)\n", r.err)
+                self.assertEqual(r.err.count("attnscope: note:"), 1, r)
+                self.assertFalse(link.is_symlink())
+                self.assertEqual(real.read_text(), "mine")
+
+    def test_a_dump_directory_given_with_a_slash(self):
+        # docs/models.md prints --dump l0/: the slash names the directory, made in ".".
+        r = run_text("run", DATA / "sentence.json", "--dump", "l0/", cwd=self.tmp)
+        self.assertEqual(r.code, 0, r)
+        self.assertTrue((self.path("l0") / "weights.npy").is_file())
+
+    def test_report_says_what_it_wrote_and_names_layers(self):
+        html = self.path("m.html")
+        r = run_text("report", "--model", DATA / "tiny-gpt2", "--text", "the cat sat", "--html", html)
+        self.assertEqual((r.code, r.out, r.err), (0, "", f"attnscope: wrote {html} (HTML model view, every layer)\n"))
+        page = html.read_text()
+        self.assertIn("A row per layer, a column per head", page)
+        self.assertNotIn("bundle", page.split("<header>")[1].split("</header>")[0])
+        r = run_text("report", DATA / "sentence.json", DATA / "causal.json", "--html", html, "--force")
+        self.assertEqual((r.code, r.err), (0, f"attnscope: wrote {html} (HTML model view)\n"))
 
 
 if __name__ == "__main__":

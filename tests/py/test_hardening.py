@@ -230,7 +230,7 @@ class TerminalSafeLabels(CliTestCase):
 class Compare(CliTestCase):
 
     def test_outputs_of_a_single_run_are_refused(self):
-        for extra in (["--dump", self.path("d")], ["--html", self.path("r.html")], ["--stages", "weights"]):
+        for extra in (["--dump", self.path("d")], ["--html", self.path("r.html")], ["--jsonl", self.path("r.jsonl")]):
             with self.subTest(extra=extra):
                 r = run_text("run", EXAMPLE, "--compare", "--scale none", *extra)
                 self.assert_error(r, "--compare", str(extra[0]))

@@ -11,6 +11,7 @@ options need which); they are written here, never taken from attnscope.
 """
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,7 @@ class Conflicts(CliTestCase):
         for extra, flag in ((["--dump", self.path("d")], "--dump"), (["--html", self.path("r.html")], "--html"),
                             (["--svg", self.path("w.svg")], "--svg"),
                             (["--panels"], "--panels"), (["--explain"], "--explain"), (["--diagnose"], "--diagnose"),
-                            (["--cell", "0,0,0"], "--cell"), (["--stages", "weights"], "--stages")):
+                            (["--cell", "0,0,0"], "--cell")):
             with self.subTest(flag=flag):
                 self.assert_refused(["run", BUNDLE, "--compare", "--scale none"] + extra,
                                     f"--compare: prints the differences of two runs; {flag} belongs to a single run "
@@ -105,6 +106,79 @@ class Conflicts(CliTestCase):
         self.assertFalse(self.path("d.npz").exists())
         # --causal says what decode does anyway; the later of --no-causal and --causal wins.
         self.assertEqual(run_root(*decode, "--no-causal", "--causal", "-q").code, 0)
+
+
+class ModeMatrix(CliTestCase):
+    """Run's modes against every option of run (src/cli/conflicts.cpp's matrix): each pair
+    is taken or refused with its own sentence, never refused for want of a verdict, never
+    a crash. The options come from `run --help`, so a new one joins the loop by itself."""
+    run_together = True
+
+    MODEL = ["--model", "data/tiny-gpt2", "--text", "the cat sat"]
+    MODES = {
+        "--compare": ["run", BUNDLE, "--compare", "--scale none"],
+        "--sweep": ["run", BUNDLE, "--sweep", "scale=1,2"],
+        "--why": ["run", BUNDLE, "--why", "0,1"],
+        "--layer all": ["run"] + MODEL + ["--layer", "all", "--summary"],
+        "--model": ["run"] + MODEL,
+    }
+    # A value for each option of run that takes one (a flag takes none).
+    VALUES = {
+        "--x": "x.npy", "--memory": "x.npy", "--W_Q": "w.npy", "--W_K": "w.npy", "--W_V": "w.npy",
+        "--W_O": "w.npy", "--b_Q": "b.npy", "--b_K": "b.npy", "--b_V": "b.npy", "--b_O": "b.npy",
+        "--key_padding_mask": "m.npy", "--model": "data/tiny-gpt2", "--text": "a b", "--text-file": "t.txt",
+        "--tokens": "1,2", "--predict": "2", "--save-forward": "f.npz", "--checkpoint": "data/tiny-gpt2",
+        "--layer": "0", "--preset": "auto", "--prefix": "h.0.", "--qkv": "qkv.npz", "--axes": "q=bthd",
+        "--heads": "1", "--scale": "0.5", "--dtype": "float32", "--layout": "math", "--causal-align": "top-left",
+        "--kv-heads": "1", "--rope-base": "100", "--rope-dim": "2", "--rope-style": "half", "--window": "2",
+        "--softcap": "30", "--attn-mask-means": "allow", "--stages": "weights", "--dump": "out",
+        "--html": "r.html", "--svg": "w.svg", "--svg-stage": "weights", "--batch": "0", "--head": "0",
+        "--decimals": "3", "--edgeitems": "2", "--cell": "0,0,0", "--why": "0,1", "--color": "never",
+        "--range": "auto", "--width": "80", "--temperature": "2", "--zero-key": "0", "--compare": "--causal",
+        "--sweep": "temperature=1,2", "--threads": "1", "--max-memory": "1G", "--topk": "2", "--sink-keys": "1",
+        "--local": "2", "--jsonl": "rows.jsonl"}
+    OUTPUTS = ("--dump", "--html", "--svg", "--save-forward", "--jsonl")
+    UNPLACED = "no verdict places it with this mode"
+
+    def run_options(self):
+        r = run_root("run", "--help")
+        self.assertEqual(r.code, 0, r)
+        options = []
+        for line in r.out.splitlines():
+            m = re.match(r"\s+(?:-\w, )?(--[\w-]+)(?:,\s*--[\w-]+)?(\s+\S+)?", line)
+            if m and m.group(1) not in ("--help", "--no-causal") and m.group(1) not in options:
+                options.append(m.group(1))
+        self.assertGreater(len(options), 50)
+        return options
+
+    def test_every_pair_is_taken_or_refused_with_its_sentence(self):
+        options = self.run_options()
+        flags = [o for o in options if o not in self.VALUES]
+        self.assertIn("--json", flags)
+        for mode, args in self.MODES.items():
+            for option in options:
+                with self.subTest(mode=mode, option=option):
+                    value = self.VALUES.get(option)
+                    if option in self.OUTPUTS:  # written into the test's own directory
+                        value = str(self.path(value))
+                    extra = [option] + ([value] if value is not None else [])
+                    r = run_root(*(args + extra + ["--force"] * (option in ("--dump", "--html", "--svg"))))
+                    self.assertIn(r.code, (0, 1, 2), r)
+                    self.assertNotIn(self.UNPLACED, r.err, r)
+                    self.assertNotIn("internal error", r.err, r)
+                    if r.code == 2:
+                        self.assertEqual(r.err.count("\n"), 1, r)
+
+    def test_compare_refuses_the_outputs_it_would_drop(self):
+        for extra in (["--jsonl", self.path("rows.jsonl")], ["--summary"], ["--topk", "3"], ["--timings"],
+                      ["--sink-keys", "2"], ["--local", "4"], ["--predict", "2"], ["-q"], ["--decimals", "2"]):
+            flag = "--quiet" if extra[0] == "-q" else extra[0]
+            with self.subTest(flag=flag):
+                r = run_root("run", BUNDLE, "--compare", "--scale none", *extra)
+                self.assertEqual((r.code, r.out), (2, ""), r)
+                self.assertEqual(r.err, f"attnscope: error: --compare: prints the differences of two runs; {flag} "
+                                 "belongs to a single run (run it without --compare)\n")
+        self.assertFalse(self.path("rows.jsonl").exists())
 
 
 class TypedChoices(CliTestCase):

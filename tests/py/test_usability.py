@@ -17,6 +17,7 @@ import json
 import os
 import pty
 import re
+import shlex
 import shutil
 import struct
 import subprocess
@@ -79,6 +80,32 @@ def on_terminal(args, cols):
 # ---------------------------------------------------------------------------
 # 1. The demo
 # ---------------------------------------------------------------------------
+
+class ManPageExamples(CliTestCase):
+    """The man page's examples come from the command list: every command has some, and
+    each one parses (it runs, or stops only at an input file the example names)."""
+
+    MISSING = ("mine.npz", "mine/", "bundle.npz", "model.safetensors", "gpt2/", "bert/", "notes.txt")
+
+    def test_every_command_has_examples_that_parse(self):
+        man = common.run_text("--man").out
+        examples = man[man.index(".SH EXAMPLES"):man.index(".SH EXIT STATUS")]
+        lines = [line[len(".B attnscope "):].replace("\\-", "-") for line in examples.splitlines()
+                 if line.startswith(".B attnscope ")]
+        top = common.run_text("--help").out
+        listing = top[top.index("Commands:"):]
+        commands = re.findall(r"^  (\w+)\s", listing[:listing.index("\n\n")], re.M)
+        self.assertGreaterEqual(len(commands), 8, top)
+        for command in commands:
+            self.assertTrue(any(line.split()[0] == command for line in lines), f"no example of {command}")
+        (self.tmp / "data").symlink_to(ROOT / "data")
+        for line in lines:
+            with self.subTest(example=line):
+                r = common.run_text(*shlex.split(line), cwd=self.tmp, timeout=300)
+                if r.code != 0:
+                    self.assertTrue(any(f in r.err for f in self.MISSING), r)
+                    self.assertNotIn("unknown option", r.err)
+
 
 class Demo(CliTestCase):
 

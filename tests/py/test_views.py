@@ -867,6 +867,25 @@ class Experiments(CliTestCase):
                     at = np.unravel_index(np.argmax(np.abs(a[st] - b[st])), a[st].shape)
                     self.assertEqual(rows[st][4], "(" + ", ".join(str(int(k)) for k in at) + ")")
 
+    def test_compare_the_chosen_stages_of_the_chosen_head(self):
+        # --stages limits the table and the heatmaps to those stages, --head the table to that head.
+        r = run_in_root(*example_args("sentence", "--compare", "--scale none", "--stages", "scores,weights",
+                                      "--head", "1", "--heatmap", "--color", "never"))
+        self.assert_ok(r)
+        rows = self.compare_table(r)
+        self.assertEqual(list(rows), ["scores", "weights"])
+        _, a = reference_for("sentence")
+        _, b = reference_for("sentence", scale=1.0)
+        for st in rows:
+            head = (a[st] - b[st]).astype(float)
+            head = head[:, 1] if head.ndim == 4 else head[1]  # (B, H, Tq, Tk), or (H, Tq, Tk) for a 2-D x
+            self.assertEqual(rows[st][3], f"{float(np.max(np.abs(head))):.4g}", st)
+        for st in rows:
+            self.assertRegex(r.out, rf"== {st}, (batch 0, )?head 1: A \| B \| B - A")
+        r = run_in_root(*example_args("sentence", "--compare", "--scale none", "--stages", "Q,K", "--heatmap"))
+        self.assertEqual((r.code, r.err), (2, "attnscope: error: --compare with --heatmap: draws (query, key) "
+                                              "stages such as scores and weights; --stages Q,K names none of them\n"))
+
     def test_compare_a_mask_change(self):
         r = run_in_root("run", "data/causal.json", "--causal", "--compare", "--no-causal")
         self.assert_ok(r)
@@ -877,6 +896,24 @@ class Experiments(CliTestCase):
         self.assertEqual(rows["mask"][3], "1")
         self.assertEqual(rows["masked_scores"][3], "inf")
         self.assertGreater(float(rows["weights"][3]), 0.0)
+
+
+class TableCuts(CliTestCase):
+    """A printed matrix cut around "…" says once what it left out, and that --full shows it."""
+
+    NOTE = "    (… stands for the rows and columns left out; --full shows every one)"
+
+    def test_a_cut_table_says_so_once(self):
+        r = run_in_root(*example_args("sentence", "--stages", "scores,weights", "--edgeitems", "1"))
+        self.assert_ok(r)
+        self.assertIn("…", r.out)
+        self.assertEqual(r.out.splitlines().count(self.NOTE), 1, r.out)
+        self.assertLessEqual(max(len(line) for line in r.out.splitlines()), 80)
+        r = run_in_root(*example_args("sentence", "--stages", "scores,weights", "--edgeitems", "1", "--full"))
+        self.assertNotIn("…", r.out)
+        self.assertNotIn(self.NOTE, r.out.splitlines())
+        r = run_in_root(*example_args("sentence", "--stages", "weights"))  # 6 rows: nothing cut
+        self.assertNotIn(self.NOTE, r.out.splitlines())
 
 
 # ---------------------------------------------------------------------------

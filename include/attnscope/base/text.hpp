@@ -21,6 +21,11 @@ std::size_t utf8_sequence_length(std::string_view s, std::size_t k);
 // or npos when all of `s` is UTF-8.
 std::size_t invalid_utf8_at(std::string_view s);
 
+// Whether `s` ends with `tail` (a file name with its extension, a tensor name with its role).
+inline bool ends_with(std::string_view s, std::string_view tail) {
+    return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
+}
+
 // `s` cut to at most `max_bytes` (on a UTF-8 character boundary), with
 // "... (N bytes in all)" after it when it was longer: for echoing a fragment of input.
 std::string clip_fragment(std::string_view s, std::size_t max_bytes = 80);

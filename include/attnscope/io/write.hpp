@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <streambuf>
 #include <string>
@@ -106,6 +107,14 @@ void write_npz(AtomicFile& file, const std::vector<OutArray>& arrays);
 // UsageError for an existing file without `replace` and for a dangling link (a name taken
 // either way), RuntimeFailure for a target that cannot be written at all.
 void check_output_target(const std::string& path, bool replace, const std::string& what);
+
+// The one note an output gives: a symbolic link to a regular file replaced under {force}
+// (the link itself; the file it points to is kept), said by AtomicFile::commit as it
+// renames over the link, so that every output says it alike (docs/outputs.md). A line
+// with its fields in braces, as in errors; `set_output_notes` says where it goes (the CLI:
+// "attnscope: note: LINE" with the fields spelled as flags); by default std::cerr as is.
+using NoteSink = std::function<void(const std::string&)>;
+void set_output_notes(NoteSink sink);
 
 // What `path` is, in words, for messages: "absent", "a regular file", "a FIFO", "a
 // character device", "a directory", "a symbolic link to a regular file", ...

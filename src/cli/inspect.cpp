@@ -49,8 +49,7 @@ Subcommand setup_inspect_command(CLI::App& parent) {
     cmd->add_option("path", a->path,
                     "A .safetensors file, model.safetensors.index.json, a torch.save file, or a directory")
         ->required();
-    cmd->add_option("--preset", a->preset,
-                    "auto (config.json's model_type), gpt2, bert, llama, mistral, qwen2, mha, tl")
+    cmd->add_option("--preset", a->preset, "auto (config.json's model_type), " + preset_names())
         ->capture_default_str()
         ->group(kCheckpoint);
     cmd->add_flag("--json", a->json, "Print one JSON document")->group(kOutputs);

@@ -37,27 +37,34 @@
 #include "attnscope/core/attention.hpp"
 #include "attnscope/io/array.hpp"
 #include "attnscope/io/checkpoint.hpp"
+#include "attnscope/model/family.hpp"
 
 namespace attnscope {
 
+// The broad kind of a model: GPT-2's learned positions, BERT's encoder, or the
+// RoPE decoders that follow Llama (every other family of the table).
 enum class LmFamily { gpt2, bert, llama };
 enum class Activation { gelu_tanh, gelu_erf, silu, relu };
 
 // What config.json says of the whole model (each field named by its key in messages).
 struct LmConfig {
-    std::string model_type;  // as config.json spells it: gpt2, bert, roberta, llama, mistral, qwen2
+    std::string model_type;  // as config.json spells it: gpt2, bert, roberta, llama, mistral, qwen2, ...
     LmFamily family = LmFamily::gpt2;
+    const Family* arch = nullptr;       // the family table's entry (model/family.hpp)
+    BlockKind blocks = BlockKind::pre;  // the entry's, or pre where the config turns it off
     std::size_t layers = 0, hidden = 0, mlp = 0, vocab = 0, positions = 0;
     std::size_t type_vocab = 0;         // bert: token types (type 0 is used)
     std::size_t position_offset = 0;    // roberta: padding_idx + 1
     std::optional<std::size_t> pad_id;  // roberta: padding_idx (its tokens keep position padding_idx)
     double eps = 1e-5;
     Activation act = Activation::gelu_tanh;
-    std::string act_name;            // as config.json names it
-    bool tied = true;                // the LM head is the token embedding
-    bool mlp_bias = false;           // llama family: gate/up/down carry biases
-    std::string prefix;              // names' root: "transformer.", "bert.", "model.", or ""
-    std::vector<std::string> facts;  // "12 layers (config.json n_layer)", for reports
+    std::string act_name;                 // as config.json names it
+    bool tied = true;                     // the LM head is the token embedding
+    bool mlp_bias = false;                // llama family: gate/up/down carry biases
+    std::optional<double> final_softcap;  // logits -> C · tanh(logits / C) (Gemma 2's final_logit_softcapping)
+    std::size_t experts = 0, experts_per_token = 0;  // Mixtral: num_local_experts, num_experts_per_tok
+    std::string prefix;                              // names' root: "transformer.", "bert.", "model.", or ""
+    std::vector<std::string> facts;                  // "12 layers (config.json n_layer)", for reports
 };
 
 // The model types and activations it follows, for messages and help.

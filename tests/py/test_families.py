@@ -12,6 +12,7 @@ position agree with the reference to 1e-10 relative. Also: each refusal is one l
 """
 
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -95,7 +96,8 @@ class RopeScaling(FamilyCase):
         short, long = [1.0, 1.5], [2.0, 7.0]
         over = {"rope_scaling": {"rope_type": "longrope", "short_factor": short, "long_factor": long},
                 "original_max_position_embeddings": 8, "max_position_embeddings": 64}
-        self.check("llama", ids=IDS[:6], config_over=over, layers=[1])  # 6 tokens: short factors
+        model, _, _ = self.check("llama", ids=IDS[:6], config_over=over, layers=[1])  # 6 tokens: short factors
+        shutil.rmtree(model)
         self.check("llama", ids=IDS, config_over=over, layers=[1], seed=1)  # 12 > 8: long factors
 
     def test_su_is_longrope(self):

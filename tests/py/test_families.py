@@ -23,6 +23,7 @@ from common import run_text  # noqa: E402
 
 import checkpoint_reference as cref  # noqa: E402  (scripts/: the safetensors writer)
 import lm_reference as lref  # noqa: E402  (scripts/: the numpy forward pass)
+import test_generate  # noqa: E402
 from test_lm import TOL, LmCase  # noqa: E402
 
 IDS = [1, 10, 19, 3, 39, 0, 22, 5, 7, 31, 2, 14]
@@ -155,6 +156,32 @@ class Families(FamilyCase):
         self.refused(model, "config.json: model_type: 't5' is not a model attnscope runs",
                      "gpt2, bert, roberta, llama, mistral, qwen2, qwen3, gpt_neox, gemma, gemma2, gemma3_text, phi3, "
                      "mixtral")
+
+
+class Generation(test_generate.GenerateCase):
+    """decode --model --generate: the greedy ids, their probabilities and every step's
+    weights of every layer against the reference's full forward per token (test_generate's
+    check), through the KV cache of each newer family."""
+
+    check = test_generate.Greedy.check
+
+    def test_qwen3(self):
+        self.check("qwen3", [1, 10, 19], 5)
+
+    def test_gpt_neox(self):
+        self.check("gpt_neox", [1, 10, 19], 5)
+
+    def test_gemma2(self):
+        self.check("gemma2", [1, 10, 19], 5)
+
+    def test_gemma3_text(self):
+        self.check("gemma3_text", [1, 10, 19], 5)
+
+    def test_phi3(self):
+        self.check("phi3", [1, 10, 19], 4)  # 7 positions: within the original context, short factors
+
+    def test_mixtral(self):
+        self.check("mixtral", [1, 10, 19], 5)
 
 
 class Float32(FamilyCase):

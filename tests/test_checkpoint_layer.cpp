@@ -168,8 +168,11 @@ TEST_CASE("checkpoint layer: llama family reads GQA, head_dim, RoPE and each fam
     f.c.config["partial_rotary_factor"] = "1";
     f.c.config["rope_scaling"] = R"({"rope_type": "llama3", "factor": 8.0})";
     CHECK(message_of([&] { choose_layer(f.c, r); }) ==
-          "config.json: rope_scaling: 'llama3' changes RoPE's frequencies, which attnscope does not model (only "
-          "plain RoPE: rope_scaling null)");
+          "config.json: rope_scaling.low_freq_factor: missing (rope_type llama3 needs it)");
+    f.c.config["rope_scaling"] = R"({"rope_type": "wavy"})";
+    CHECK(message_of([&] { choose_layer(f.c, r); }) ==
+          "config.json: rope_scaling: rope_type 'wavy' is not a RoPE scaling attnscope follows (default, linear, "
+          "dynamic, yarn, longrope, su, llama3)");
 }
 
 TEST_CASE("checkpoint layer: without config.json a preset must be named; mha and prefix leave heads to the user") {
@@ -184,7 +187,7 @@ TEST_CASE("checkpoint layer: without config.json a preset must be named; mha and
         llama.table->add("model.layers.0.self_attn.q_proj.weight", {4, 4});
         CHECK(message_of([&] { choose_layer(llama.c, LayerRequest{}); }) ==
               "model.safetensors: no config.json beside it to choose a preset; give preset (gpt2, bert, llama, "
-              "mistral, qwen2, mha, tl) or prefix");
+              "mistral, qwen2, qwen3, gpt_neox, gemma, gemma2, gemma3_text, phi3, mixtral, mha, tl) or prefix");
     }
     CHECK(choose_layer(f.c, LayerRequest{}).preset == "mha");  // nn.MultiheadAttention's names need no config
     LayerRequest r;
@@ -205,11 +208,12 @@ TEST_CASE("checkpoint layer: without config.json a preset must be named; mha and
     CHECK(message_of([&] { choose_layer(f.c, p); }) == "model.safetensors: no tensor's name begins with 'decoder.'");
     r.preset = "gpt3";
     CHECK(message_of([&] { choose_layer(f.c, r); }) ==
-          "preset gpt3: unknown (presets: auto, gpt2, bert, llama, mistral, qwen2, mha, tl)");
+          "preset gpt3: unknown (presets: auto, gpt2, bert, llama, mistral, qwen2, qwen3, gpt_neox, gemma, gemma2, "
+          "gemma3_text, phi3, mixtral, mha, tl)");
     f.config({{"model_type", "\"t5\""}});
     CHECK(message_of([&] { choose_layer(f.c, LayerRequest{}); }) ==
-          "config.json: model_type 't5' has no preset (presets: gpt2, bert, llama, mistral, qwen2, mha, tl); name "
-          "the layer's weights with prefix");
+          "config.json: model_type 't5' has no preset (presets: gpt2, bert, llama, mistral, qwen2, qwen3, gpt_neox, "
+          "gemma, gemma2, gemma3_text, phi3, mixtral, mha, tl); name the layer's weights with prefix");
 }
 
 TEST_CASE("checkpoint layer: TransformerLens's (H, Dm, Dk) weights become the math layout") {

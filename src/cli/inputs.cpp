@@ -151,6 +151,9 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
     request.layer = o.layer;
     request.preset = o.preset;
     request.prefix = o.prefix;
+    // The run's tokens (a scaled RoPE may depend on them): x's (.., T, Dm).
+    if (const auto x = bundle.arrays.find("x"); x != bundle.arrays.end() && x->second.ndim() >= 2)
+        request.tokens = x->second.shape[x->second.ndim() - 2];
     CheckpointLayer layer = choose_layer(c, request, limit);
     const LayerConfig& cfg = layer.config;
     const auto given = [&o](const char* flag) { return o.given.count(flag) > 0; };
@@ -183,6 +186,8 @@ void add_checkpoint_layer(const RunOptions& o, std::size_t limit, Bundle& bundle
         spec.rope = rope;
     }
     if (cfg.window && !given("--window")) spec.window = cfg.window;
+    if (cfg.softcap && !given("--softcap")) spec.softcap = cfg.softcap;
+    spec.qk_norm_eps = cfg.qk_norm_eps;
     // The config's scale; --temperature divides it, as it divides the default 1/sqrt(Dk).
     if (cfg.scale && !given("--scale")) {
         spec.scale = *cfg.scale / o.temperature;

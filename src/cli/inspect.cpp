@@ -59,8 +59,7 @@ Subcommand setup_inspect_command(CLI::App& parent) {
                     "A .safetensors file, model.safetensors.index.json, a torch.save file, a .gguf file, or a "
                     "directory")
         ->required();
-    cmd->add_option("--preset", a->preset,
-                    "auto (config.json's model_type), gpt2, bert, llama, mistral, qwen2, mha, tl")
+    cmd->add_option("--preset", a->preset, "auto (config.json's model_type), " + preset_names())
         ->capture_default_str()
         ->group(kCheckpoint);
     cmd->add_flag("--json", a->json, "Print one JSON document")->group(kOutputs);

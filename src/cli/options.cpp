@@ -9,6 +9,7 @@
 #include "attnscope/base/errors.hpp"
 #include "attnscope/core/stages.hpp"
 #include "attnscope/io/read.hpp"
+#include "attnscope/model/checkpoint_layer.hpp"
 #include "attnscope/report/report.hpp"
 #include "counts.hpp"
 #include "help.hpp"
@@ -129,8 +130,7 @@ void CheckpointOptions::add(CLI::App& cmd) {
         ->check(CLI::Validator([index](std::string& s) { return s == "all" ? std::string() : index(s); }, "INDEX"))
         ->group(kCheckpoint);
     cmd.add_option("--preset", preset,
-                   "How the checkpoint names its layers: auto (config.json's model_type), gpt2, bert, llama, "
-                   "mistral, qwen2, mha, tl")
+                   "How the checkpoint names its layers: auto (config.json's model_type), " + preset_names())
         ->capture_default_str()
         ->group(kCheckpoint);
     cmd.add_option("--prefix", prefix,

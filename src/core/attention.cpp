@@ -355,6 +355,10 @@ class Attention {
             else
                 project_keys(src, s_.p.W_V, s_.p.b_V, s_.p.bias_v, d.Dv, s_.vf);
         }
+        if (s_.p.q_norm && s_.need[kQ])  // per-head q/k norms (Qwen3): part of the projections
+            steps::head_rms_norm(s_.qf.data(), d.B * d.Tq, d.H, d.Dk, s_.p.q_norm->data(), T(*s_.p.spec.qk_norm_eps));
+        if (s_.p.k_norm && s_.need[kK])
+            steps::head_rms_norm(s_.kf.data(), d.B * d.Tk, d.G, d.Dk, s_.p.k_norm->data(), T(*s_.p.spec.qk_norm_eps));
         if (s_.p.spec.zero_key && s_.need[kK])  // experiment: key vector j := 0, so its score column is 0
             for (std::size_t b = 0; b < d.B; ++b)
                 std::fill_n(s_.kf.data() + (b * d.Tk + *s_.p.spec.zero_key) * d.G * d.Dk, d.G * d.Dk, T(0));

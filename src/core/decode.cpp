@@ -223,6 +223,7 @@ Problem<T> prefix_problem(const Problem<T>& p, std::size_t P) {
     q.rope_dim = p.rope_dim;
     q.alibi_slopes = p.alibi_slopes;
     q.sinks = p.sinks;
+    q.q_norm = p.q_norm, q.k_norm = p.k_norm;
     return q;
 }
 
@@ -263,6 +264,8 @@ void Decoder<T>::project_token(std::size_t t) {
     project_rows(xt, d.B, d.Tq * d.Dm, p_.W_Q, p_.b_Q, q_.data());
     project_rows(xt, d.B, d.Tq * d.Dm, p_.W_K, p_.b_K, k_.data());
     project_rows(xt, d.B, d.Tq * d.Dm, p_.W_V, p_.b_V, v_.data());
+    if (p_.q_norm) steps::head_rms_norm(q_.data(), d.B, d.H, d.Dk, p_.q_norm->data(), T(*p_.spec.qk_norm_eps));
+    if (p_.k_norm) steps::head_rms_norm(k_.data(), d.B, d.G, d.Dk, p_.k_norm->data(), T(*p_.spec.qk_norm_eps));
     if (p_.spec.zero_key && *p_.spec.zero_key == t) std::fill(k_.begin(), k_.end(), T(0));  // experiment
     ++projected_;
 }

@@ -15,14 +15,17 @@
 namespace attnscope::steps {
 
 // RoPE: in each head's first R features, pair (j, j + R/2) (half) or (2j, 2j + 1)
-// (interleaved) rotates by the angle position · inv_freq_j, inv_freq_j = θ^(-2j/R), both
-// in the run's precision (as Hugging Face computes them in the model's dtype).
+// (interleaved) rotates by the angle position · inv_freq_j, inv_freq_j = θ^(-2j/R) (or a
+// scaled RoPE's own frequencies), both in the run's precision; cos and sin are multiplied by
+// the rope's attention factor (1 unless scaled).
 template <typename T>
 class RopeRotation {
    public:
-    RopeRotation(const Rope& rope, std::size_t R) : R_(R), interleaved_(rope.style == RopeStyle::interleaved) {
+    RopeRotation(const Rope& rope, std::size_t R)
+        : R_(R), interleaved_(rope.style == RopeStyle::interleaved), factor_(T(rope.attention_factor)) {
         inv_freq_.resize(R / 2);
-        for (std::size_t j = 0; j < R / 2; ++j) inv_freq_[j] = T(1) / std::pow(T(rope.base), T(2 * j) / T(R));
+        for (std::size_t j = 0; j < R / 2; ++j)
+            inv_freq_[j] = rope.inv_freq.empty() ? T(1) / std::pow(T(rope.base), T(2 * j) / T(R)) : T(rope.inv_freq[j]);
     }
 
     // row: (heads, D) features of one position, D >= R; rotated in place.
@@ -30,7 +33,7 @@ class RopeRotation {
         const std::size_t half = R_ / 2;
         for (std::size_t j = 0; j < half; ++j) {
             const T angle = T(position) * inv_freq_[j];
-            const T c = std::cos(angle), sn = std::sin(angle);
+            const T c = std::cos(angle) * factor_, sn = std::sin(angle) * factor_;
             for (std::size_t h = 0; h < heads; ++h) {
                 T& x1 = row[h * D + (interleaved_ ? 2 * j : j)];
                 T& x2 = row[h * D + (interleaved_ ? 2 * j + 1 : j + half)];
@@ -44,8 +47,22 @@ class RopeRotation {
    private:
     std::size_t R_;
     bool interleaved_;
+    T factor_;                 // cos and sin multiplied by it (1 but for a scaled RoPE)
     std::vector<T> inv_freq_;  // (R/2)
 };
+
+// Per-head RMSNorm in place: `rows` rows of `heads` heads of D features, each head's
+// features x -> x / sqrt(mean(x²) + eps) · w (w: D), in the run's precision.
+template <typename T>
+void head_rms_norm(T* data, std::size_t rows, std::size_t heads, std::size_t D, const T* w, T eps) {
+    for (std::size_t r = 0; r < rows * heads; ++r) {
+        T* x = data + r * D;
+        T sq = 0;
+        for (std::size_t d = 0; d < D; ++d) sq += x[d] * x[d];
+        const T inv = T(1) / std::sqrt(sq / T(D) + eps);
+        for (std::size_t d = 0; d < D; ++d) x[d] = x[d] * inv * w[d];
+    }
+}
 
 // The logit rewrite of one query row over n keys, in the run's precision:
 //   logits = softcap(scores) + bias, softcap(s) = cap · tanh(s / cap)

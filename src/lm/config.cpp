@@ -24,56 +24,11 @@ std::string joined(const std::vector<std::string>& v) {
 
 }  // namespace
 
-std::optional<nlohmann::json> ConfigFile::get(const std::string& key) const {
-    const auto it = c_.config.find(key);
-    if (it == c_.config.end()) return std::nullopt;
-    auto j = nlohmann::json::parse(it->second, nullptr, false);
-    if (j.is_discarded() || j.is_null()) return std::nullopt;
-    return j;
-}
-
-std::size_t ConfigFile::count(const std::string& key, std::optional<std::size_t> otherwise) const {
-    const auto j = get(key);
-    if (!j) {
-        if (otherwise) return *otherwise;
-        fail(key, "missing (the forward pass needs it)");
-    }
-    if (!j->is_number_unsigned() || j->get<std::uint64_t>() == 0 || j->get<std::uint64_t>() > (1u << 30))
-        fail(key, "expected a positive integer, found " + shown(j->dump()));
-    return std::size_t(j->get<std::uint64_t>());
-}
-
-double ConfigFile::number(const std::string& key, double otherwise) const {
-    const auto j = get(key);
-    if (!j) return otherwise;
-    if (!j->is_number()) fail(key, "expected a number, found " + shown(j->dump()));
-    return j->get<double>();
-}
-
-bool ConfigFile::flag(const std::string& key, bool otherwise) const {
-    const auto j = get(key);
-    if (!j) return otherwise;
-    if (!j->is_boolean()) fail(key, "expected true or false, found " + shown(j->dump()));
-    return j->get<bool>();
-}
-
-std::string ConfigFile::text(const std::string& key, const std::string& otherwise) const {
-    const auto j = get(key);
-    if (!j) return otherwise;
-    if (!j->is_string()) fail(key, "expected a string, found " + shown(j->dump()));
-    return j->get<std::string>();
-}
-
-void ConfigFile::fail(const std::string& key, const std::string& what) const {
-    throw InputError(escape_control(c_.config_path.empty() ? c_.path + "/config.json" : c_.config_path) + ": " + key +
-                     ": " + what);
-}
-
 namespace {
 
-Activation activation_of(const ConfigFile& cfg, const std::string& key, const std::string& otherwise,
+Activation activation_of(const ConfigJson& cfg, const std::string& key, const std::string& otherwise,
                          std::string& name) {
-    name = cfg.text(key, otherwise);
+    name = cfg.text(key).value_or(otherwise);
     // gelu_new, gelu_pytorch_tanh and gelu_fast are the same tanh approximation.
     if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return Activation::gelu_tanh;
     if (name == "gelu") return Activation::gelu_erf;
@@ -83,32 +38,26 @@ Activation activation_of(const ConfigFile& cfg, const std::string& key, const st
 }
 
 // A flag the forward pass cannot follow when it has `value`.
-void refuse_flag(const ConfigFile& cfg, const std::string& key, bool value, const std::string& why) {
-    if (cfg.flag(key, !value) == value) cfg.fail(key, std::string(value ? "true" : "false") + ": " + why);
+void refuse_flag(const ConfigJson& cfg, const std::string& key, bool value, const std::string& why) {
+    if (cfg.flag(key) == value) cfg.fail(key, std::string(value ? "true" : "false") + ": " + why);
 }
 
-void read_gpt2(const ConfigFile& cfg, LmConfig& m) {
-    m.layers = cfg.count("n_layer");
-    m.hidden = cfg.count("n_embd");
-    m.mlp = cfg.count("n_inner", 4 * m.hidden);
-    m.vocab = cfg.count("vocab_size");
-    m.positions = cfg.count("n_positions", 1024);
-    m.eps = cfg.number("layer_norm_epsilon", 1e-5);
-    m.act = activation_of(cfg, "activation_function", "gelu_new", m.act_name);
-    m.tied = cfg.flag("tie_word_embeddings", true);
-    refuse_flag(cfg, "add_cross_attention", true, "cross-attention blocks are not followed (a decoder alone)");
+// What the table's keys give every family: the shape, eps, activation and tied head.
+void read_shape(const ConfigJson& cfg, const Family& f, LmConfig& m) {
+    m.layers = cfg.needed(f.layers_key);
+    m.hidden = cfg.needed(f.hidden_key);
+    m.mlp = m.family == LmFamily::gpt2 ? cfg.count(f.mlp_key).value_or(4 * m.hidden) : cfg.needed(f.mlp_key);
+    m.vocab = cfg.needed("vocab_size");
+    m.positions = cfg.count(f.positions_key).value_or(f.positions);
+    m.eps = cfg.number(f.eps_key).value_or(f.eps);
+    if (!(m.eps >= 0) || !std::isfinite(m.eps)) cfg.fail(f.eps_key, "expected a finite number >= 0");
+    m.act = activation_of(cfg, f.act_key, f.act, m.act_name);
+    m.tied = cfg.flag("tie_word_embeddings").value_or(f.tied);
+    m.blocks = f.blocks;
 }
 
-void read_bert(const ConfigFile& cfg, LmConfig& m) {
-    m.layers = cfg.count("num_hidden_layers");
-    m.hidden = cfg.count("hidden_size");
-    m.mlp = cfg.count("intermediate_size");
-    m.vocab = cfg.count("vocab_size");
-    m.positions = cfg.count("max_position_embeddings", 512);
-    m.type_vocab = cfg.count("type_vocab_size", 2);
-    m.eps = cfg.number("layer_norm_eps", 1e-12);
-    m.act = activation_of(cfg, "hidden_act", "gelu", m.act_name);
-    m.tied = cfg.flag("tie_word_embeddings", true);
+void read_bert(const ConfigJson& cfg, LmConfig& m) {
+    m.type_vocab = cfg.count("type_vocab_size").value_or(2);
     refuse_flag(cfg, "is_decoder", true, "BERT as a decoder (causal, cross-attention) is not followed");
     refuse_flag(cfg, "add_cross_attention", true, "cross-attention blocks are not followed");
     if (m.model_type == "roberta") {
@@ -124,48 +73,59 @@ void read_bert(const ConfigFile& cfg, LmConfig& m) {
     }
 }
 
-void read_llama(const ConfigFile& cfg, LmConfig& m) {
-    m.layers = cfg.count("num_hidden_layers");
-    m.hidden = cfg.count("hidden_size");
-    m.mlp = cfg.count("intermediate_size");
-    m.vocab = cfg.count("vocab_size");
-    m.positions = cfg.count("max_position_embeddings", 2048);
-    m.eps = cfg.number("rms_norm_eps", 1e-6);
-    m.act = activation_of(cfg, "hidden_act", "silu", m.act_name);
-    m.tied = cfg.flag("tie_word_embeddings", false);
-    m.mlp_bias = cfg.flag("mlp_bias", false);
+// The options of the newer families: the final logits' soft cap, the parallel residual
+// turned off, the experts and how many each token takes.
+void read_options(const ConfigJson& cfg, const Family& f, LmConfig& m) {
+    if (const auto cap = cfg.number("final_logit_softcapping")) {
+        if (!(*cap > 0) || !std::isfinite(*cap))
+            cfg.fail("final_logit_softcapping", "expected a finite number above 0");
+        m.final_softcap = cap;
+    }
+    if (f.blocks == BlockKind::parallel && cfg.flag("use_parallel_residual") == false) m.blocks = BlockKind::pre;
+    if (f.mlp == MlpKind::experts) {
+        m.experts = cfg.needed("num_local_experts");
+        m.experts_per_token = cfg.needed("num_experts_per_tok");
+        if (m.experts_per_token > m.experts)
+            cfg.fail("num_experts_per_tok", "expected at most num_local_experts " + std::to_string(m.experts) +
+                                                ", found " + std::to_string(m.experts_per_token));
+    }
 }
 
 }  // namespace
 
 LmConfig read_config(const Checkpoint& c) {
-    const ConfigFile cfg(c);
+    const ConfigJson cfg(c);
     if (c.config_path.empty())
         throw InputError(escape_control(c.path) + ": no config.json beside the weights (the forward pass reads the " +
                          "model's shape from it)");
     LmConfig m;
-    m.model_type = cfg.text("model_type", "");
-    const auto& types = lm_model_types();
-    if (std::find(types.begin(), types.end(), m.model_type) == types.end())
-        cfg.fail("model_type", "'" + shown(m.model_type) + "' is not a model attnscope runs (" + joined(types) + ")");
-    if (m.model_type == "gpt2")
-        m.family = LmFamily::gpt2, read_gpt2(cfg, m);
-    else if (m.model_type == "bert" || m.model_type == "roberta")
-        m.family = LmFamily::bert, read_bert(cfg, m);
-    else
-        m.family = LmFamily::llama, read_llama(cfg, m);
-    if (!(m.eps >= 0) || !std::isfinite(m.eps))
-        cfg.fail(m.family == LmFamily::gpt2   ? "layer_norm_epsilon"
-                 : m.family == LmFamily::bert ? "layer_norm_eps"
-                                              : "rms_norm_eps",
-                 "expected a finite number >= 0");
+    m.model_type = cfg.text("model_type").value_or("");
+    const Family* f = find_family(m.model_type);
+    if (!f)
+        cfg.fail("model_type", "'" + shown(m.model_type) + "' is not a model attnscope runs (" + family_list() + ")");
+    m.arch = f;
+    m.family = f->qkv == QkvKind::gpt2_columns ? LmFamily::gpt2 : !f->causal ? LmFamily::bert : LmFamily::llama;
+    read_shape(cfg, *f, m);
+    if (m.family == LmFamily::gpt2)
+        refuse_flag(cfg, "add_cross_attention", true, "cross-attention blocks are not followed (a decoder alone)");
+    if (m.family == LmFamily::bert) read_bert(cfg, m);
+    m.mlp_bias = cfg.flag("mlp_bias").value_or(false);
+    read_options(cfg, *f, m);
+    // dynamic NTK RoPE is made for sequences past max_position_embeddings: they are run
+    if (const auto rs = cfg.get("rope_scaling"); f->rope && rs && rs->is_object())
+        for (const char* k : {"rope_type", "type"})
+            if (rs->contains(k) && (*rs)[k] == "dynamic") m.positions = std::size_t(1) << 24;
     return m;
 }
 
 }  // namespace lm
 
 const std::vector<std::string>& lm_model_types() {
-    static const std::vector<std::string> v = {"gpt2", "bert", "roberta", "llama", "mistral", "qwen2"};
+    static const std::vector<std::string> v = [] {
+        std::vector<std::string> types;
+        for (const auto& f : families()) types.push_back(f.model_type);
+        return types;
+    }();
     return v;
 }
 

@@ -38,6 +38,39 @@ std::string layers_before(std::size_t layer) {
     return "layers 0–" + std::to_string(layer - 1);
 }
 
+// The RoPE decoders' steps: embeddings, the blocks (the table's norm, MLP and block kinds).
+std::string decoder_steps(const LmConfig& m, std::size_t layer, const std::string& T, const std::string& act,
+                          const std::string& eps) {
+    const Family& f = *m.arch;
+    const std::string N = f.norm == NormKind::layer ? "LN" : "RMSNorm";
+    const std::string ffn = f.mlp == MlpKind::plain     ? "down(" + act + "(up(m)))"
+                            : f.mlp == MlpKind::experts ? "Σ top-" + std::to_string(m.experts_per_token) +
+                                                              " experts p_e · down_e(" + act + "(gate_e(m)) ⊙ up_e(m))"
+                                                        : "down(" + act + "(gate(m)) ⊙ up(m))";
+    std::string blocks = layers_before(layer) + ", each: ";
+    switch (m.blocks) {
+        case BlockKind::parallel:
+            blocks += "m = " + N + "_2(h); h += attn(" + N + "_1(h)) + " + ffn;
+            break;
+        case BlockKind::sandwich:
+            blocks += "h += " + N + "(attn(" + N + "(h))); m = " + N + "(h); h += " + N + "(" + ffn + ")";
+            break;
+        case BlockKind::pre:
+        case BlockKind::post:
+            blocks += "h += attn(" + N + "(h)); m = " + N + "(h); h += " + ffn;
+            break;
+    }
+    std::string s = step(1, "h = " + f.embed + "[id]" + (f.embed_scaled ? " · sqrt(Dm)" : "") + " for each of the " +
+                                T + " tokens (positions enter through RoPE) (T, Dm)");
+    s += step(2, blocks);
+    if (f.norm == NormKind::layer)
+        s += step(3, "x = " + N + "_1(h) of layer " + std::to_string(layer) + ": LayerNorm, eps " + eps);
+    else
+        s += step(3, "x = RMSNorm(h) of layer " + std::to_string(layer) + ": x / sqrt(mean(x²) + " + eps + ") · " +
+                         (f.norm == NormKind::rms_unit_offset ? "(1 + w)" : "w"));
+    return s;
+}
+
 }  // namespace
 
 std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t tokens, bool float32) {
@@ -57,9 +90,7 @@ std::string describe_forward(const LmConfig& m, std::size_t layer, std::size_t t
         s += step(3, "x = h, the hidden state entering layer " + L +
                          " (BERT normalizes after each sublayer); LayerNorm eps " + eps);
     } else {
-        s += step(1, "h = embed_tokens[id] for each of the " + T + " tokens (positions enter through RoPE) (T, Dm)");
-        s += step(2, before + ", each: h += attn(RMSNorm(h)); m = RMSNorm(h); h += down(" + act + "(gate(m)) ⊙ up(m))");
-        s += step(3, "x = RMSNorm(h) of layer " + L + ": x / sqrt(mean(x²) + " + eps + ") · w");
+        s += decoder_steps(m, layer, T, act, eps);
     }
     return s;
 }

@@ -57,63 +57,69 @@ Linear<T> Weights::linear(const std::string& name, std::size_t in, std::size_t o
 }
 
 template <class T>
-Norm<T> Weights::norm(const std::string& name, std::size_t d, double eps, bool rms, const std::string& why) const {
+Norm<T> Weights::norm(const std::string& name, std::size_t d, double eps, NormKind kind, const std::string& why) const {
     Norm<T> n;
     n.w = vec<T>(name + ".weight", d, why);
-    if (!rms) n.b = vec<T>(name + ".bias", d, why);
-    n.eps = eps, n.rms = rms;
+    if (kind == NormKind::layer) n.b = vec<T>(name + ".bias", d, why);
+    if (kind == NormKind::rms_unit_offset)
+        for (T& w : n.w) w += T(1);  // Gemma: x / rms · (1 + w)
+    n.eps = eps, n.rms = kind != NormKind::layer;
     return n;
 }
 
 namespace {
 
-const char* width_key(const LmConfig& m) { return m.family == LmFamily::gpt2 ? "n_embd" : "hidden_size"; }
-const char* mlp_key(const LmConfig& m) { return m.family == LmFamily::gpt2 ? "n_inner" : "intermediate_size"; }
+std::string width_why(const LmConfig& m) { return "config.json " + m.arch->hidden_key; }
+std::string mlp_why(const LmConfig& m) { return "config.json " + m.arch->mlp_key; }
 
-// Block l's names: "h.3." (gpt2), "encoder.layer.3." (bert), "layers.3." (llama), after the prefix.
+// Block l's names begin with this: "transformer.h.3." (gpt2), "model.layers.3." (llama), ...
 std::string block_prefix(const LmConfig& m, std::size_t l) {
-    const char* kind = m.family == LmFamily::gpt2 ? "h." : m.family == LmFamily::bert ? "encoder.layer." : "layers.";
-    return m.prefix + kind + std::to_string(l) + ".";
+    return m.prefix + m.arch->block + std::to_string(l) + ".";
 }
 
 }  // namespace
 
 template <class T>
 Block<T> read_norms(const Weights& w, const LmConfig& m, std::size_t l) {
+    const Family& f = *m.arch;
     const std::size_t D = m.hidden;
-    const std::string wd = std::string("config.json ") + width_key(m), p = block_prefix(m, l);
+    const std::string wd = width_why(m), p = block_prefix(m, l);
     Block<T> b;
-    if (m.family == LmFamily::gpt2) {
-        b.norm1 = w.norm<T>(p + "ln_1", D, m.eps, false, wd);
-        b.norm2 = w.norm<T>(p + "ln_2", D, m.eps, false, wd);
-    } else if (m.family == LmFamily::bert) {
-        b.norm1 = w.norm<T>(p + "attention.output.LayerNorm", D, m.eps, false, wd);
-        b.norm2 = w.norm<T>(p + "output.LayerNorm", D, m.eps, false, wd);
-    } else {
-        b.norm1 = w.norm<T>(p + "input_layernorm", D, m.eps, true, wd);
-        b.norm2 = w.norm<T>(p + "post_attention_layernorm", D, m.eps, true, wd);
+    b.norm1 = w.norm<T>(p + f.norm1, D, m.eps, f.norm, wd);
+    b.norm2 = w.norm<T>(p + f.norm2, D, m.eps, f.norm, wd);
+    if (m.blocks == BlockKind::sandwich) {
+        b.post1 = w.norm<T>(p + f.post_norm1, D, m.eps, f.norm, wd);
+        b.post2 = w.norm<T>(p + f.post_norm2, D, m.eps, f.norm, wd);
     }
     return b;
 }
 
 template <class T>
 Mlp<T> read_mlp(const Weights& w, const LmConfig& m, std::size_t l) {
+    const Family& f = *m.arch;
     const std::size_t D = m.hidden, F = m.mlp;
-    const std::string wd = std::string("config.json ") + width_key(m), fd = std::string("config.json ") + mlp_key(m);
-    const std::string p = block_prefix(m, l);
-    Mlp<T> f;
-    if (m.family == LmFamily::gpt2) {
-        f.up = w.linear<T>(p + "mlp.c_fc", D, F, false, true, wd, fd);
-        f.down = w.linear<T>(p + "mlp.c_proj", F, D, false, true, fd, wd);
-    } else if (m.family == LmFamily::bert) {
-        f.up = w.linear<T>(p + "intermediate.dense", D, F, true, true, wd, fd);
-        f.down = w.linear<T>(p + "output.dense", F, D, true, true, fd, wd);
-    } else {
-        f.gate = w.linear<T>(p + "mlp.gate_proj", D, F, true, m.mlp_bias, wd, fd);
-        f.up = w.linear<T>(p + "mlp.up_proj", D, F, true, m.mlp_bias, wd, fd);
-        f.down = w.linear<T>(p + "mlp.down_proj", F, D, true, m.mlp_bias, fd, wd);
+    const std::string wd = width_why(m), fd = mlp_why(m), p = block_prefix(m, l);
+    const bool torch = f.qkv != QkvKind::gpt2_columns;  // GPT-2's Conv1D stores (in, out)
+    const bool bias = f.biases || m.mlp_bias;
+    Mlp<T> out;
+    if (f.mlp == MlpKind::experts) {
+        out.router = w.linear<T>(p + f.router, D, m.experts, true, false, wd, "config.json num_local_experts");
+        out.top_k = m.experts_per_token;
+        out.expert = [w, m, p, wd, fd](std::size_t e) {
+            const std::string x = p + m.arch->experts + std::to_string(e) + ".";
+            Mlp<T> one;
+            one.gate = w.linear<T>(x + m.arch->gate, m.hidden, m.mlp, true, false, wd, fd);
+            one.up = w.linear<T>(x + m.arch->up, m.hidden, m.mlp, true, false, wd, fd);
+            one.down = w.linear<T>(x + m.arch->down, m.mlp, m.hidden, true, false, fd, wd);
+            return one;
+        };
+        return out;
     }
-    return f;
+    if (f.mlp == MlpKind::gated) out.gate = w.linear<T>(p + f.gate, D, F, torch, bias, wd, fd);
+    out.fused = f.mlp == MlpKind::gated_fused;
+    out.up = w.linear<T>(p + f.up, D, out.fused ? 2 * F : F, torch, bias, wd, out.fused ? "2 × " + fd : fd);
+    out.down = w.linear<T>(p + f.down, F, D, torch, bias, fd, wd);
+    return out;
 }
 
 template <class T>
@@ -124,9 +130,54 @@ Block<T> read_block(const Weights& w, const LmConfig& m, std::size_t l) {
 }
 
 // The MLP on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)).
+namespace {
+
+// Mixtral's sparse MLP on x (T, Dm): per token, softmax over the router's logits, the k
+// largest (ties: the lower expert), renormalized; each expert, in order, on its tokens.
+template <class T>
+Tensor<T, 2> experts(const Mlp<T>& f, Activation act, const Tensor<T, 2>& x) {
+    const Tensor<T, 2> logits = apply(*f.router, x);  // (T, E)
+    const std::size_t n = x.shape(0), E = logits.shape(1), D = x.shape(1);
+    std::vector<std::vector<std::pair<std::size_t, T>>> routed(E);  // expert -> (token, weight)
+    std::vector<T> prob(E);
+    std::vector<std::size_t> order(E);
+    for (std::size_t t = 0; t < n; ++t) {
+        const T top = *std::max_element(&logits(t, 0), &logits(t, 0) + E);
+        T sum = 0;
+        for (std::size_t e = 0; e < E; ++e) sum += prob[e] = std::exp(logits(t, e) - top);
+        for (T& p : prob) p /= sum;
+        for (std::size_t e = 0; e < E; ++e) order[e] = e;
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return prob[a] > prob[b]; });
+        T kept = 0;
+        for (std::size_t k = 0; k < f.top_k; ++k) kept += prob[order[k]];
+        for (std::size_t k = 0; k < f.top_k; ++k) routed[order[k]].push_back({t, prob[order[k]] / kept});
+    }
+    Tensor<T, 2> out = xt::zeros<T>({n, D});
+    for (std::size_t e = 0; e < E; ++e) {
+        if (routed[e].empty()) continue;
+        const Mlp<T> one = f.expert(e);  // this expert's weights only, freed after its tokens
+        Tensor<T, 2> rows = Tensor<T, 2>::from_shape({routed[e].size(), D});
+        for (std::size_t i = 0; i < routed[e].size(); ++i) std::copy_n(&x(routed[e][i].first, 0), D, &rows(i, 0));
+        const Tensor<T, 2> y = mlp(one, act, rows);
+        for (std::size_t i = 0; i < routed[e].size(); ++i)
+            for (std::size_t d = 0; d < D; ++d) out(routed[e][i].first, d) += y(i, d) * routed[e][i].second;
+    }
+    return out;
+}
+
+}  // namespace
+
 template <class T>
 Tensor<T, 2> mlp(const Mlp<T>& f, Activation act, const Tensor<T, 2>& x) {
-    Tensor<T, 2> u = apply(f.up, x);  // (T, Dff)
+    if (f.router) return experts(f, act, x);
+    Tensor<T, 2> u = apply(f.up, x);  // (T, Dff), or (T, 2·Dff) fused: gate's columns, then up's
+    if (f.fused) {
+        const std::size_t F = u.shape(1) / 2;
+        Tensor<T, 2> g = xt::view(u, xt::all(), xt::range(0, F)), up = xt::view(u, xt::all(), xt::range(F, 2 * F));
+        activate(act, g);
+        up *= g;
+        return apply(f.down, up);
+    }
     if (f.gate) {
         Tensor<T, 2> g = apply(*f.gate, x);  // (T, Dff)
         activate(act, g);
@@ -149,6 +200,8 @@ Spec spec_of_layer(const CheckpointLayer& cl, const std::string& path) {
     s.causal = c.causal.value_or(false);
     s.rope = c.rope;
     s.window = c.window;
+    s.softcap = c.softcap;
+    s.qk_norm_eps = c.qk_norm_eps;
     s.layout = cl.layout;
     if (c.scale) s.scale = *c.scale, s.scale_source = c.scale_why;
     return s;
@@ -202,6 +255,7 @@ Problem<T> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, 
                          std::size_t max_bytes) {
     LayerRequest req;
     req.layer = l;
+    req.tokens = a.shape(0);
     CheckpointLayer cl = choose_layer(c, req, max_bytes);
     if (!cl.arrays.count("W_O"))
         throw InputError(escape_control(c.path) + ": " + escape_control(cl.prefix) +
@@ -216,7 +270,7 @@ Problem<T> layer_problem(const Checkpoint& c, const LmConfig& m, std::size_t l, 
     Problem<T> p = make_problem<T>(bundle, spec);
     if (p.dims.Dout != m.hidden)
         throw InputError(escape_control(c.path) + ": " + escape_control(cl.prefix) + "'s output has " +
-                         std::to_string(p.dims.Dout) + " features, expected config.json " + width_key(m) + " " +
+                         std::to_string(p.dims.Dout) + " features, expected " + width_why(m) + " " +
                          std::to_string(m.hidden));
     return p;
 }
@@ -237,7 +291,7 @@ Array held_array(const Tensor<T, 2>& a, const std::string& origin) {
 template <class T>
 Tensor<T, 2> attention_input(const Block<T>& b, const LmConfig& m, const Tensor<T, 2>& h) {
     Tensor<T, 2> a = h;
-    if (m.family != LmFamily::bert) apply(b.norm1, a);
+    if (m.blocks != BlockKind::post) apply(b.norm1, a);
     return a;
 }
 
@@ -246,30 +300,51 @@ void add_attention(const Block<T>& b, const LmConfig& m, const Tensor<T, 3>& out
     // out (1, T, Dm) -> h (T, Dm)
     if (out.shape(1) != h.shape(0) || out.shape(2) != h.shape(1))
         throw RuntimeFailure("the attention's output does not match the hidden states");
-    std::transform(h.begin(), h.end(), out.begin(), h.begin(), std::plus<>());
-    if (m.family == LmFamily::bert) {  // post-norm: h = LN(h + attn(h)); h = LN(h + mlp(h))
-        apply(b.norm1, h);
-        h += mlp(b.mlp, m.act, h);
-        apply(b.norm2, h);
-    } else {  // pre-norm: h += mlp(norm2(h))
-        Tensor<T, 2> n = h;
-        apply(b.norm2, n);
-        h += mlp(b.mlp, m.act, n);
+    const auto attn = xt::view(out, 0, xt::all(), xt::all());  // (T, Dm)
+    switch (m.blocks) {
+        case BlockKind::pre: {  // h += attn; h += mlp(norm2(h))
+            h += attn;
+            Tensor<T, 2> n = h;
+            apply(b.norm2, n);
+            h += mlp(b.mlp, m.act, n);
+            break;
+        }
+        case BlockKind::post:  // h = LN(h + attn(h)); h = LN(h + mlp(h))
+            h += attn;
+            apply(b.norm1, h);
+            h += mlp(b.mlp, m.act, h);
+            apply(b.norm2, h);
+            break;
+        case BlockKind::parallel: {  // h += attn + mlp(norm2(h)), both from the block's input
+            Tensor<T, 2> n = h;
+            apply(b.norm2, n);
+            h += mlp(b.mlp, m.act, n) + attn;
+            break;
+        }
+        case BlockKind::sandwich: {  // h += post1(attn); h += post2(mlp(norm2(h)))
+            Tensor<T, 2> a = attn;
+            apply(*b.post1, a);
+            h += a;
+            Tensor<T, 2> n = h;
+            apply(b.norm2, n);
+            n = mlp(b.mlp, m.act, n);
+            apply(*b.post2, n);
+            h += n;
+            break;
+        }
     }
 }
 
 // h (T, Dm): the token embeddings, plus position (and token-type) embeddings and the
-// embeddings' LayerNorm where the family has them.
+// embeddings' LayerNorm where the family has them; times sqrt(Dm) where it scales them.
 template <class T>
 Tensor<T, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::uint32_t>& ids, std::size_t start) {
+    const Family& f = *m.arch;
     const std::size_t n = ids.size(), D = m.hidden;
     if (start && m.family == LmFamily::bert) throw std::logic_error("lm::embed: BERT's positions start at 0");
-    const std::string wd = std::string("config.json vocab_size, ") + width_key(m);
+    const std::string wd = "config.json vocab_size, " + f.hidden_key;
     // The token embedding first: its shape, checked, vouches for D before h is allocated.
-    const std::string token_name = m.prefix + (m.family == LmFamily::gpt2   ? "wte.weight"
-                                               : m.family == LmFamily::bert ? "embeddings.word_embeddings.weight"
-                                                                            : "embed_tokens.weight");
-    const Array tokens = w.read(token_name, {m.vocab, D}, wd);
+    const Array tokens = w.read(m.prefix + f.embed + ".weight", {m.vocab, D}, wd);
     Tensor<T, 2> h = xt::zeros<T>({n, D});
     auto add_rows = [&](const Array& e, auto row_of) {  // h[t] += e[row_of(t)], as T
         for (std::size_t t = 0; t < n; ++t)
@@ -278,8 +353,10 @@ Tensor<T, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::u
     auto token = [&](std::size_t t) { return std::size_t(ids[t]); };
     auto position = [&](std::size_t t) { return start + t; };
     add_rows(tokens, token);
+    if (f.embed_scaled) h *= T(std::sqrt(double(D)));  // sqrt(Dm) rounded to the run's dtype, as HF
     if (m.family == LmFamily::gpt2) {
-        add_rows(w.read(m.prefix + "wpe.weight", {m.positions, D}, "config.json n_positions, n_embd"), position);
+        add_rows(w.read(m.prefix + f.positions_embed + ".weight", {m.positions, D}, "config.json n_positions, n_embd"),
+                 position);
     } else if (m.family == LmFamily::bert) {
         const std::string p = m.prefix + "embeddings.";
         // RoBERTa: padding_idx + 1 + the count of non-padding tokens so far; padding keeps padding_idx.
@@ -287,12 +364,12 @@ Tensor<T, 2> embed(const Weights& w, const LmConfig& m, const std::vector<std::u
         std::size_t seen = 0;
         for (std::size_t t = 0; t < n; ++t)
             pos[t] = !m.pad_id ? t : ids[t] == *m.pad_id ? *m.pad_id : *m.pad_id + ++seen;
-        add_rows(w.read(p + "position_embeddings.weight", {m.positions, D},
-                        "config.json max_position_embeddings, " + std::string(width_key(m))),
+        add_rows(w.read(m.prefix + f.positions_embed + ".weight", {m.positions, D},
+                        "config.json max_position_embeddings, " + f.hidden_key),
                  [&](std::size_t t) { return pos[t]; });
         add_rows(w.read(p + "token_type_embeddings.weight", {m.type_vocab, D}, "config.json type_vocab_size"),
                  [](std::size_t) { return std::size_t(0); });
-        apply(w.norm<T>(p + "LayerNorm", D, m.eps, false, wd), h);
+        apply(w.norm<T>(p + "LayerNorm", D, m.eps, NormKind::layer, wd), h);
     }
     return h;
 }
@@ -308,33 +385,38 @@ void project_rows(const Tensor<T, 2>& h, const T* rows, std::size_t n, T* out, s
 
 }  // namespace
 
+// BERT's and RoBERTa's masked-LM head: dense, activation and LayerNorm, its bias (V), and
+// the name of its decoder (used when the embeddings are not tied).
+template <class T>
+void read_masked_lm_head(const Weights& w, const LmConfig& m, Head<T>& hd, std::string& unembedding) {
+    const std::size_t D = m.hidden;
+    const std::string wd = width_why(m);
+    const bool roberta = m.model_type == "roberta";
+    const std::string p = roberta ? "lm_head." : "cls.predictions.";
+    const std::string dense = p + (roberta ? "dense" : "transform.dense");
+    if (!w.has(dense + ".weight"))
+        throw InputError(escape_control(w.path()) + ": no masked-LM head (no tensor '" + dense +
+                         ".weight'): the checkpoint holds the encoder alone, and the logits need the head");
+    hd.dense = w.linear<T>(dense, D, D, true, true, wd, wd);
+    hd.act = roberta ? Activation::gelu_erf : m.act;
+    hd.norm = w.norm<T>(p + (roberta ? "layer_norm" : "transform.LayerNorm"), D, m.eps, NormKind::layer, wd);
+    hd.bias = w.vec<T>(p + "bias", m.vocab, "config.json vocab_size");
+    unembedding = p + "decoder.weight";
+}
+
 template <class T>
 Head<T> read_head(const Weights& w, const LmConfig& m) {
+    const Family& f = *m.arch;
     const std::size_t D = m.hidden;
-    const std::string wd = std::string("config.json ") + width_key(m), vd = "config.json vocab_size, " + wd;
-    std::string embedding = m.prefix + (m.family == LmFamily::gpt2 ? "wte.weight" : "embed_tokens.weight");
-    std::string unembedding = "lm_head.weight";
+    const std::string vd = "config.json vocab_size, " + f.hidden_key;
+    std::string unembedding = f.head + ".weight";
     Head<T> hd;
-    if (m.family == LmFamily::gpt2) {
-        hd.norm = w.norm<T>(m.prefix + "ln_f", D, m.eps, false, wd);
-    } else if (m.family == LmFamily::llama) {
-        hd.norm = w.norm<T>(m.prefix + "norm", D, m.eps, true, wd);
-    } else {  // the masked-LM head: LN(act(dense(h))) · Eᵀ + bias
-        const bool roberta = m.model_type == "roberta";
-        const std::string p = roberta ? "lm_head." : "cls.predictions.";
-        const std::string dense = p + (roberta ? "dense" : "transform.dense");
-        if (!w.has(dense + ".weight"))
-            throw InputError(escape_control(w.path()) + ": no masked-LM head (no tensor '" + dense +
-                             ".weight'): the checkpoint holds the encoder alone, and the logits need the head");
-        hd.dense = w.linear<T>(dense, D, D, true, true, wd, wd);
-        hd.act = roberta ? Activation::gelu_erf : m.act;
-        hd.norm = roberta ? w.norm<T>(p + "layer_norm", D, m.eps, false, wd)
-                          : w.norm<T>(p + "transform.LayerNorm", D, m.eps, false, wd);
-        hd.bias = w.vec<T>(p + "bias", m.vocab, "config.json vocab_size");
-        embedding = m.prefix + "embeddings.word_embeddings.weight";
-        unembedding = p + "decoder.weight";
-    }
-    hd.unembedding = w.read(m.tied ? embedding : unembedding, {m.vocab, D}, vd);
+    if (m.family == LmFamily::bert)
+        read_masked_lm_head(w, m, hd, unembedding);
+    else
+        hd.norm = w.norm<T>(m.prefix + f.final_norm, D, m.eps, f.norm, width_why(m));
+    hd.unembedding = w.read(m.tied ? m.prefix + f.embed + ".weight" : unembedding, {m.vocab, D}, vd);
+    hd.softcap = m.final_softcap;
     return hd;
 }
 
@@ -369,6 +451,10 @@ Tensor<T, 2> apply_head(const Head<T>& hd, Tensor<T, 2> h) {
     if (!hd.bias.empty())
         for (std::size_t r = 0; r < R; ++r)
             for (std::size_t v = 0; v < V; ++v) out(r, v) += hd.bias[v];
+    if (hd.softcap) {  // Gemma 2: logits -> C · tanh(logits / C)
+        const T cap = T(*hd.softcap);
+        for (T& v : out) v = std::tanh(v / cap) * cap;
+    }
     return out;
 }
 
@@ -383,7 +469,7 @@ Tensor<T, 2> head(const Weights& w, const LmConfig& m, Tensor<T, 2> h) {
     template std::vector<T> Weights::vec<T>(const std::string&, std::size_t, const std::string&) const;              \
     template Linear<T> Weights::linear<T>(const std::string&, std::size_t, std::size_t, bool, bool,                  \
                                           const std::string&, const std::string&) const;                             \
-    template Norm<T> Weights::norm<T>(const std::string&, std::size_t, double, bool, const std::string&) const;      \
+    template Norm<T> Weights::norm<T>(const std::string&, std::size_t, double, NormKind, const std::string&) const;  \
     template Block<T> read_norms<T>(const Weights&, const LmConfig&, std::size_t);                                   \
     template Mlp<T> read_mlp<T>(const Weights&, const LmConfig&, std::size_t);                                       \
     template Block<T> read_block<T>(const Weights&, const LmConfig&, std::size_t);                                   \
@@ -412,12 +498,11 @@ LanguageModel LanguageModel::open(const std::string& dir, std::size_t max_bytes)
     model.max_bytes_ = max_bytes;
     LmConfig& m = model.config_ = lm::read_config(*model.checkpoint_);
     const Weights w(*model.checkpoint_, max_bytes);
-    if (m.family == LmFamily::gpt2) m.prefix = w.has("transformer.wte.weight") ? "transformer." : "";
-    if (m.family == LmFamily::bert) {
-        const std::string root = m.model_type + ".";
-        m.prefix = w.has(root + "embeddings.word_embeddings.weight") ? root : "";
-    }
-    if (m.family == LmFamily::llama) m.prefix = w.has("model.embed_tokens.weight") ? "model." : "";
+    // The names' root: the first of the family's roots under which its token embedding is stored.
+    const auto& roots = m.arch->roots;
+    const auto root = std::find_if(roots.begin(), roots.end(),
+                                   [&](const std::string& r) { return w.has(r + m.arch->embed + ".weight"); });
+    m.prefix = root == roots.end() ? roots.back() : *root;
     return model;
 }
 
@@ -455,8 +540,7 @@ void LanguageModel::check_ids(const std::vector<std::uint32_t>& ids) const {
     const std::size_t room = m.positions - m.position_offset;
     if (ids.size() > room)
         throw InputError(std::to_string(ids.size()) + " tokens: more than the model's " + std::to_string(room) +
-                         " positions (" + escape_control(checkpoint_->config_path) + " " +
-                         (m.family == LmFamily::gpt2 ? "n_positions" : "max_position_embeddings") + ")");
+                         " positions (" + escape_control(checkpoint_->config_path) + " " + m.arch->positions_key + ")");
     for (std::size_t i = 0; i < ids.size(); ++i)
         if (ids[i] >= m.vocab)
             throw InputError("token " + std::to_string(i) + ": id " + std::to_string(ids[i]) +

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -14,23 +15,8 @@
 
 namespace attnscope::lm {
 
-// config.json's top-level members, read by key; a JSON null counts as absent. Every
-// error is one line "PATH: KEY: what".
-class ConfigFile {
-   public:
-    explicit ConfigFile(const Checkpoint& c) : c_(c) {}
-    std::optional<nlohmann::json> get(const std::string& key) const;
-    // Missing: `otherwise`, or refused when there is none.
-    std::size_t count(const std::string& key, std::optional<std::size_t> otherwise = std::nullopt) const;
-    double number(const std::string& key, double otherwise) const;
-    bool flag(const std::string& key, bool otherwise) const;
-    std::string text(const std::string& key, const std::string& otherwise) const;
-    [[noreturn]] void fail(const std::string& key, const std::string& what) const;
-
-   private:
-    const Checkpoint& c_;
-};
-
+// config.json of a whole model, read through the family table (model/family.hpp): its
+// model_type's entry says which keys hold the shape and which kinds of steps it takes.
 LmConfig read_config(const Checkpoint& c);
 
 // A matrix of weights as T (float or double, the run's precision), row-major, with the
@@ -43,7 +29,8 @@ struct Linear {
     std::vector<T> b;  // (out) or empty
 };
 
-// A LayerNorm (w and b) or an RMSNorm (w only) over the last axis.
+// A LayerNorm (w and b) or an RMSNorm (w only) over the last axis; Gemma's RMSNorm scales
+// by 1 + w, which `w` holds (added as the norm is read).
 template <class T>
 struct Norm {
     std::vector<T> w, b;
@@ -79,25 +66,32 @@ class Weights {
     template <class T>
     Linear<T> linear(const std::string& name, std::size_t in, std::size_t out, bool torch, bool bias,
                      const std::string& why_in, const std::string& why_out) const;
-    // NAME.weight (and NAME.bias, not for RMSNorm)
+    // NAME.weight (and NAME.bias, for a LayerNorm)
     template <class T>
-    Norm<T> norm(const std::string& name, std::size_t d, double eps, bool rms, const std::string& why) const;
+    Norm<T> norm(const std::string& name, std::size_t d, double eps, NormKind kind, const std::string& why) const;
 
    private:
     const Checkpoint& c_;
     std::size_t max_bytes_;
 };
 
-// A block's MLP weights.
+// A block's MLP weights (the family table's MlpKind).
 template <class T>
 struct Mlp {
     Linear<T> up, down;             // gpt2 c_fc / c_proj; bert intermediate / output; llama up_proj / down_proj
     std::optional<Linear<T>> gate;  // llama's gate_proj
+    bool fused = false;             // up holds gate's rows, then up's (Phi-3's gate_up_proj)
+    // Experts (Mixtral): the router (Dm -> E), and expert e's own MLP, read when a token
+    // is routed to it (one expert's weights at a time).
+    std::optional<Linear<T>> router;
+    std::size_t top_k = 0;
+    std::function<Mlp<T>(std::size_t)> expert;
 };
 // One block's weights other than the attention's.
 template <class T>
 struct Block {
-    Norm<T> norm1, norm2;  // pre-norms (gpt2, llama), or the post-norms after attention and MLP (bert)
+    Norm<T> norm1, norm2;                 // pre-norms (gpt2, llama), or the post-norms after attention and MLP (bert)
+    std::optional<Norm<T>> post1, post2;  // sandwich blocks: after the attention, after the MLP
     Mlp<T> mlp;
 };
 // Block l's norms and MLP; read_norms leaves the MLP empty, read_mlp reads it alone (a
@@ -108,7 +102,9 @@ template <class T>
 Mlp<T> read_mlp(const Weights& w, const LmConfig& m, std::size_t l);
 template <class T>
 Block<T> read_block(const Weights& w, const LmConfig& m, std::size_t l);
-// The MLP on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)).
+// The MLP on x (T, Dm) -> (T, Dm): down(act(up(x))), or down(act(gate(x)) ⊙ up(x)); with
+// experts, each token's top-k experts by softmax(router(x)), their outputs weighted by those
+// k probabilities renormalized to sum 1 (Mixtral).
 template <class T>
 Tensor<T, 2> mlp(const Mlp<T>& f, Activation act, const Tensor<T, 2>& x);
 
@@ -142,6 +138,7 @@ struct Head {
     Array unembedding;    // (V, Dm)
     Buffer<T> converted;  // (V, Dm) as T, or empty
     std::vector<T> bias;  // (V) or empty
+    std::optional<double> softcap;  // logits -> C · tanh(logits / C) (Gemma 2)
 };
 template <class T>
 Head<T> read_head(const Weights& w, const LmConfig& m);

@@ -12,6 +12,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
+#include "attnscope/model/family.hpp"
 
 namespace attnscope {
 namespace {
@@ -27,58 +28,8 @@ std::string format_number(double v) {
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
-// ---- config.json -------------------------------------------------------------------------
-
-class Config {
-   public:
-    explicit Config(const Checkpoint& c) : c_(c) {}
-    bool has() const { return !c_.config_path.empty(); }
-    const std::string& path() const { return c_.config_path; }
-
-    // The member's value; a JSON null counts as absent.
-    std::optional<nlohmann::json> get(const std::string& key) const {
-        const auto it = c_.config.find(key);
-        if (it == c_.config.end()) return std::nullopt;
-        auto j = nlohmann::json::parse(it->second, nullptr, false);
-        if (j.is_discarded() || j.is_null()) return std::nullopt;
-        return j;
-    }
-    std::optional<std::size_t> count(const std::string& key) const {
-        const auto j = get(key);
-        if (!j) return std::nullopt;
-        if (!j->is_number_unsigned() || j->get<std::uint64_t>() == 0 || j->get<std::uint64_t>() > (1u << 30))
-            fail(key, "expected a positive integer, found " + shown(j->dump()));
-        return std::size_t(j->get<std::uint64_t>());
-    }
-    std::optional<double> number(const std::string& key) const {
-        const auto j = get(key);
-        if (!j) return std::nullopt;
-        if (!j->is_number()) fail(key, "expected a number, found " + shown(j->dump()));
-        return j->get<double>();
-    }
-    std::optional<bool> flag(const std::string& key) const {
-        const auto j = get(key);
-        if (!j) return std::nullopt;
-        if (!j->is_boolean()) fail(key, "expected true or false, found " + shown(j->dump()));
-        return j->get<bool>();
-    }
-    std::optional<std::string> text(const std::string& key) const {
-        const auto j = get(key);
-        if (!j) return std::nullopt;
-        if (!j->is_string()) fail(key, "expected a string, found " + shown(j->dump()));
-        return j->get<std::string>();
-    }
-    [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-        throw InputError(escape_control(c_.config_path) + ": " + key + ": " + what);
-    }
-    // "PATH: rope_theta 0: expected ...": a value that is a number but not a usable one.
-    [[noreturn]] void fail(const std::string& key, const std::string& value, const std::string& what) const {
-        fail(key + " " + value, what);
-    }
-
-   private:
-    const Checkpoint& c_;
-};
+// config.json: the family table's one reader (model/family.hpp).
+using Config = ConfigJson;
 
 // ---- presets -----------------------------------------------------------------------------
 
@@ -98,59 +49,33 @@ struct Preset {
     std::vector<std::string> required;  // suffixes every layer must have
     std::string single;                 // mha: "self_attn." (a layer saved on its own)
     bool by_names = false;
+    const Family* family = nullptr;  // the family table's entry (none for mha, tl)
 };
 
-// GPT-2: one fused c_attn weight (math layout), split by hand; c_proj the output.
-Preset gpt2_preset() {
-    return {"gpt2",
-            {"transformer.h.", "h."},
-            "",
-            ".attn.",
-            {"c_attn.weight"},
-            Layout::math,
-            {{"c_proj.weight", "W_O"}, {"c_proj.bias", "b_O"}},
-            {"c_attn.weight", "c_proj.weight"},
-            "",
-            false};
-}
-
-// BERT and RoBERTa: query, key, value and output.dense (torch layout).
-Preset bert_preset() {
-    return {"bert",
-            {"bert.encoder.layer.", "roberta.encoder.layer.", "encoder.layer."},
-            "",
-            ".attention.",
-            {"self.query.weight"},
-            Layout::torch,
-            {{"self.query.weight", "W_Q"},
-             {"self.key.weight", "W_K"},
-             {"self.value.weight", "W_V"},
-             {"output.dense.weight", "W_O"},
-             {"self.query.bias", "b_Q"},
-             {"self.key.bias", "b_K"},
-             {"self.value.bias", "b_V"},
-             {"output.dense.bias", "b_O"}},
-            {"self.query.weight", "self.key.weight", "self.value.weight"},
-            "",
-            false};
-}
-
-// Llama, Mistral and Qwen2 (`name`): q_proj, k_proj, v_proj, o_proj, and sinks when there are any.
-Preset llama_preset(const char* name) {
-    static const std::vector<std::pair<std::string, std::string>> llama_names = {
-        {"q_proj.weight", "W_Q"}, {"k_proj.weight", "W_K"}, {"v_proj.weight", "W_V"},
-        {"o_proj.weight", "W_O"}, {"q_proj.bias", "b_Q"},   {"k_proj.bias", "b_K"},
-        {"v_proj.bias", "b_V"},   {"o_proj.bias", "b_O"},   {"sinks", "sinks"}};
-    return {name,
-            {"model.layers.", "layers."},
-            "",
-            ".self_attn.",
-            {"q_proj.weight"},
-            Layout::torch,
-            llama_names,
-            {"q_proj.weight", "k_proj.weight", "v_proj.weight"},
-            "",
-            false};
+// A family's preset, from its entry (and every entry sharing the preset: their roots).
+Preset family_preset(const Family& f) {
+    Preset p;
+    p.name = f.preset;
+    p.family = &f;
+    for (const auto& g : families())
+        if (g.preset == f.preset)
+            for (const auto& root : g.roots)
+                if (std::find(p.roots.begin(), p.roots.end(), root + g.block) == p.roots.end())
+                    p.roots.push_back(root + g.block);
+    p.after = "." + f.attention;
+    p.probes = {f.q + ".weight"};
+    p.layout = f.qkv == QkvKind::gpt2_columns ? Layout::math : Layout::torch;
+    const bool fused = f.qkv != QkvKind::separate;
+    if (!fused) p.names = {{f.q + ".weight", "W_Q"}, {f.k + ".weight", "W_K"}, {f.v + ".weight", "W_V"}};
+    p.names.push_back({f.o + ".weight", "W_O"});
+    if (!fused) p.names.insert(p.names.end(), {{f.q + ".bias", "b_Q"}, {f.k + ".bias", "b_K"}, {f.v + ".bias", "b_V"}});
+    p.names.push_back({f.o + ".bias", "b_O"});
+    if (f.rope) p.names.push_back({"sinks", "sinks"});
+    if (!f.q_norm.empty())
+        p.names.insert(p.names.end(), {{f.q_norm + ".weight", "q_norm"}, {f.k_norm + ".weight", "k_norm"}});
+    p.required = fused ? std::vector{f.q + ".weight", f.o + ".weight"}
+                       : std::vector{f.q + ".weight", f.k + ".weight", f.v + ".weight"};
+    return p;
 }
 
 // PyTorch's nn.MultiheadAttention inside encoder or decoder layers (or saved alone), found by its names.
@@ -196,18 +121,21 @@ Preset tl_preset() {
             false};
 }
 
+// The families' presets (one per preset name, in the table's order), then mha and tl.
 const std::vector<Preset>& presets() {
-    static const std::vector<Preset> p = {
-        gpt2_preset(), bert_preset(), llama_preset("llama"), llama_preset("mistral"), llama_preset("qwen2"),
-        mha_preset(),  tl_preset()};
+    static const std::vector<Preset> p = [] {
+        std::vector<Preset> v;
+        for (const auto& f : families())
+            if (std::none_of(v.begin(), v.end(), [&](const Preset& q) { return q.name == f.preset; }))
+                v.push_back(family_preset(f));
+        v.push_back(mha_preset());
+        v.push_back(tl_preset());
+        return v;
+    }();
     return p;
 }
 
-std::string preset_list() {
-    std::string s;
-    for (const auto& p : checkpoint_presets()) s += (s.empty() ? "" : ", ") + p;
-    return s;
-}
+std::string preset_list() { return preset_names(); }
 
 const Preset* find_preset(const std::string& name) {
     for (const auto& p : presets())
@@ -311,56 +239,85 @@ void bert_config(const Config& cfg, LayerConfig& lc) {
                                                 "does not model (only 'absolute' positions)");
 }
 
-// Llama's RoPE: plain (rope_scaling null or "default"), rope_theta, partial_rotary_factor.
-Rope llama_rope(const Config& cfg, LayerConfig& lc) {
-    if (auto scaling = cfg.get("rope_scaling")) {
-        std::string type = "?";
-        if (scaling->is_object())
-            for (const char* k : {"rope_type", "type"})
-                if (scaling->contains(k) && (*scaling)[k].is_string()) type = (*scaling)[k].get<std::string>();
-        if (type != "default")
-            cfg.fail("rope_scaling", "'" + shown(type) +
-                                         "' changes RoPE's frequencies, which attnscope does not model (only "
-                                         "plain RoPE: rope_scaling null)");
-    }
+// RoPE: rope_theta (a sliding layer's local base where the family has one), the rotated
+// share of a head, and rope_scaling (family.hpp's scale_rope; not on Gemma 3's local layers).
+Rope llama_rope(const Family& f, const Config& cfg, LayerConfig& lc, std::optional<std::size_t> seq_len) {
     Rope rope;
-    rope.base = cfg.number("rope_theta").value_or(10000.0);
+    const bool local = lc.window && !f.local_base_key.empty();
+    const std::string base_key = local ? f.local_base_key : f.rope_theta_key;
+    rope.base = cfg.number(base_key).value_or(10000.0);
     if (!(rope.base > 1) || !std::isfinite(rope.base))
-        cfg.fail("rope_theta", format_number(rope.base), "expected a finite number above 1");
-    note(lc, cfg, "RoPE base " + format_number(rope.base), cfg.get("rope_theta") ? "rope_theta" : "");
-    if (auto f = cfg.number("partial_rotary_factor"); f && *f != 1.0) {
-        if (!lc.head_dim) cfg.fail("partial_rotary_factor", "needs head_dim (or hidden_size) to size the rotation");
-        const double r = double(*lc.head_dim) * *f;
-        if (!(r > 0) || r != std::floor(r) || std::fmod(r, 2.0) != 0 || r > double(*lc.head_dim))
-            cfg.fail("partial_rotary_factor", format_number(*f) + " × head_dim " + std::to_string(*lc.head_dim) +
-                                                  " is not an even number of features");
-        rope.dim = std::size_t(r);
-        note(lc, cfg, "RoPE on " + std::to_string(*rope.dim) + " features", "partial_rotary_factor");
+        cfg.fail(base_key, format_number(rope.base), "expected a finite number above 1");
+    note(lc, cfg, "RoPE base " + format_number(rope.base), cfg.get(base_key) ? base_key : "");
+    if (auto r = cfg.number(f.rotary_key); r && *r != 1.0) {
+        if (!lc.head_dim) cfg.fail(f.rotary_key, "needs head_dim (or hidden_size) to size the rotation");
+        const double w = double(*lc.head_dim) * *r;
+        if (!(w > 0) || w != std::floor(w) || std::fmod(w, 2.0) != 0 || w > double(*lc.head_dim))
+            cfg.fail(f.rotary_key, format_number(*r) + " × head_dim " + std::to_string(*lc.head_dim) +
+                                       " is not an even number of features");
+        rope.dim = std::size_t(w);
+        note(lc, cfg, "RoPE on " + std::to_string(*rope.dim) + " features", f.rotary_key);
+    }
+    if (auto scaling = cfg.get("rope_scaling"); scaling && !local) {
+        if (!lc.head_dim) cfg.fail("rope_scaling", "needs head_dim (or hidden_size) to size the rotation");
+        scale_rope(cfg, *scaling, "rope_scaling", rope, rope.dim.value_or(*lc.head_dim), seq_len);
+        if (!rope.scaling.empty()) note(lc, cfg, "RoPE scaled: " + rope.scaling, "rope_scaling");
     }
     return rope;
 }
 
-// Sliding windows: a per-layer list (newer configs), else each family's rule.
-std::optional<std::size_t> llama_window(const Preset& p, const Config& cfg, std::optional<std::size_t> layer) {
-    std::optional<std::size_t> window;
-    if (auto types = cfg.get("layer_types"); types && types->is_array() && layer) {
-        if (*layer < types->size() && (*types)[*layer] == "sliding_attention") window = cfg.count("sliding_window");
-    } else if (p.name == "mistral") {
-        window = cfg.count("sliding_window");
-    } else if (p.name == "qwen2") {
-        // Qwen2 slides only where use_sliding_window is true, in layers from max_window_layers on.
-        if (cfg.flag("use_sliding_window") == true && layer && *layer >= cfg.count("max_window_layers").value_or(0))
-            window = cfg.count("sliding_window");
+// Sliding windows: a per-layer list (newer configs), else the family's rule.
+std::optional<std::size_t> llama_window(const Family& f, const Config& cfg, std::optional<std::size_t> layer) {
+    if (auto types = cfg.get("layer_types"); types && types->is_array() && layer)
+        return *layer < types->size() && (*types)[*layer] == "sliding_attention" ? cfg.count("sliding_window")
+                                                                                 : std::nullopt;
+    switch (f.window) {
+        case WindowRule::none:
+            return std::nullopt;
+        case WindowRule::every:
+            return cfg.count("sliding_window");
+        case WindowRule::qwen2:  // from max_window_layers on, where use_sliding_window is true
+            if (cfg.flag("use_sliding_window") == true && layer && *layer >= cfg.count("max_window_layers").value_or(0))
+                return cfg.count("sliding_window");
+            return std::nullopt;
+        case WindowRule::alternate:  // layers 0, 2, 4, ... slide
+            return layer && *layer % 2 == 0 ? cfg.count("sliding_window") : std::nullopt;
+        case WindowRule::pattern:  // every sliding_window_pattern-th layer is global
+            if (layer && (*layer + 1) % cfg.count("sliding_window_pattern").value_or(6) != 0)
+                return cfg.count("sliding_window");
+            return std::nullopt;
     }
-    return window;
+    return std::nullopt;
 }
 
-// Llama, Mistral and Qwen2: causal; heads, K/V heads and head width; RoPE; sliding windows.
-void llama_config(const Preset& p, const Config& cfg, std::optional<std::size_t> layer, LayerConfig& lc) {
+// Gemma's and Qwen3's options: per-head q/k norms, the scores' soft cap, the scale
+// query_pre_attn_scalar^-0.5.
+void attention_options(const Family& f, const Config& cfg, LayerConfig& lc) {
+    if (!f.q_norm.empty()) {
+        lc.qk_norm_eps = cfg.number(f.eps_key).value_or(f.eps);
+        note(lc, cfg, "q and k RMS-normed per head, eps " + format_number(*lc.qk_norm_eps), f.eps_key);
+    }
+    if (auto cap = cfg.number("attn_logit_softcapping")) {
+        if (!(*cap > 0) || !std::isfinite(*cap))
+            cfg.fail("attn_logit_softcapping", format_number(*cap), "expected a finite number above 0");
+        lc.softcap = cap;
+        note(lc, cfg, "scores soft-capped at " + format_number(*cap), "attn_logit_softcapping");
+    }
+    if (auto q = cfg.number("query_pre_attn_scalar")) {
+        if (!(*q > 0) || !std::isfinite(*q))
+            cfg.fail("query_pre_attn_scalar", format_number(*q), "expected a finite number above 0");
+        lc.scale = 1.0 / std::sqrt(*q);
+        lc.scale_why = "query_pre_attn_scalar^-0.5 = 1/sqrt(" + format_number(*q) + ") (config.json)";
+        note(lc, cfg, "scale 1/sqrt(" + format_number(*q) + ")", "query_pre_attn_scalar");
+    }
+}
+
+// Llama's family: causal; heads, K/V heads and head width; RoPE; sliding windows.
+void llama_config(const Family& f, const Config& cfg, std::optional<std::size_t> layer,
+                  std::optional<std::size_t> seq_len, LayerConfig& lc) {
     lc.causal = true;
     note(lc, cfg, "causal (a decoder)", "");
-    if (auto h = cfg.count("num_attention_heads"))
-        lc.heads = h, note(lc, cfg, "heads " + std::to_string(*h), "num_attention_heads");
+    if (auto h = cfg.count(f.heads_key)) lc.heads = h, note(lc, cfg, "heads " + std::to_string(*h), f.heads_key);
     if (auto g = cfg.count("num_key_value_heads"))
         lc.kv_heads = g, note(lc, cfg, "K/V heads " + std::to_string(*g), "num_key_value_heads");
     if (lc.heads && lc.kv_heads && *lc.heads % *lc.kv_heads != 0)
@@ -369,24 +326,28 @@ void llama_config(const Preset& p, const Config& cfg, std::optional<std::size_t>
                      " (each K/V head serves H/G query heads)");
     if (auto d = cfg.count("head_dim")) {
         lc.head_dim = d, note(lc, cfg, "head width " + std::to_string(*d), "head_dim");
-    } else if (auto hidden = cfg.count("hidden_size"); hidden && lc.heads) {
+    } else if (auto hidden = cfg.count(f.hidden_key); hidden && lc.heads) {
         lc.head_dim = *hidden / *lc.heads;
-        note(lc, cfg, "head width " + std::to_string(*lc.head_dim), "hidden_size / num_attention_heads");
+        note(lc, cfg, "head width " + std::to_string(*lc.head_dim), f.hidden_key + " / " + f.heads_key);
     }
-    lc.rope = llama_rope(cfg, lc);
-    const std::optional<std::size_t> window = llama_window(p, cfg, layer);
-    if (window) lc.window = window, note(lc, cfg, "sliding window " + std::to_string(*window), "sliding_window");
+    lc.window = llama_window(f, cfg, layer);
+    lc.rope = llama_rope(f, cfg, lc, seq_len);
+    if (lc.window) note(lc, cfg, "sliding window " + std::to_string(*lc.window), "sliding_window");
+    attention_options(f, cfg, lc);
 }
 
 // config.json's view of a layer's attention, for preset `p` at layer `layer`.
-LayerConfig config_of(const Preset& p, const Config& cfg, std::optional<std::size_t> layer) {
+// `seq_len`: the run's tokens, when known (dynamic and longrope RoPE scaling depend on it).
+LayerConfig config_of(const Preset& p, const Config& cfg, std::optional<std::size_t> layer,
+                      std::optional<std::size_t> seq_len = std::nullopt) {
     LayerConfig lc;
-    if (p.name == "gpt2")
+    if (!p.family) return lc;
+    if (p.family->qkv == QkvKind::gpt2_columns)
         gpt2_config(cfg, layer, lc);
-    else if (p.name == "bert")
+    else if (!p.family->causal)
         bert_config(cfg, lc);
-    else if (p.name == "llama" || p.name == "mistral" || p.name == "qwen2")
-        llama_config(p, cfg, layer, lc);
+    else
+        llama_config(*p.family, cfg, layer, seq_len, lc);
     return lc;
 }
 
@@ -406,7 +367,8 @@ void check_config_heads(const Preset& p, const Config& cfg, const CheckpointLaye
                          weight + " (heads split them evenly)");
     };
     if (!cfg.has()) return;
-    check(l.config.heads, p.name == "gpt2" ? "n_head" : "num_attention_heads", "W_Q");
+    if (!p.family) return;
+    check(l.config.heads, p.family->heads_key, "W_Q");
     check(l.config.kv_heads, "num_key_value_heads", "W_K");
 }
 
@@ -454,6 +416,96 @@ void split_c_attn(const Array& w, const Array* b, std::map<std::string, Array>& 
         a.values.resize(dm);
         for (std::size_t col = 0; col < dm; ++col) a.values[col] = b->value(part * dm + col);
         out[bias_names[part]] = std::move(a);
+    }
+}
+
+// Rows `rows` of a fused (N, Dm) weight, or entries of its (N) bias, as a bundle array.
+Array take_rows(const Array& a, const std::vector<std::size_t>& rows, const std::string& what) {
+    const std::size_t width = a.ndim() == 2 ? a.shape[1] : 1;
+    Array out;
+    out.shape = a.ndim() == 2 ? std::vector<std::size_t>{rows.size(), width} : std::vector<std::size_t>{rows.size()};
+    out.dtype = a.dtype;
+    out.origin = a.origin + " (" + what + ")";
+    out.values.reserve(rows.size() * width);
+    for (std::size_t r : rows)
+        for (std::size_t k = 0; k < width; ++k) out.values.push_back(a.value(r * width + k));
+    return out;
+}
+
+// GPT-NeoX's query_key_value (per head: q, k, v) or Phi-3's qkv_proj (all q, then k, then
+// v), (rows, Dm) torch layout and its bias, split into W_Q, W_K, W_V (b_Q, b_K, b_V) by the
+// config's heads, K/V heads and head width.
+void split_fused_rows(const Family& f, const Array& w, const Array* b, const LayerConfig& lc,
+                      std::map<std::string, Array>& out) {
+    if (!lc.heads || !lc.head_dim)
+        throw InputError(w.origin + ": config.json gives no head count to split the fused Q, K and V by");
+    const std::size_t H = *lc.heads, G = lc.kv_heads.value_or(H), D = *lc.head_dim;
+    const bool per_head = f.qkv == QkvKind::per_head;
+    const std::size_t rows = per_head ? 3 * H * D : (H + 2 * G) * D;
+    if (w.ndim() != 2 || w.shape[0] != rows)
+        throw InputError(w.origin + ": expected " + std::to_string(rows) + " rows (" +
+                         (per_head ? "3 × heads × head width" : "(heads + 2 × K/V heads) × head width") +
+                         ", config.json), found shape " + shape_str(w.shape));
+    std::vector<std::size_t> part[3];
+    for (std::size_t k = 0; k < 3; ++k) {
+        const std::size_t n = per_head || k == 0 ? H : G, start = k == 0 ? 0 : k == 1 ? H * D : (H + G) * D;
+        for (std::size_t h = 0; h < n; ++h)
+            for (std::size_t d = 0; d < D; ++d) part[k].push_back(per_head ? (3 * h + k) * D + d : start + h * D + d);
+    }
+    const char* names[3] = {"W_Q", "W_K", "W_V"};
+    const char* bias_names[3] = {"b_Q", "b_K", "b_V"};
+    if (b && (b->ndim() != 1 || b->shape[0] != rows))
+        throw InputError(b->origin + ": expected shape (" + std::to_string(rows) + ",), found " + shape_str(b->shape));
+    for (std::size_t k = 0; k < 3; ++k) {
+        out[names[k]] = take_rows(w, part[k], names[k]);
+        if (b) out[bias_names[k]] = take_rows(*b, part[k], bias_names[k]);
+    }
+}
+
+// The layer's tensors under the preset's names (a fused Q, K, V split), and what the
+// config says of its attention.
+void read_preset_layer(const Checkpoint& c, const Preset& p, const Config& cfg, std::optional<std::size_t> tokens,
+                       std::size_t& budget, CheckpointLayer& out) {
+    const auto& tensors = c.source->tensors();
+    const std::string path = escape_control(c.path);
+    auto name_of = [&](const std::string& suffix) { return out.prefix + suffix; };
+    out.layout = p.layout;
+    out.layout_fixed = true;
+    for (const auto& req : p.required)
+        if (!find_tensor(tensors, name_of(req))) throw InputError(path + ": layer has no " + shown(name_of(req)));
+    for (const auto& [suffix, bundle_name] : p.names)
+        if (find_tensor(tensors, name_of(suffix))) out.arrays[bundle_name] = read_tensor(c, name_of(suffix), budget);
+    if (p.name == "mha" && !out.arrays.count("in_proj_weight") && !out.arrays.count("q_proj_weight"))
+        throw InputError(path + ": layer has no " + shown(name_of("in_proj_weight")) + " nor " +
+                         shown(name_of("q_proj_weight")));
+    out.config = config_of(p, cfg, out.layer, tokens);
+    if (p.family && p.family->qkv != QkvKind::separate) {
+        const std::string fused = p.family->q;
+        const Array w = read_tensor(c, name_of(fused + ".weight"), budget);
+        std::optional<Array> b;
+        if (find_tensor(tensors, name_of(fused + ".bias"))) b = read_tensor(c, name_of(fused + ".bias"), budget);
+        if (p.family->qkv == QkvKind::gpt2_columns)
+            split_c_attn(w, b ? &*b : nullptr, out.arrays);
+        else
+            split_fused_rows(*p.family, w, b ? &*b : nullptr, out.config, out.arrays);
+    }
+    if (p.family && p.family->norm == NormKind::rms_unit_offset)  // Gemma's q/k norms scale by 1 + w
+        for (const char* n : {"q_norm", "k_norm"})
+            if (auto it = out.arrays.find(n); it != out.arrays.end()) {
+                Array& a = it->second;
+                std::vector<double> v(a.count());
+                for (std::size_t i = 0; i < v.size(); ++i) v[i] = 1.0 + a.value(i);
+                a.values = std::move(v), a.stored = {}, a.keep.reset(), a.held = Array::Held::doubles;
+            }
+    check_config_heads(p, cfg, out);
+    if (p.name == "tl") {
+        Bundle b;
+        b.source = c.path;
+        b.arrays = std::move(out.arrays);
+        const std::size_t h = convert_tl_layout(b);
+        out.arrays = std::move(b.arrays);
+        out.config.heads = h;
+        out.config.facts.push_back("heads " + std::to_string(h) + " (W_Q's first axis)");
     }
 }
 
@@ -526,20 +578,22 @@ const std::vector<std::string>& checkpoint_presets() {
     return names;
 }
 
+std::string preset_names() {
+    std::string s;
+    for (const auto& p : checkpoint_presets()) s += (s.empty() ? "" : ", ") + p;
+    return s;
+}
+
 std::string preset_of_config(const Checkpoint& c) {
     const Config cfg(c);
     if (!cfg.has()) return "";
     const auto type = cfg.text("model_type");
     if (!type) return "";
-    static const std::map<std::string, std::string> kByType = {
-        {"gpt2", "gpt2"},   {"bert", "bert"},       {"roberta", "bert"},
-        {"llama", "llama"}, {"mistral", "mistral"}, {"qwen2", "qwen2"},
-    };
-    const auto it = kByType.find(*type);
-    if (it == kByType.end())
+    const Family* f = find_family(*type);
+    if (!f)
         throw InputError(escape_control(c.config_path) + ": model_type '" + shown(*type) +
                          "' has no preset (presets: " + preset_list() + "); name the layer's weights with {prefix}");
-    return it->second;
+    return f->preset;
 }
 
 CheckpointLayer choose_layer(const Checkpoint& c, const LayerRequest& r, std::size_t max_bytes) {
@@ -574,35 +628,8 @@ CheckpointLayer choose_layer(const Checkpoint& c, const LayerRequest& r, std::si
 
     // The layer's tensors.
     std::size_t budget = max_bytes;
-    auto name_of = [&](const std::string& suffix) { return out.prefix + suffix; };
     if (p) {
-        out.layout = p->layout;
-        out.layout_fixed = true;
-        for (const auto& req : p->required)
-            if (!find_tensor(tensors, name_of(req))) throw InputError(path + ": layer has no " + shown(name_of(req)));
-        if (p->name == "gpt2") {
-            const Array w = read_tensor(c, name_of("c_attn.weight"), budget);
-            std::optional<Array> b;
-            if (find_tensor(tensors, name_of("c_attn.bias"))) b = read_tensor(c, name_of("c_attn.bias"), budget);
-            split_c_attn(w, b ? &*b : nullptr, out.arrays);
-        }
-        for (const auto& [suffix, bundle_name] : p->names)
-            if (find_tensor(tensors, name_of(suffix)))
-                out.arrays[bundle_name] = read_tensor(c, name_of(suffix), budget);
-        if (p->name == "mha" && !out.arrays.count("in_proj_weight") && !out.arrays.count("q_proj_weight"))
-            throw InputError(path + ": layer has no " + shown(name_of("in_proj_weight")) + " nor " +
-                             shown(name_of("q_proj_weight")));
-        out.config = config_of(*p, cfg, out.layer);
-        check_config_heads(*p, cfg, out);
-        if (p->name == "tl") {
-            Bundle b;
-            b.source = c.path;
-            b.arrays = std::move(out.arrays);
-            const std::size_t h = convert_tl_layout(b);
-            out.arrays = std::move(b.arrays);
-            out.config.heads = h;
-            out.config.facts.push_back("heads " + std::to_string(h) + " (W_Q's first axis)");
-        }
+        read_preset_layer(c, *p, cfg, r.tokens, budget, out);
     } else {
         // Names chosen by the prefix alone: PREFIX + a bundle name (W_Q, in_proj_weight, …).
         const auto& known = known_array_names();

@@ -43,6 +43,7 @@ const std::vector<std::string>& known_array_names() {
                                                    "b_O", "key_padding_mask", "query_tokens", "key_tokens",
                                                    // modern attention: positions, biases, sinks
                                                    "q_positions", "k_positions", "alibi_slopes", "attn_mask", "sinks",
+                                                   "q_norm", "k_norm",
                                                    // nn.MultiheadAttention's add_bias_kv
                                                    "bias_k", "bias_v",
                                                    // PyTorch nn.MultiheadAttention state dict (with {layout} torch)
@@ -875,6 +876,9 @@ void read_variants(const Builder& bld, const Spec& spec, Problem<T>& p, NonFinit
         if (p.rope_dim % 2 != 0)
             throw UsageError("{rope}: rotates features in pairs, and Dk = " + std::to_string(d.Dk) +
                              " is odd; give an even {rope_dim}");
+        if (!spec.rope->inv_freq.empty() && spec.rope->inv_freq.size() != p.rope_dim / 2)
+            throw UsageError("{rope}: " + std::to_string(spec.rope->inv_freq.size()) + " scaled frequencies for " +
+                             std::to_string(p.rope_dim) + " rotated features (expected one per pair)");
     }
     const Array* slopes = bld.find("alibi_slopes");
     if (slopes && !spec.alibi) bld.fail(*slopes, "given without {alibi}, which would use them");
@@ -899,6 +903,12 @@ void read_variants(const Builder& bld, const Spec& spec, Problem<T>& p, NonFinit
                 bld.fail(*a,
                          "expected finite sink logits, one per head, found a non-finite one at " + std::to_string(h));
         p.sinks = std::move(s);
+    }
+    for (const char* name : {"q_norm", "k_norm"}) {
+        const Array* a = bld.find(name);
+        if (a && !spec.qk_norm_eps) bld.fail(*a, "given without the q/k norms' eps, which would use it");
+        if (!a && spec.qk_norm_eps) throw UsageError(std::string("q/k norms: the bundle has no ") + name);
+        if (a) (name[0] == 'q' ? p.q_norm : p.k_norm) = to_tensor<T>(bld.vector(*a, d.Dk, "Dk"), nonfinite);
     }
 }
 

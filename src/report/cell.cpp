@@ -67,7 +67,7 @@ void write_rope(std::ostream& out, const CellWalk& c) {
         const std::size_t shown_pairs = std::min<std::size_t>(half, 8);
         for (std::size_t p = 0; p < shown_pairs; ++p) {
             const std::size_t a = interleaved ? 2 * p : p, bb = interleaved ? 2 * p + 1 : p + half;
-            const double angle = double(pos) * std::pow(rope.base, -2.0 * double(p) / double(R));
+            const double angle = double(pos) * rope.frequency(p, R);
             out << "       pair (d" << a << ", d" << bb << ") angle " << c.f(angle) << ": (" << c.f(X.at(xo + a))
                 << ", " << c.f(X.at(xo + bb)) << ") -> (" << c.f(Y.at(yo + a)) << ", " << c.f(Y.at(yo + bb)) << ")\n";
         }

@@ -126,7 +126,7 @@ void write_run_header(std::ostream& out, const TraceView& v, const TextOptions& 
         field("  rope    ", std::string(r.style == RopeStyle::half ? "pairs (j, j + R/2)" : "pairs (2j, 2j + 1)") +
                                 ", R = " + std::to_string(r.dim.value_or(d.Dk)) + " of Dk = " + std::to_string(d.Dk) +
                                 ", angle pos · " + option_num(r.base) + "^(-2j/R)" +
-                                (where.empty() ? "" : "; " + where));
+                                (r.scaling.empty() ? "" : ", " + r.scaling) + (where.empty() ? "" : "; " + where));
     }
     if (!v.fully_masked.empty()) {
         out << "  rows with every key masked (weights all 0):";

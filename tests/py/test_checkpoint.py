@@ -423,14 +423,32 @@ class Configs(CheckpointCase):
                      cref.layer_reference("llama", state, config, 0, b["x"], b["key_padding_mask"]),
                      "rope_scaling default")
 
-    def test_rope_scaling_linear_and_yarn_are_refused(self):
-        for scaling in ({"type": "linear", "factor": 2.0}, {"rope_type": "yarn", "factor": 4.0}):
+    def test_rope_scaling_rotates_with_its_own_frequencies(self):
+        # Q_rot and K_rot are Q and K rotated by modeling_rope_utils.py's frequencies and
+        # attention factor (scripts/lm_reference.py's rope_parameters) at the bundle's T.
+        import lm_reference as lref
+        for scaling in ({"type": "linear", "factor": 2.0}, {"rope_type": "yarn", "factor": 4.0},
+                        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 64}):
             with self.subTest(scaling=scaling):
                 kind = scaling.get("rope_type") or scaling["type"]
                 state, config, _, _ = model("llama", 63, rope_scaling=scaling)
                 ckpt = self.write("safetensors", state, config, "F64", name=kind)
-                self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(16)), "rope_scaling",
-                                  kind)
+                b = inputs(16)
+                got = self.run_layer(ckpt, b, [], layer=0)
+                q, k = got["Q"][0], got["K"][0]  # (H, T, Dk), (G, T, Dk)
+                inv, att = lref.rope_parameters(config, q.shape[-1], q.shape[1])
+                theta = config.get("rope_theta", 10000.0)
+                common.assert_close(got["Q_rot"][0], lref.rope(q, theta, inv, att), TOL, f"{kind}: Q_rot",
+                                    category="checkpoint stages (float64)")
+                common.assert_close(got["K_rot"][0], lref.rope(k, theta, inv, att), TOL, f"{kind}: K_rot",
+                                    category="checkpoint stages (float64)")
+
+    def test_unknown_rope_scaling_is_refused(self):
+        state, config, _, _ = model("llama", 63, rope_scaling={"rope_type": "wavy", "factor": 2.0})
+        ckpt = self.write("safetensors", state, config, "F64")
+        self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(16)), "rope_scaling",
+                          "'wavy'", "llama3")
 
     def test_bert_relative_positions_are_refused(self):
         state, config, _, _ = model("bert", 64, position_embedding_type="relative_key")
@@ -819,14 +837,6 @@ class Refusals(CheckpointCase):
                                          self.x(16)), "--preset", "falcon")
         for p in PRESETS:
             self.assertIn(p, msg)
-
-    def test_rope_scaling_llama3(self):
-        scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                   "original_max_position_embeddings": 8192}
-        state, config, _, _ = model("llama", 45, rope_scaling=scaling)
-        ckpt = self.write("safetensors", state, config, "F64")
-        self.assert_error(run_text("run", "--checkpoint", ckpt, "--layer", "0", self.x(16)), "rope_scaling",
-                          "llama3")
 
     def test_bundle_with_weights_and_checkpoint(self):
         state, config, _, _ = model("gpt2", 46)

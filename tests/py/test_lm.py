@@ -217,8 +217,8 @@ class Refusals(LmCase):
         self.refused(model, "config.json: activation_function: 'quick_gelu'", "gelu_new", "silu")
 
     def test_unknown_model_type(self):
-        model, _, _ = self.write_model("llama", config_over={"model_type": "gemma"})
-        self.refused(model, "model_type", "gemma", "gpt2, bert, roberta, llama, mistral, qwen2")
+        model, _, _ = self.write_model("llama", config_over={"model_type": "falcon"})
+        self.refused(model, "model_type", "falcon", "gpt2, bert, roberta, llama, mistral, qwen2")
 
     def test_id_outside_the_vocabulary(self):
         model, _, _ = self.write_model("llama")

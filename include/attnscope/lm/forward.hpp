@@ -5,7 +5,8 @@
 //   T    tokens                        Dm   model width (hidden_size, n_embd)
 //   Dff  MLP width (intermediate_size) V    vocabulary
 //
-// The families (config.json's model_type):
+// The families (config.json's model_type; each an entry of model/family.hpp's table, which
+// names its keys, tensors and kinds of steps):
 //   gpt2                  h = wte[ids] + wpe[0..T)
 //                         each block: h += attn(LN_1(h)); h += c_proj(act(c_fc(LN_2(h))))
 //                         logits = LN_f(h) · wteᵀ (or lm_head.weight when not tied)
@@ -16,9 +17,20 @@
 //   llama, mistral, qwen2 h = embed[ids]
 //                         each block: h += attn(RMS(h)); h += down(silu(gate(m)) ⊙ up(m)), m = RMS(h)
 //                         logits = RMS_f(h) · lm_headᵀ (embed when tie_word_embeddings)
+//   qwen3                 llama's, with q and k RMS-normed per head before RoPE
+//   phi3                  llama's, qkv_proj and gate_up_proj fused: down(up ⊙ act(gate))
+//   mixtral               llama's, the MLP Σ over each token's top-k experts of p_e · expert_e(m),
+//                         p = softmax(router(m)) over the k, renormalized (one expert read at a time)
+//   gpt_neox              h = embed_in[ids]; h += attn(LN_1(h)) + mlp(LN_2(h)) (parallel
+//                         residual); query_key_value fused per head; logits = LN_f(h) · embed_outᵀ
+//   gemma                 h = embed[ids] · sqrt(Dm); RMS scales by 1 + w; GeGLU (hidden_activation)
+//   gemma2, gemma3_text   gemma's, with h += RMS(attn(RMS(h))); h += RMS(mlp(RMS(h))); the
+//                         scores and the logits soft-capped; sliding and global layers;
+//                         gemma3_text: q/k norms, the sliding layers' own RoPE base
 // LN(x) = (x - mean) / sqrt(var + eps) · w + b, RMS(x) = x / sqrt(mean(x²) + eps) · w, with
 // the config's eps. The attention is core's attend() on the layer the model layer's preset
-// reads (model/checkpoint_layer.hpp): its heads, K/V heads, RoPE, window, biases and scale.
+// reads (model/checkpoint_layer.hpp): its heads, K/V heads, RoPE (and rope_scaling), window,
+// biases, q/k norms, soft cap and scale.
 // Everything runs in the request's precision: float64, or float32 (ForwardRequest::float32:
 // weights converted from their stored dtype straight to float, hidden states, attention and
 // logits in float); the logits and traces are handed back as double either way (widening
@@ -37,27 +49,34 @@
 #include "attnscope/core/attention.hpp"
 #include "attnscope/io/array.hpp"
 #include "attnscope/io/checkpoint.hpp"
+#include "attnscope/model/family.hpp"
 
 namespace attnscope {
 
+// The broad kind of a model: GPT-2's learned positions, BERT's encoder, or the
+// RoPE decoders that follow Llama (every other family of the table).
 enum class LmFamily { gpt2, bert, llama };
 enum class Activation { gelu_tanh, gelu_erf, silu, relu };
 
 // What config.json says of the whole model (each field named by its key in messages).
 struct LmConfig {
-    std::string model_type;  // as config.json spells it: gpt2, bert, roberta, llama, mistral, qwen2
+    std::string model_type;  // as config.json spells it: gpt2, bert, roberta, llama, mistral, qwen2, ...
     LmFamily family = LmFamily::gpt2;
+    const Family* arch = nullptr;       // the family table's entry (model/family.hpp)
+    BlockKind blocks = BlockKind::pre;  // the entry's, or pre where the config turns it off
     std::size_t layers = 0, hidden = 0, mlp = 0, vocab = 0, positions = 0;
     std::size_t type_vocab = 0;         // bert: token types (type 0 is used)
     std::size_t position_offset = 0;    // roberta: padding_idx + 1
     std::optional<std::size_t> pad_id;  // roberta: padding_idx (its tokens keep position padding_idx)
     double eps = 1e-5;
     Activation act = Activation::gelu_tanh;
-    std::string act_name;            // as config.json names it
-    bool tied = true;                // the LM head is the token embedding
-    bool mlp_bias = false;           // llama family: gate/up/down carry biases
-    std::string prefix;              // names' root: "transformer.", "bert.", "model.", or ""
-    std::vector<std::string> facts;  // "12 layers (config.json n_layer)", for reports
+    std::string act_name;                 // as config.json names it
+    bool tied = true;                     // the LM head is the token embedding
+    bool mlp_bias = false;                // llama family: gate/up/down carry biases
+    std::optional<double> final_softcap;  // logits -> C · tanh(logits / C) (Gemma 2's final_logit_softcapping)
+    std::size_t experts = 0, experts_per_token = 0;  // Mixtral: num_local_experts, num_experts_per_tok
+    std::string prefix;                              // names' root: "transformer.", "bert.", "model.", or ""
+    std::vector<std::string> facts;                  // "12 layers (config.json n_layer)", for reports
 };
 
 // The model types and activations it follows, for messages and help.

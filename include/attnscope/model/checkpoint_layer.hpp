@@ -30,9 +30,10 @@ namespace attnscope {
 
 // What the user asked for.
 struct LayerRequest {
-    std::optional<std::size_t> layer;  // {layer}; unset: the only layer, else refused
-    std::string preset = "auto";       // {preset}: auto (config.json's model_type) or a preset's name
-    std::string prefix;                // {prefix}: the layer's names begin with this
+    std::optional<std::size_t> layer;   // {layer}; unset: the only layer, else refused
+    std::string preset = "auto";        // {preset}: auto (config.json's model_type) or a preset's name
+    std::string prefix;                 // {prefix}: the layer's names begin with this
+    std::optional<std::size_t> tokens;  // the run's tokens, when known (a scaled RoPE may depend on them)
 };
 
 // What the checkpoint (its config.json, or the weights' own shapes) says about the
@@ -42,9 +43,11 @@ struct LayerConfig {
     std::optional<bool> causal;
     std::optional<Rope> rope;
     std::optional<std::size_t> window;
-    std::optional<double> scale;     // a scale other than 1/sqrt(Dk)
-    std::string scale_why;           // how the config gives it, for reports
-    std::vector<std::string> facts;  // where each came from: "heads 12 (config.json n_head)"
+    std::optional<double> softcap;      // attention scores -> C · tanh(scores / C) (Gemma 2)
+    std::optional<double> qk_norm_eps;  // per-head q/k RMSNorms (arrays q_norm, k_norm) and their eps
+    std::optional<double> scale;        // a scale other than 1/sqrt(Dk)
+    std::string scale_why;              // how the config gives it, for reports
+    std::vector<std::string> facts;     // where each came from: "heads 12 (config.json n_head)"
 };
 
 struct CheckpointLayer {
@@ -64,8 +67,10 @@ std::string layout_name(const CheckpointLayer& l);
 // Where the config's facts came from, in one line: "heads 12 (config.json n_head); ...".
 std::string facts_text(const LayerConfig& c);
 
-// The presets' names, for messages and help: gpt2, bert, llama, mistral, qwen2, mha, tl.
+// The presets' names, for messages and help: the family table's (gpt2, bert, llama, ...), mha, tl.
 const std::vector<std::string>& checkpoint_presets();
+// The same, joined: "gpt2, bert, llama, ...".
+std::string preset_names();
 
 // The preset config.json's model_type names ("gpt2", "llama", …), or "" when there is no
 // config.json or no model_type. InputError for a model_type no preset reads.

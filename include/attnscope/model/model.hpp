@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -38,6 +39,16 @@ struct Rope {
     double base = 10000;             // θ: inv_freq_j = θ^(-2j/R)
     std::optional<std::size_t> dim;  // R, even, <= Dk; default Dk
     RopeStyle style = RopeStyle::half;
+    // A scaled RoPE (a checkpoint's rope_scaling): the R/2 frequencies themselves, in place
+    // of θ^(-2j/R), and the factor cos and sin are multiplied by (YaRN's and LongRoPE's
+    // attention factor); `scaling` names it for reports ("llama3 factor 8"), "" for none.
+    std::vector<double> inv_freq;
+    double attention_factor = 1;
+    std::string scaling;
+    // inv_freq_j of R rotated features.
+    double frequency(std::size_t j, std::size_t R) const {
+        return inv_freq.empty() ? 1.0 / std::pow(base, double(2 * j) / double(R)) : inv_freq[j];
+    }
 };
 
 // What true means in a boolean attn_mask: PyTorch's scaled_dot_product_attention says
@@ -67,6 +78,9 @@ struct Spec {
     bool alibi = false;                   // bias m_h · (k_pos - q_pos)
     std::optional<std::size_t> window;    // sliding window W (keys within W positions)
     std::optional<double> softcap;        // scores -> C · tanh(scores / C) before bias and mask
+    // Per-head RMSNorm of q and k after their projections, before RoPE (Qwen3, Gemma 3): the
+    // bundle's q_norm and k_norm (Dk) are its weights, this its eps.
+    std::optional<double> qk_norm_eps;
     MaskMeans attn_mask_means = MaskMeans::unset;
     bool add_zero_attn = false;  // nn.MultiheadAttention's add_zero_attn: one zero key/value position
     // Experiments
@@ -140,6 +154,8 @@ struct Problem {
     // (size 1: the same for every batch item / head). -inf hides a key.
     std::optional<Tensor<T, 4>> attn_bias;
     std::optional<Tensor<T, 1>> sinks;  // (H) per-head sink logits, joining each softmax's denominator
+    // spec.qk_norm_eps: each head of q and of k scaled to x / sqrt(mean(x²) + eps) · w, w (Dk)
+    std::optional<Tensor<T, 1>> q_norm, k_norm;
     // nn.MultiheadAttention's add_bias_kv: a key and a value position appended after the
     // projections, (G*Dk) and (G*Dv); add_zero_attn (spec) appends a zero one after it.
     std::optional<Tensor<T, 1>> bias_k, bias_v;

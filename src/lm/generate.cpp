@@ -12,6 +12,7 @@
 
 #include "attnscope/base/errors.hpp"
 #include "attnscope/base/text.hpp"
+#include "attnscope/model/family.hpp"
 #include "lm.hpp"
 
 namespace attnscope {
@@ -37,10 +38,14 @@ struct Generator::Head {
 Generator::Generator(const LanguageModel& m, std::size_t length, std::size_t threads)
     : m_(m), length_(length), threads_(threads) {
     const LmConfig& c = m.config();
-    if (c.family == LmFamily::bert)
+    if (c.family == LmFamily::bert) {
+        std::string decoders;  // the causal families of the family table
+        for (const Family& f : families())
+            if (f.causal) decoders += (decoders.empty() ? "" : ", ") + f.model_type;
         throw InputError(escape_control(m.checkpoint().config_path) + ": model_type " + c.model_type +
                          ": an encoder (every token sees every other, a masked-LM head) does not generate text left " +
-                         "to right; generation needs gpt2, llama, mistral or qwen2");
+                         "to right; generation needs a decoder: " + decoders);
+    }
     if (length == 0 || length > c.positions) throw std::logic_error("Generator: length outside the model's positions");
     const lm::Weights w(m.checkpoint(), m.max_bytes());
     const Tensor<double, 2> zeros = xt::zeros<double>({length, c.hidden});  // (length, Dm)

@@ -135,9 +135,9 @@ struct Head {
     std::optional<Linear<T>> dense;
     Activation act = Activation::gelu_erf;
     Norm<T> norm;
-    Array unembedding;    // (V, Dm)
-    Buffer<T> converted;  // (V, Dm) as T, or empty
-    std::vector<T> bias;  // (V) or empty
+    Array unembedding;              // (V, Dm)
+    Buffer<T> converted;            // (V, Dm) as T, or empty
+    std::vector<T> bias;            // (V) or empty
     std::optional<double> softcap;  // logits -> C · tanh(logits / C) (Gemma 2)
 };
 template <class T>

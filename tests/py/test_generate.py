@@ -154,7 +154,7 @@ class Refusals(GenerateCase):
         for arch in ("bert", "roberta"):
             with self.subTest(arch=arch):
                 model, _, _ = self.write_model(arch)
-                self.refused(model, f"model_type {arch}: an encoder", "generation needs gpt2, llama, mistral or qwen2")
+                self.refused(model, f"model_type {arch}: an encoder", "generation needs a decoder: gpt2, llama, mistral, qwen2")
                 model.rename(self.path(f"done-{arch}"))
 
     def test_more_positions_than_the_model_has(self):

@@ -152,6 +152,7 @@ const Placement kMatrix[] = {
     {"--layer",            {ok,             ok,             ok,             ok,             ok}},
     {"--preset",           {ok,             ok,             ok,             ok,             ok}},
     {"--prefix",           {ok,             ok,             ok,             ok,             kModelX}},
+    {"--key_padding_mask", {ok,             ok,             ok,             ok,             ok}},
     {"bundle",             {ok,             ok,             ok,             ok,             kModelX}},
     {kInputs,              {ok,             ok,             ok,             ok,             kModelX}},
     {kOwnQKV,              {ok,             ok,             ok,             ok,             kModelX}},

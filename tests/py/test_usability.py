@@ -587,12 +587,13 @@ class Setup(CliTestCase):
                            ("apt-get", f'echo "apt-get $*" >> "{log}"'), ("npm", f'echo "npm $*" >> "{log}"')):
             (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
             (stubs / name).chmod(0o755)
-        # A copy of the script whose tests/browser and tests/tokenizers have no node_modules:
+        # A copy of the script whose tests/browser, tests/tokenizers and tests/llamacpp have no node_modules:
         # npm is asked when it is meant to be.
         root = self.path("repo")
         (root / "scripts").mkdir(parents=True)
         (root / "tests/browser").mkdir(parents=True)
         (root / "tests/tokenizers").mkdir(parents=True)
+        (root / "tests/llamacpp").mkdir(parents=True)
         shutil.copy(ROOT / "scripts/setup", root / "scripts/setup")
         proc = subprocess.run(["bash", str(root / "scripts/setup"), *args], capture_output=True, text=True,
                               env=dict(os.environ, PATH=f"{stubs}:/usr/bin:/bin"))
@@ -613,9 +614,10 @@ class Setup(CliTestCase):
         self.assertEqual(packages[:len(self.BUILD)], self.BUILD)
         for p in self.TEST_ONLY:
             self.assertIn(p, packages)
-        self.assertEqual(len(npm), 2)
+        self.assertEqual(len(npm), 3)
         self.assertIn("puppeteer-core@", npm[0])
         self.assertEqual(npm[1].split()[:2], ["npm", "ci"])  # the tokenizer reference (tests/tokenizers)
+        self.assertEqual(npm[2].split()[:2], ["npm", "ci"])  # llama.cpp (tests/llamacpp)
         self.assertIn("\nscripts/setup --test\n", (ROOT / "scripts/test").read_text())
 
     def test_an_unknown_option_is_refused(self):
